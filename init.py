@@ -1,0 +1,129 @@
+"""
+Seeded GPT-2 initialization (paper Appendix B.1): two models differ only where you say.
+
+The paper's bias is a property of the random draw, so the draw must be reproducible and
+controllable. Two seeds split the model (footnote 2, Appendix B.2):
+  seed        everything inside the transformer blocks
+  embed_seed  the token embedding, the LM head (if untied) and the learned position table
+so models of one architecture with different `seed` still share token identities and
+their top-1 token ids can be compared.
+
+    python init.py --model gpt2-nano --seed 42      # per-group std table -> out/init/init_stats.json
+"""
+import argparse
+import dataclasses
+import hashlib
+import math
+import os
+
+import torch
+
+from model import GPT, GPTConfig, add_config_flags, config_from_flags, write_json
+
+STD = 0.02
+EMBEDDING_PARAMS = ("transformer.wte.weight", "transformer.wpe.weight", "lm_head.weight")
+RESIDUAL_PROJECTIONS = ("attn.c_proj.weight", "mlp.c_proj.weight")
+
+
+def param_seed(seed: int, name: str) -> int:
+    """A 63-bit seed for one parameter, from (seed, its name). hashlib, not hash(): hash() is salted
+    per process, and the same seeds must give the same weights in every process."""
+    digest = hashlib.sha256(f"{int(seed)}/{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def target_std(name: str, n_layer: int) -> float:
+    """The GPT-2 std of a weight matrix or embedding, by parameter name."""
+    if name.endswith(RESIDUAL_PROJECTIONS):
+        return STD / math.sqrt(2 * n_layer)
+    return STD
+
+
+@torch.no_grad()
+def init_weights(model: GPT, seed: int, embed_seed: int = 0) -> GPT:
+    """Initialize `model` in place, GPT-2 style, and return it. Every choice:
+
+    1. Weight matrices (q/k/v, MLP up and gate) and embeddings (token, position, untied LM head):
+       N(0, 0.02^2).
+    2. Residual projections (attention output W_O `attn.c_proj`, MLP down `mlp.c_proj`):
+       N(0, (0.02 / sqrt(2 n_layer))^2), so the residual stream's variance does not grow with
+       depth. The factor is 2 n_layer whatever `sublayers` is, so an MLP-only model has the same
+       MLP weights as the full model with the same seed.
+    3. Biases 0; norm gains 1 (LayerNorm, RMSNorm, head-wise RMSNorm); LayerNorm biases 0.
+    4. Each drawn parameter gets its own CPU torch.Generator, seeded from (seed, parameter name)
+       -- embed_seed for the names in EMBEDDING_PARAMS, seed for everything else. Consequences:
+       - the global RNG is never touched and the order in which models or modules are built,
+         or parameters visited, does not matter;
+       - two configs that share a parameter name share its weights (the attention of an
+         attention-only model is the attention of the full model with the same seed);
+       - the draw is float32 on the CPU, then cast and moved: identical weights on CPU and GPU,
+         and float32 vs bfloat16 differ only by bf16 rounding.
+    5. A tied LM head is the token embedding itself (model.py reads wte.weight), drawn once.
+    """
+    n_layer = model.config.n_layer
+    for name, p in model.named_parameters():
+        if name.endswith(".bias"):
+            p.zero_()
+        elif p.dim() == 1:      # norm gains: LayerNorm/RMSNorm weight, head_norm weight
+            p.fill_(1.0)
+        else:
+            g = torch.Generator(device="cpu")
+            g.manual_seed(param_seed(embed_seed if name in EMBEDDING_PARAMS else seed, name))
+            w = torch.randn(p.shape, generator=g, dtype=torch.float32) * target_std(name, n_layer)
+            p.copy_(w)
+    return model
+
+
+def build(config: GPTConfig, seed: int, embed_seed: int = 0, device="cpu", dtype=torch.float32) -> GPT:
+    """A freshly initialized GPT on `device` in `dtype`. The module is built on the meta device
+    (no memory, no default PyTorch init, which for a 1.2B model wastes a minute), then
+    allocated and filled by init_weights."""
+    with torch.device("meta"):
+        model = GPT(config)
+    model = model.to_empty(device=device).to(dtype)
+    return init_weights(model, seed, embed_seed)
+
+
+def weight_stats(model: GPT) -> dict:
+    """Empirical std of each parameter beside its GPT-2 target (for the table and the tests)."""
+    n_layer = model.config.n_layer
+    rows = {}
+    for name, p in model.named_parameters():
+        if p.dim() < 2:
+            continue
+        rows[name] = dict(std=p.float().std().item(), target=target_std(name, n_layer), numel=p.numel())
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Initialize a preset and report each weight group's std.")
+    add_config_flags(parser)
+    parser.add_argument("--seed", type=int, default=42, help="seed of the transformer blocks")
+    parser.add_argument("--embed_seed", type=int, default=0, help="seed of embeddings and LM head")
+    parser.add_argument("--out", default="out/init")
+    args = parser.parse_args()
+    config = config_from_flags(args)
+    model = build(config, args.seed, args.embed_seed)
+    stats = weight_stats(model)
+    # group the per-layer matrices: "transformer.h.3.attn.c_proj.weight" -> "h.*.attn.c_proj.weight"
+    groups = {}
+    for name, row in stats.items():
+        parts = name.split(".")
+        key = ".".join(["h", "*"] + parts[3:]) if parts[:2] == ["transformer", "h"] else name
+        g = groups.setdefault(key, dict(target=row["target"], sq=0.0, n=0))
+        g["sq"] += row["std"] ** 2 * row["numel"]
+        g["n"] += row["numel"]
+    print(f"{args.model}: seed={args.seed} embed_seed={args.embed_seed}, {model.num_params():,} parameters")
+    print(f"{'parameter group':<32} {'std':>9} {'target':>9} {'ratio':>7}")
+    table = {}
+    for key, g in groups.items():
+        std = math.sqrt(g["sq"] / g["n"])
+        table[key] = dict(std=std, target=g["target"], numel=g["n"])
+        print(f"{key:<32} {std:>9.5f} {g['target']:>9.5f} {std / g['target']:>7.4f}")
+    write_json(os.path.join(args.out, "init_stats.json"),
+               dict(config=dataclasses.asdict(config), seed=args.seed, embed_seed=args.embed_seed, groups=table))
+    print(f"wrote {os.path.join(args.out, 'init_stats.json')}")
+
+
+if __name__ == "__main__":
+    main()

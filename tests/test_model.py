@@ -1,0 +1,200 @@
+"""model.py against independent computations: causality, SDPA vs explicit softmax vs a naive
+loop, RoPE vs complex-number rotation, calibration vs the 1/sqrt(t) law, hand-counted parameters."""
+import argparse
+import itertools
+import math
+
+import pytest
+import torch
+
+from init import build, init_weights
+from model import CHOICES, GPT, GPTConfig, PRESETS, add_config_flags, apply_rope, config_from_flags, get_config, rope_tables
+
+torch.set_num_threads(2)
+
+
+def tiny(**kw) -> GPTConfig:
+    base = dict(n_layer=2, n_head=2, n_embd=16, vocab_size=32, block_size=12, mlp_hidden=24)
+    base.update(kw)
+    return GPTConfig(**base)
+
+
+def test_causality_every_combination_of_knobs():
+    """Changing token j never changes anything at positions < j, and does change position j."""
+    T, j = 7, 4
+    idx = torch.randint(0, 32, (2, T), generator=torch.Generator().manual_seed(0))
+    idx2 = idx.clone()
+    idx2[:, j] = (idx2[:, j] + 1) % 32
+    knobs = dict(CHOICES, residual=(True, False), head_norm=(False, True), n_kv_head=(None, 1))
+    names = list(knobs)
+    failures = []
+    for values in itertools.product(*knobs.values()):
+        cfg = tiny(**dict(zip(names, values)))
+        model = init_weights(GPT(cfg), seed=1).eval()
+        # scale the weights up so that every path carries signal well above float noise
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() == 2:
+                    p.mul_(20)
+        with torch.no_grad():
+            a = model(idx, hidden="all", logits=False)["hidden"]
+            b = model(idx2, hidden="all", logits=False)["hidden"]
+        for ha, hb in zip(a, b):
+            if not torch.equal(ha[:, :j], hb[:, :j]):
+                failures.append(("past changed", values))
+                break
+        if torch.equal(a[-1][:, j], b[-1][:, j]):
+            failures.append(("position j unchanged", values))
+    assert not failures, failures[:5]
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(n_kv_head=1, position="rope"), dict(position="learned", qkv_bias=True, bias=False),
+                                dict(calibration="attenuate", head_norm=True, norm="rmsnorm", activation="swiglu")])
+def test_explicit_softmax_path_equals_sdpa(kw):
+    model = build(tiny(**kw), seed=3)
+    idx = torch.randint(0, 32, (3, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        plain, _ = model(idx, idx)                                  # SDPA path, all positions
+        out = model(idx, idx, attn_probs=True)                      # explicit softmax path
+    torch.testing.assert_close(out["logits"], plain, rtol=1e-5, atol=1e-5)
+    probs = out["attn_probs"][0]
+    assert probs.shape == (3, 2, 12, 12)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(3, 2, 12))
+    assert torch.all(probs.triu(1) == 0)
+
+
+def test_uniform_attention_is_a_naive_running_mean_of_values():
+    cfg = tiny(attention="uniform", norm="none", n_layer=1, sublayers="attn", bias=True, n_kv_head=1)
+    model = build(cfg, seed=5)
+    with torch.no_grad():
+        model.transformer.h[0].attn.c_attn.bias.normal_()   # nonzero value bias: the mean must include it
+    x = torch.randn(2, 9, 16, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        out = model(embeds=x, head_out=True, hidden="all", logits=False)
+        attn = model.transformer.h[0].attn
+        H, hd = cfg.n_head, cfg.head_dim
+        W, bvec = attn.c_attn.weight, attn.c_attn.bias
+        Wv, bv = W[(H + 1) * hd:], bvec[(H + 1) * hd:]                 # the single kv head's value rows
+        expected = torch.zeros(2, H, 9, hd)
+        for b in range(2):
+            for t in range(9):
+                mean_v = sum(x[b, s] @ Wv.T + bv for s in range(t + 1)) / (t + 1)
+                for h in range(H):                                     # every head shares the kv head
+                    expected[b, h, t] = mean_v
+        torch.testing.assert_close(out["head_out"][0], expected, rtol=1e-5, atol=1e-6)
+        y = expected.transpose(1, 2).reshape(2, 9, H * hd) @ attn.c_proj.weight.T + attn.c_proj.bias
+        torch.testing.assert_close(out["hidden"][1], x + y, rtol=1e-5, atol=1e-6)
+
+
+def test_rope_matches_complex_rotation_and_is_relative():
+    hd, T, theta = 8, 20, 10000.0
+    cos, sin = rope_tables(T, hd, theta)
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 1, T, hd, generator=g), torch.randn(1, 1, T, hd, generator=g)
+    # independent reference: pair (i, i + hd/2) as a complex number, rotate by t * theta^(-2i/hd)
+    z = torch.complex(q[..., : hd // 2].double(), q[..., hd // 2:].double())
+    ang = torch.arange(T).double()[:, None] * theta ** (-torch.arange(0, hd, 2).double() / hd)
+    zr = z * torch.polar(torch.ones_like(ang), ang)
+    torch.testing.assert_close(apply_rope(q, cos, sin).double(), torch.cat([zr.real, zr.imag], -1), rtol=1e-5, atol=1e-5)
+    # shift test: the same q, k vectors placed at (m, n) and at (m + s, n + s) give the same score
+    qv, kv = q[0, 0, 0], k[0, 0, 0]
+    rq = apply_rope(qv.expand(T, hd)[None, None], cos, sin)[0, 0]
+    rk = apply_rope(kv.expand(T, hd)[None, None], cos, sin)[0, 0]
+    scores = rq @ rk.T                                                 # scores[m, n]
+    for m, n, s in [(5, 2, 7), (3, 3, 10), (0, 9, 4), (12, 1, 6)]:
+        assert abs(scores[m, n] - scores[m + s, n + s]) < 1e-4
+    assert abs(scores[5, 2] - scores[5, 3]) > 1e-3                     # ... and it does depend on m - n
+
+
+def test_calibration_flattens_positional_std():
+    """Uniform attention on iid inputs: head output at position t has std sigma / sqrt(t) (Eq. 2);
+    amplify multiplies it by sqrt(t) (flat at sigma), attenuate by sqrt(t / T) (flat at sigma / sqrt(T))."""
+    T, B = 32, 512
+    x = torch.randn(B, T, 64, generator=torch.Generator().manual_seed(3))
+    std = {}
+    for calibration in ("none", "amplify", "attenuate"):
+        cfg = GPTConfig(n_layer=1, n_head=4, n_embd=64, vocab_size=8, block_size=T, attention="uniform",
+                        calibration=calibration, sublayers="attn", norm="layernorm", position="none")
+        model = build(cfg, seed=0)                       # same seed: identical weights for all three
+        with torch.no_grad():
+            h = model(embeds=x, head_out=True, logits=False)["head_out"][0]      # (B, H, T, hd)
+        std[calibration] = h.transpose(1, 2).reshape(B, T, -1).std(dim=(0, 2))  # per position
+    t = torch.arange(1, T + 1).float()
+    sigma = std["none"][0]                               # position 1 averages nothing: the value std
+    # each per-position std pools B * 64 values: relative standard error 1 / sqrt(2 B 64) = 0.0039;
+    # a ratio of two such estimates has sqrt(2) times that; allow 5 sigma
+    tol = 5 * math.sqrt(2) / math.sqrt(2 * B * 64)
+    for name, expected in [("none", sigma / t.sqrt()), ("amplify", sigma.expand(T)),
+                           ("attenuate", (sigma / math.sqrt(T)).expand(T))]:
+        assert (std[name] / expected - 1).abs().max() < tol, (name, std[name] / expected)
+    assert std["none"][-1] / std["none"][0] < 0.25       # uncalibrated, it really does fall
+
+
+def test_learned_positions_and_gqa_shapes():
+    model = build(tiny(position="learned", n_kv_head=1), seed=0)
+    assert model.transformer.wpe.weight.shape == (12, 16)
+    assert model.transformer.h[0].attn.c_attn.weight.shape == ((2 + 2 * 1) * 8, 16)
+
+
+def test_parameter_counts_by_hand():
+    d, L, V = 768, 12, 50257
+    # gpt2-nano: tied embedding, no position table (RoPE), biases everywhere, LayerNorm with bias
+    per_layer = (2 * d) + (d * 3 * d + 3 * d) + (d * d + d) + (2 * d) + (d * 4 * d + 4 * d) + (4 * d * d + d)
+    assert GPT(PRESETS["gpt2-nano"]).num_params() == V * d + L * per_layer + 2 * d == 123_653_376
+    # llama2-nano: untied, no biases, RMSNorm gains only, SwiGLU with three 768 x 2048 matrices
+    V = 32000
+    per_layer = 2 * d + 4 * d * d + 3 * d * 2048
+    with torch.device("meta"):
+        assert GPT(PRESETS["llama2-nano"]).num_params() == 2 * V * d + L * per_layer + d == 134_105_856
+
+
+def test_forward_return_forms():
+    model = build(tiny(), seed=0)
+    idx = torch.randint(0, 32, (2, 5))
+    assert model(idx).shape == (2, 32)
+    logits, loss = model(idx, idx)
+    assert logits.shape == (2, 5, 32) and loss.ndim == 0
+    # the loss is the mean cross-entropy over all positions, computed independently here
+    ref = -torch.log_softmax(logits, -1).gather(-1, idx[..., None]).mean()
+    torch.testing.assert_close(loss, ref)
+    out = model(idx, hidden="last")
+    assert len(out["hidden"]) == 2 + 2 and out["hidden"][0].shape == (2, 16)
+    torch.testing.assert_close(model.head(out["hidden"][-1]), out["logits"])
+    out = model(idx, hidden="all", logits=False)
+    assert "logits" not in out and out["hidden"][-1].shape == (2, 5, 16)
+
+
+def test_bad_inputs_name_the_problem():
+    model = build(tiny(), seed=0)
+    with pytest.raises(ValueError, match="unknown preset"):
+        get_config("gpt5-nano")
+    with pytest.raises(ValueError, match="unknown config knob"):
+        get_config("tiny", n_layers=3)
+    with pytest.raises(ValueError, match="unknown norm"):
+        tiny(norm="batchnorm")
+    with pytest.raises(ValueError, match="divisible"):
+        tiny(n_embd=15)
+    with pytest.raises(ValueError, match="n_embd=16"):
+        model(embeds=torch.randn(1, 4, 17))
+    with pytest.raises(ValueError, match="exceeds the context"):
+        model(torch.zeros(1, 13, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 32\)"):
+        model(torch.tensor([[1, 2, 32]]))
+    with pytest.raises(ValueError, match="token ids must lie"):
+        model(torch.tensor([[-1, 2]]))
+    with pytest.raises(ValueError, match="exactly one"):
+        model()
+    with pytest.raises(ValueError, match="integer token ids"):
+        model(torch.zeros(2, 3))
+
+
+def test_config_flags_round_trip():
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser)
+    args = parser.parse_args(["--model", "tiny", "--n_layer", "3", "--calibration", "attenuate",
+                              "--residual", "off", "--norm_eps", "1e-6"])
+    cfg = config_from_flags(args)
+    assert (cfg.n_layer, cfg.calibration, cfg.residual, cfg.norm_eps) == (3, "attenuate", False, 1e-6)
+    assert cfg.n_embd == PRESETS["tiny"].n_embd
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--calibration", "loud"])
