@@ -7,8 +7,10 @@ import torch
 from scipy.stats import binom
 
 from init import build
-from model import get_config
-from probe import log10_binom_tail, log10_bonferroni_p, next_token_counts, token_preference, uniform_baseline
+from model import GPTConfig, get_config
+import theory
+from probe import (PairwiseCosine, log10_binom_tail, log10_bonferroni_p, model_inputs, next_token_counts, probe,
+                   token_preference, uniform_baseline)
 
 
 @pytest.mark.parametrize("k,n,V", [(1, 100, 50), (5, 1000, 50257), (12, 10000, 32000), (40, 2000, 1000), (3, 3, 7)])
@@ -62,3 +64,101 @@ def test_counts_are_deterministic_and_seed_dependent():
             for row in idx:
                 ref[int(model(row[None])[0].argmax())] += 1
     assert np.array_equal(a, ref)
+
+
+# ----------------------------------------------------------------------------- contraction statistics
+
+
+
+def _naive_pairwise(x):
+    u = x / np.linalg.norm(x, axis=1, keepdims=True)
+    n = len(u)
+    c = np.array([u[i] @ u[j] for i in range(n) for j in range(n) if i < j])
+    return c.mean(), c.std()
+
+
+def test_streaming_pairwise_cosine_equals_naive_gram():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((150, 24)) + 0.3          # a shared component: mean cosine clearly > 0
+    acc = PairwiseCosine()
+    for chunk in np.array_split(x, 7):                 # uneven batches
+        acc.update(torch.from_numpy(chunk).float())
+    r = acc.result()
+    mean, std = _naive_pairwise(x.astype(np.float32).astype(np.float64))
+    assert r["n"] == 150
+    assert r["mean"] == pytest.approx(mean, abs=1e-6) and r["std"] == pytest.approx(std, abs=1e-6)
+    assert r["log10_p"] < -10
+    direction = (x / np.linalg.norm(x, axis=1, keepdims=True)).mean(0)
+    np.testing.assert_allclose(acc.direction().numpy(), direction, atol=1e-6)
+
+
+def test_pairwise_cosine_z_is_standard_normal_under_the_null():
+    """Independent zero-mean vectors (anisotropic, to exercise the plug-in variance): z ~ N(0, 1)."""
+    rng = np.random.default_rng(1)
+    scales = np.linspace(0.2, 3.0, 16)
+    z = []
+    for _ in range(300):
+        acc = PairwiseCosine()
+        acc.update(torch.from_numpy(rng.standard_normal((40, 16)) * scales))
+        z.append(acc.result()["z"])
+    z = np.array(z)
+    # 300 draws: the mean has standard error 0.058, the std about 0.041; 4 of each
+    assert abs(z.mean()) < 4 * 0.058 and abs(z.std() - 1) < 4 * 0.041, (z.mean(), z.std())
+
+
+def test_probe_single_pass_matches_separate_computations():
+    cfg = get_config("tiny", vocab_size=128, n_layer=3, tie_embeddings=False, block_size=16)
+    model = build(cfg, seed=7).eval()
+    r = probe(model, "tokens", n=40, seq_len=16, batch_size=16, data_seed=5)
+    assert np.array_equal(r["counts"], next_token_counts(model, 40, 16, 16, data_seed=5))
+    # independent: all 40 sequences in one batch, states from hidden="all", cosines by a naive loop
+    g = torch.Generator().manual_seed(5)
+    idx = torch.cat([torch.randint(0, 128, (b, 16), generator=g) for b in (16, 16, 8)])
+    with torch.no_grad():
+        hidden = model(idx, hidden="all", logits=False)["hidden"]
+    assert len(r["cosine"]) == len(hidden) == cfg.n_layer + 2
+    for stat, h in zip(r["cosine"], hidden):
+        mean, std = _naive_pairwise(h[:, -1].double().numpy())
+        assert stat["mean"] == pytest.approx(mean, abs=1e-5) and stat["std"] == pytest.approx(std, abs=1e-5)
+    final = hidden[-1][:, -1]
+    assert np.array_equal(r["dim_counts"], np.bincount(final.argmax(-1).numpy(), minlength=cfg.n_embd))
+    direction = torch.nn.functional.normalize(final, dim=-1).mean(0)
+    with torch.no_grad():
+        assert r["direction_top1"] == int((direction @ model.lm_head.weight.T).argmax())
+
+
+def test_gaussian_inputs_follow_the_embedding_scale():
+    model = build(get_config("tiny"), seed=0)
+    x = torch.cat([b["embeds"] for b in model_inputs(model, "gaussian", 64, 32, 32, seed=0)])
+    assert x.shape == (64, 32, 64)
+    # the embedding init is N(0, 0.02^2): 131k samples, std has relative error 0.002
+    assert abs(x.mean().item()) < 4 * 0.02 / math.sqrt(x.numel()) + 1e-4 and abs(x.std().item() / 0.02 - 1) < 0.01
+    with pytest.raises(ValueError, match="tokens"):
+        next(model_inputs(model, "words", 1, 1, 1, 0))
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_mlp0_stack_built_from_model_blocks_matches_theory(activation):
+    """MLP blocks with residual, norm and biases off: W2 phi(W1 x). The extra linear W2 preserves cosines
+    at large width, so L blocks follow Prop 2 (ReLU) or stay at 0 (tanh). Several networks, so that
+    the network-to-network spread enters the standard error."""
+    d, L, seeds = 128, 3, range(8)
+    cfg = GPTConfig(n_layer=L, n_head=4, n_embd=d, vocab_size=16, block_size=4, sublayers="mlp",
+                    residual=False, norm="none", activation=activation, bias=False, position="none")
+    per_seed = np.array([[c["mean"] for c in probe(build(cfg, seed=s), "gaussian", n=128, seq_len=2)["cosine"][1:L + 1]]
+                         for s in seeds])
+    mean, se = per_seed.mean(0), per_seed.std(0, ddof=1) / math.sqrt(len(seeds))
+    for layer in range(1, L + 1):
+        expected = theory.mlp0_cosine(layer, activation)
+        # finite width: O(1/d) per layer through each of the two matrices
+        assert abs(mean[layer - 1] - expected) < 4 * se[layer - 1] + 2 * layer / d, (layer, mean, se, expected)
+
+
+def test_pairwise_cosine_of_tiny_vectors():
+    """Scale does not change a cosine: vectors of norm ~1e-14 (as deep residual-free MLP0 stacks
+    produce) give the same statistics as the same vectors at norm ~1."""
+    x = torch.randn(30, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) + 0.5
+    a, b = PairwiseCosine(), PairwiseCosine()
+    a.update(x)
+    b.update(x * 1e-14)
+    assert b.result()["mean"] == pytest.approx(a.result()["mean"], rel=1e-9)
