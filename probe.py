@@ -21,7 +21,7 @@ One pass per model: everything is accumulated batch by batch in memory independe
     python probe.py                      # Table 1 protocol, gpt2-nano, seeds 42 43, ~1 min on 2 CPU cores
     python probe.py --exp all            # every table and figure (several minutes on CPU)
     python probe.py --n 10000 --seq_len 64 256 1024 --device cuda                 # the paper's size
-    torchrun --nproc_per_node 8 probe.py --exp direction --models 100 --n 2000 --seq_len 1024
+    torchrun --nproc_per_node 8 probe.py --exp direction --models 100 --sequences 2000 --seq_len 1024
 """
 import argparse
 import dataclasses
@@ -621,7 +621,8 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43], help="block init seeds")
     parser.add_argument("--models", type=int, default=8, help="number of seeds for --exp direction (paper: 100)")
     parser.add_argument("--embed_seed", type=int, default=0, help="shared embedding / LM head seed")
-    parser.add_argument("--n", type=int, default=512, help="random sequences per model")
+    # --sequences is the same flag: torchrun's own parser mistakes "--n" for one of its options
+    parser.add_argument("--n", "--sequences", dest="n", type=int, default=512, help="random sequences per model")
     parser.add_argument("--seq_len", type=int, nargs="+", default=[64])
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--data_seed", type=int, default=1234, help="seed of the random inputs")
@@ -646,7 +647,7 @@ def main():
         if name in ("table1", "direction"):           # per-seed work: split across ranks, gather on rank 0
             seeds = args.seeds if name == "table1" else list(range(args.seeds[0], args.seeds[0] + args.models))
             parts = _gather(globals()[f"exp_{name}"](args, config, seeds[rank::world]), world)
-            res = dict(rows=[r for p in parts for r in p["rows"]],
+            res = dict(rows=sorted((r for p in parts for r in p["rows"]), key=lambda r: (r["seed"], r.get("seq_len", 0))),
                        **({"hist": {k: v for p in parts for k, v in p["hist"].items()}} if name == "table1" else {}))
             if rank == 0:
                 (report_table1(args, config, res) if name == "table1" else report_direction(args, res))
@@ -657,7 +658,8 @@ def main():
         if name == "table1":
             results["token_preference"] = res["rows"]     # per seed and length: top1_id, top1_freq, log10_p
         results[name] = res
-        print()
+        if rank == 0:
+            print()
     if rank == 0:
         write_json(os.path.join(args.out, "results.json"), _jsonable(results))
         print(f"wrote {args.out}/results.json and figures ({time.time() - t0:.0f} s)")

@@ -42,6 +42,16 @@ def arccos_map(rho):
     return (np.sqrt(1 - rho ** 2) + (math.pi - np.arccos(rho)) * rho) / math.pi
 
 
+def arccos_map_mc(rho: float, width: int = 1024, n_pairs: int = 2000, seed: int = 0):
+    """Monte Carlo of arccos_map: pairs of width-dim Gaussian vectors with correlation rho per
+    coordinate, through ReLU; mean and standard error of the cosine (finite width adds O(1/width))."""
+    rng = np.random.default_rng(seed)
+    u = rng.standard_normal((n_pairs, width))
+    v = rho * u + math.sqrt(1 - rho ** 2) * rng.standard_normal((n_pairs, width))
+    c = _cosines(np.maximum(u, 0), np.maximum(v, 0))
+    return float(c.mean()), float(c.std(ddof=1) / math.sqrt(n_pairs))
+
+
 def mlp0_cosine(layers: int, activation: str = "relu") -> float:
     """Expected inter-sequence cosine of two independent Gaussian inputs after `layers` MLP0 blocks.
     ReLU: f applied `layers` times to rho_0 = 0. An odd activation (tanh): u -> -u leaves the
@@ -95,28 +105,37 @@ def attn0_n_for(target: float, rho: float = RHO1) -> float:
     return target * (1 - rho) / (rho * (1 - target))
 
 
-def table3_mc(n: int = 128, width: int = 512, n_pairs: int = 128, n_nets: int = 8, seed: int = 0) -> dict:
+def attn0_last_cosine_mc(n: int, width: int = 256, n_pairs: int = 64, n_nets: int = 8, seed: int = 0):
+    """Monte Carlo of attn0_last_cosine: (mean, standard error) of the MLP0 -> Attn0 cosine."""
+    return table3_mc(n, width, n_pairs, n_nets, seed, settings=("MLP0 -> Attn0",))["MLP0 -> Attn0"]
+
+
+TABLE3_SETTINGS = ("MLP0", "MLP0 -> MLP0", "MLP0 -> Attn0", "Attn0 -> MLP0")
+
+
+def table3_mc(n: int = 128, width: int = 512, n_pairs: int = 128, n_nets: int = 8, seed: int = 0,
+              settings=TABLE3_SETTINGS) -> dict:
     """Table 3 by simulation: two sequences of n iid Gaussian tokens through a shared first ReLU MLP0,
     then MLP0 (second layer) or Attn0 (last position = mean of the n tokens); and the order
     reversed, Attn0 -> MLP0. Returns {setting: (mean, standard error)} of the inter-sequence cosine
     of the last position."""
     rng = np.random.default_rng(seed)
     relu = _phi("relu")
-    acc = {k: [] for k in ("MLP0", "MLP0 -> MLP0", "MLP0 -> Attn0", "Attn0 -> MLP0")}
+    acc = {k: [] for k in settings}
     for _ in range(n_nets):
         W1 = rng.standard_normal((width, width)) / math.sqrt(width)
         W2 = rng.standard_normal((width, width)) / math.sqrt(width)
         a = rng.standard_normal((n_pairs, n, width))
         b = rng.standard_normal((n_pairs, n, width))
         ha, hb = relu(a @ W1), relu(b @ W1)               # the shared first MLP0, every token
-        results = {
-            "MLP0": (ha[:, -1], hb[:, -1]),
-            "MLP0 -> MLP0": (relu(ha[:, -1] @ W2), relu(hb[:, -1] @ W2)),
-            "MLP0 -> Attn0": (ha.mean(axis=1), hb.mean(axis=1)),
-            "Attn0 -> MLP0": (relu(a.mean(axis=1) @ W1), relu(b.mean(axis=1) @ W1)),
+        outputs = {
+            "MLP0": lambda: (ha[:, -1], hb[:, -1]),
+            "MLP0 -> MLP0": lambda: (relu(ha[:, -1] @ W2), relu(hb[:, -1] @ W2)),
+            "MLP0 -> Attn0": lambda: (ha.mean(axis=1), hb.mean(axis=1)),
+            "Attn0 -> MLP0": lambda: (relu(a.mean(axis=1) @ W1), relu(b.mean(axis=1) @ W1)),
         }
-        for k, (u, v) in results.items():
-            acc[k].append(_cosines(u, v).mean())
+        for k in settings:
+            acc[k].append(_cosines(*outputs[k]()).mean())
     return {k: (float(np.mean(v)), float(np.std(v, ddof=1) / math.sqrt(n_nets))) for k, v in acc.items()}
 
 

@@ -162,3 +162,20 @@ def test_pairwise_cosine_of_tiny_vectors():
     a.update(x)
     b.update(x * 1e-14)
     assert b.result()["mean"] == pytest.approx(a.result()["mean"], rel=1e-9)
+
+
+def test_torchrun_splits_seeds_and_gathers_the_same_rows(tmp_path):
+    import json
+    import subprocess
+    import sys
+    flags = ["--model", "tiny", "--tie_embeddings", "off", "--n_layer", "2", "--sequences", "16", "--seq_len", "8",
+             "--exp", "table1", "--seeds", "1", "2", "3", "--device", "cpu"]
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                    "probe.py", *flags, "--out", str(tmp_path / "ddp")], check=True, capture_output=True, env=env)
+    subprocess.run([sys.executable, "probe.py", *flags, "--out", str(tmp_path / "one")], check=True,
+                   capture_output=True, env=env)
+    keys = ("seed", "seq_len", "top1_id", "top1_count", "log10_p")
+    rows = [[{k: r[k] for k in keys} for r in json.load(open(tmp_path / d / "results.json"))["token_preference"]]
+            for d in ("ddp", "one")]
+    assert rows[0] == rows[1] and [r["seed"] for r in rows[0]] == [1, 2, 3]

@@ -147,3 +147,17 @@ def test_gelu_moments_and_cosine():
     # nearly odd near 0 (cosine ~ 4 s^2 / (2 pi)), ReLU-like for wide inputs (-> 1/pi)
     assert th.gelu_mlp0_cosine(0.02) == pytest.approx(4 * 0.02 ** 2 / (2 * math.pi), rel=0.02)
     assert th.gelu_mlp0_cosine(1e3) == pytest.approx(1 / math.pi, rel=1e-3)
+
+
+@pytest.mark.parametrize("rho", [0.0, 0.5, -0.5])
+def test_arccos_map_against_monte_carlo(rho):
+    d = 1024
+    mc, se = th.arccos_map_mc(rho, width=d, n_pairs=2000, seed=6)
+    # the finite-width bias of a cosine of two independent-ish d-vectors is O(1/d); 5/(4 pi d) at rho = 0
+    assert abs(mc - float(th.arccos_map(rho))) < 4 * se + 1 / d, (rho, mc, se)
+
+
+def test_attn0_last_cosine_against_monte_carlo():
+    for n, d in ((8, 256), (100, 256)):
+        mc, se = th.attn0_last_cosine_mc(n, width=d, n_pairs=48, n_nets=6, seed=7)
+        assert abs(mc - float(th.attn0_last_cosine(n))) < 4 * se + 2 / d, (n, mc, se)
