@@ -314,7 +314,7 @@ def exp_direction(args, config, seeds):
     return dict(rows=rows)
 
 
-def report_direction(args, res):
+def report_direction(args, config, res):
     rows = res["rows"]
     hits = sum(r["top1_id"] == r["direction_top1"] for r in rows)
     res["overlap"] = hits / len(rows)
@@ -643,16 +643,22 @@ def main():
     exps = list(EXPERIMENTS) if "all" in args.exp else args.exp
     results = dict(config=dataclasses.asdict(config), args=vars(args))
     t0 = time.time()
+    # per-seed experiments: each rank takes every world-th seed, rank 0 merges and reports
+    per_seed = {"table1": (exp_table1, report_table1, args.seeds),
+                "direction": (exp_direction, report_direction, list(range(args.seeds[0], args.seeds[0] + args.models)))}
+    # whole-model experiments: rank 0 alone
+    single = {"contraction": exp_contraction, "ablation": exp_ablation, "mlp0": exp_mlp0, "layernorm": exp_layernorm,
+              "table3": exp_table3, "intra": exp_intra, "variance": exp_variance, "dims": exp_dims, "seeds": exp_seeds}
     for name in exps:
-        if name in ("table1", "direction"):           # per-seed work: split across ranks, gather on rank 0
-            seeds = args.seeds if name == "table1" else list(range(args.seeds[0], args.seeds[0] + args.models))
-            parts = _gather(globals()[f"exp_{name}"](args, config, seeds[rank::world]), world)
-            res = dict(rows=sorted((r for p in parts for r in p["rows"]), key=lambda r: (r["seed"], r.get("seq_len", 0))),
-                       **({"hist": {k: v for p in parts for k, v in p["hist"].items()}} if name == "table1" else {}))
+        if name in per_seed:
+            run, report, seeds = per_seed[name]
+            parts = _gather(run(args, config, seeds[rank::world]), world)
+            res = {key: _merge([p[key] for p in parts]) for key in parts[0]}
+            res["rows"].sort(key=lambda r: (r["seed"], r.get("seq_len", 0)))
             if rank == 0:
-                (report_table1(args, config, res) if name == "table1" else report_direction(args, res))
+                report(args, config, res)
         elif rank == 0:
-            res = globals()[f"exp_{name}"](args, config)
+            res = single[name](args, config)
         else:
             continue
         if name == "table1":
@@ -665,6 +671,13 @@ def main():
         print(f"wrote {args.out}/results.json and figures ({time.time() - t0:.0f} s)")
     if world > 1:
         dist.destroy_process_group()
+
+
+def _merge(parts):
+    """Join the ranks' pieces of one result: lists are concatenated, dicts updated."""
+    if isinstance(parts[0], list):
+        return [x for p in parts for x in p]
+    return {k: v for p in parts for k, v in p.items()}
 
 
 def _jsonable(obj):
