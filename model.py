@@ -13,6 +13,8 @@ Inside attention, after values are aggregated and before W_O, each head's output
 (head_norm). Weights are NOT initialized here: init.py owns that (GPT-2 scheme, seeded).
 
     python model.py              # table of presets with parameter counts -> out/model/presets.json
+
+A train.py checkpoint rebuilds its model from the file alone: GPT.from_checkpoint(path).
 """
 import argparse
 import dataclasses
@@ -84,6 +86,23 @@ class GPTConfig:
     @property
     def hidden(self) -> int:
         return self.mlp_hidden or 4 * self.n_embd
+
+
+# Dense bf16 peak of known GPUs (flop/s), matched as a substring of torch.cuda.get_device_name;
+# more specific names first. MFU = achieved flop/s / this. Scripts take --peak_tflops to override.
+BF16_PEAK_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12,
+                   "A10G": 70e12, "RTX 4090": 165e12}
+
+
+def peak_flops(device) -> Optional[float]:
+    """The bf16 peak of `device` from BF16_PEAK_FLOPS, or None (CPU, unknown GPU)."""
+    if torch.device(device).type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    for key, peak in BF16_PEAK_FLOPS.items():
+        if key in name:
+            return peak
+    return None
 
 
 # Presets: the papers' numbers. "RoPE GPT-2" = GPT-2 blocks with rotary instead of learned positions.
@@ -259,6 +278,22 @@ class GPT(nn.Module):
         """The LM head (unembedding) on final-norm states."""
         return F.linear(x, self.transformer.wte.weight if self.lm_head is None else self.lm_head.weight)
 
+    @classmethod
+    def from_checkpoint(cls, path: str, device="cpu") -> "GPT":
+        """Rebuild the model of a train.py checkpoint from the file alone (config + weights)."""
+        ckpt = read_checkpoint(path)
+        with torch.device("meta"):      # shapes only; the weights come from the file
+            model = cls(GPTConfig(**ckpt["config"]))
+        model = model.to_empty(device=device)
+        expected, got = model.state_dict(), ckpt["model"]
+        wrong = sorted(set(expected) ^ set(got)) + sorted(
+            k for k in set(expected) & set(got) if expected[k].shape != got[k].shape)
+        if wrong:
+            raise ValueError(f"{path}: weights do not match the config stored beside them "
+                             f"(first mismatches: {wrong[:5]}); the file is damaged or was edited")
+        model.load_state_dict(got)
+        return model
+
     def forward(self, idx=None, targets=None, *, embeds=None, hidden=None, attn_probs=False,
                 head_out=False, logits=True):
         """Run the model on token ids idx (B, T) or input embeddings embeds (B, T, n_embd).
@@ -339,9 +374,27 @@ class GPT(nn.Module):
         return x
 
 
+# ----------------------------------------------------------------------------- checkpoints
+
+def read_checkpoint(path: str) -> dict:
+    """A train.py checkpoint as a dict: config, model (state dict), optimizer, step, seeds,
+    tokenizer, args, ... Loaded with weights_only=True: a checkpoint is data, never code."""
+    if not os.path.isfile(path):
+        hint = " (a Hugging Face directory? use GPT.from_pretrained)" if os.path.isdir(path) else ""
+        raise FileNotFoundError(f"no checkpoint file at {path!r}{hint}")
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(ckpt, dict) or "config" not in ckpt or "model" not in ckpt:
+        raise ValueError(f"{path} is not a train.py checkpoint (it has no 'config' and 'model' entries)")
+    known = {f.name for f in dataclasses.fields(GPTConfig)}
+    unknown = sorted(set(ckpt["config"]) - known)
+    if unknown:
+        raise ValueError(f"{path} has config knobs this model.py does not know: {unknown}")
+    return ckpt
+
+
 # ----------------------------------------------------------------------------- command line
 
-def _parse_bool(s: str) -> bool:
+def parse_bool(s: str) -> bool:
     low = str(s).lower()
     if low in ("1", "true", "on", "yes"):
         return True
@@ -350,24 +403,29 @@ def _parse_bool(s: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected on/off, got {s!r}")
 
 
-def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """--model PRESET plus one flag per GPTConfig knob (--n_layer 4, --calibration attenuate, ...)."""
-    parser.add_argument("--model", default="gpt2-nano", help=f"preset: {', '.join(PRESETS)}")
+def add_config_flags(parser: argparse.ArgumentParser, default_model: Optional[str] = "gpt2-nano") -> None:
+    """--model PRESET plus one flag per GPTConfig knob (--n_layer 4, --calibration attenuate, ...).
+    Knobs left unset are None, so a caller can tell which ones were given."""
+    parser.add_argument("--model", default=default_model, help=f"preset: {', '.join(PRESETS)}")
     group = parser.add_argument_group("config knobs (override the preset)")
     for f in dataclasses.fields(GPTConfig):
         if f.name in CHOICES:
             group.add_argument(f"--{f.name}", choices=CHOICES[f.name], default=None)
         elif f.type is bool:
-            group.add_argument(f"--{f.name}", type=_parse_bool, default=None, metavar="on|off")
+            group.add_argument(f"--{f.name}", type=parse_bool, default=None, metavar="on|off")
         else:
             kind = float if f.type is float else int
             group.add_argument(f"--{f.name}", type=kind, default=None, metavar=kind.__name__.upper())
 
 
+def config_overrides(args: argparse.Namespace) -> dict:
+    """The config knobs given on the command line (those not None)."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(GPTConfig)
+            if getattr(args, f.name, None) is not None}
+
+
 def config_from_flags(args: argparse.Namespace) -> GPTConfig:
-    overrides = {f.name: getattr(args, f.name) for f in dataclasses.fields(GPTConfig)
-                 if getattr(args, f.name, None) is not None}
-    return get_config(args.model, **overrides)
+    return get_config(args.model, **config_overrides(args))
 
 
 def main():

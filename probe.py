@@ -37,12 +37,10 @@ from scipy.stats import binom, norm
 
 import theory
 from init import build
-from model import GPT, add_config_flags, config_from_flags, write_json
+from model import GPT, add_config_flags, config_from_flags, peak_flops, write_json
 
 EXPERIMENTS = ("table1", "contraction", "ablation", "direction", "mlp0", "layernorm", "table3",
                "intra", "variance", "dims", "seeds")
-BF16_PEAK_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12,
-                   "A10G": 70e12, "RTX 4090": 165e12}
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -167,16 +165,6 @@ def forward_flops_per_sequence(model: GPT, seq_len: int) -> float:
     cfg = model.config
     per_token = 2 * model.num_params(include_embeddings=False) + 2 * cfg.n_layer * seq_len * cfg.n_embd
     return per_token * seq_len + 2 * cfg.n_embd * cfg.vocab_size
-
-
-def peak_flops(device) -> float | None:
-    if torch.device(device).type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    for key, peak in BF16_PEAK_FLOPS.items():
-        if key in name:
-            return peak
-    return None
 
 
 @torch.no_grad()

@@ -1,0 +1,265 @@
+"""train.py: data preparation, the training contract (loss falls, resume, DDP, accumulation), bad input."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import train
+from model import GPT, read_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT = "It was the best of times, it was the worst of times; naïve café, 東京 ✓.\n" * 60
+TINY = ["--n_layer", "2", "--n_embd", "32", "--n_head", "2", "--block_size", "16", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    (root / "text.txt").write_text(TEXT, encoding="utf-8")
+    train.prepare([str(root / "text.txt")], str(root / "bytes"), tokenizer="bytes", val_fraction=0.2)
+    return str(root / "bytes")
+
+
+def run(data_dir, out_dir, *flags):
+    return train.train(train.parse_args(["--data", data_dir, "--out_dir", str(out_dir), *TINY, "--log_every", "1",
+                                         *flags]))
+
+
+def tokens_of(data_dir):
+    return np.concatenate([np.fromfile(os.path.join(data_dir, f"{s}.bin"), dtype=np.uint16) for s in ("train", "val")])
+
+
+def final_state(out_dir):
+    steps = train.list_checkpoints(str(out_dir))
+    return read_checkpoint(steps[-1][1])
+
+
+# ----------------------------------------------------------------------------- data
+
+def test_prepare_round_trips_bytes(data_dir):
+    meta = json.load(open(os.path.join(data_dir, "meta.json")))
+    tokens = tokens_of(data_dir)
+    assert meta["tokenizer"] == "bytes" and meta["vocab_size"] == 256
+    assert meta["train_tokens"] + meta["val_tokens"] == len(tokens) == len(TEXT.encode("utf-8"))
+    _, decode, _ = train.get_tokenizer("bytes")
+    assert decode(tokens) == TEXT
+
+
+def _tiktoken_offline():
+    cache = os.environ.get("TIKTOKEN_CACHE_DIR") or str(ROOT.parent / "shared" / "data" / "tiktoken_cache")
+    return cache if os.path.isdir(cache) else None
+
+
+@pytest.mark.skipif(_tiktoken_offline() is None, reason="GPT-2 BPE files not cached (tests never download)")
+def test_prepare_round_trips_gpt2(tmp_path, monkeypatch):
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", _tiktoken_offline())
+    (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
+    meta = train.prepare([str(tmp_path / "t.txt")], str(tmp_path / "gpt2"), tokenizer="gpt2")
+    tokens = tokens_of(str(tmp_path / "gpt2"))
+    _, decode, vocab = train.get_tokenizer("gpt2")
+    assert meta["vocab_size"] == vocab == 50257
+    assert len(tokens) < len(TEXT) / 2        # BPE, not bytes
+    assert decode(tokens.tolist()) == TEXT
+
+
+def test_batch_order_depends_on_data_seed_only(data_dir, tmp_path, monkeypatch):
+    """The windows the trainer reads, recorded from inside the trainer: the same for another init
+    seed and another micro-batch split, different for another data seed."""
+    seen = []
+    real = train.get_batch
+    monkeypatch.setattr(train, "get_batch", lambda tokens, offs, T, dev: (seen.append(list(offs)), real(tokens, offs, T, dev))[1])
+
+    def order(*flags):
+        seen.clear()
+        run(data_dir, tmp_path / f"run{len(os.listdir(tmp_path))}", "--max_steps", "3", "--eval_every", "0",
+            "--batch_size", "4", *flags)
+        return sorted(sum(seen, []))
+
+    base = order("--init_seed", "1", "--data_seed", "5")
+    assert base == order("--init_seed", "2", "--embed_seed", "9", "--data_seed", "5")
+    assert base == order("--init_seed", "1", "--data_seed", "5", "--micro_batch", "1")
+    assert base != order("--init_seed", "1", "--data_seed", "6")
+
+
+def test_micro_and_rank_slices_cover_the_global_batch_once():
+    offsets = train.batch_offsets(7, 3, 10_000, 16, 24)
+    assert np.array_equal(offsets, train.batch_offsets(7, 3, 10_000, 16, 24))
+    assert not np.array_equal(offsets, train.batch_offsets(7, 4, 10_000, 16, 24))   # each step new windows
+    assert offsets.min() >= 0 and offsets.max() <= 10_000 - 16 - 1                  # room for the targets
+    for world, micro in ((1, 24), (2, 3), (4, 2), (3, 8)):
+        accum = 24 // (world * micro)
+        parts = [train.micro_offsets(offsets, m, r, world, micro) for m in range(accum) for r in range(world)]
+        assert np.array_equal(np.sort(np.concatenate(parts)), np.sort(offsets))
+
+
+def test_lr_schedule_warmup_and_cosine():
+    lrs = [train.lr_at(s, 1.0, 0.1, 10, 110) for s in range(111)]
+    assert lrs[:10] == pytest.approx([(s + 1) / 10 for s in range(10)])
+    assert lrs[60] == pytest.approx(0.1 + 0.9 * 0.5)      # half way through the cosine
+    assert lrs[110] == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
+
+
+# ----------------------------------------------------------------------------- training
+
+def test_loss_falls_on_repeated_text(data_dir, tmp_path):
+    log = run(data_dir, tmp_path, "--max_steps", "80", "--eval_every", "40", "--batch_size", "8", "--lr", "3e-3",
+              "--warmup", "5", "--ckpt_every", "40")
+    vals = [r["val_loss"] for r in log["val"]]
+    assert vals[0] == pytest.approx(np.log(256), abs=0.3)      # ~uniform over bytes at birth
+    assert vals[-1] < vals[0] - 2.0
+    assert [s for s, _ in train.list_checkpoints(str(tmp_path))] == [0, 40, 80]
+    assert os.path.isfile(tmp_path / "loss.png") and json.load(open(tmp_path / "log.json"))["val"][-1]["step"] == 80
+
+
+def test_checkpoint_records_everything_and_rebuilds_the_model(data_dir, tmp_path):
+    run(data_dir, tmp_path, "--max_steps", "2", "--eval_every", "0", "--init_seed", "3", "--embed_seed", "4",
+        "--data_seed", "5", "--n_layer", "3")
+    ckpt = final_state(tmp_path)
+    assert ckpt["step"] == 2 and ckpt["tokenizer"] == "bytes"
+    assert ckpt["seeds"] == dict(init_seed=3, embed_seed=4, data_seed=5)
+    assert ckpt["config"]["n_layer"] == 3 and ckpt["config"]["vocab_size"] == 256   # vocab from meta.json
+    model = GPT.from_checkpoint(train.checkpoint_path(str(tmp_path), 2))
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in ckpt["model"].items())
+    # the step-0 checkpoint is init.py's draw itself
+    from init import build
+    fresh = build(model.config, 3, 4)
+    step0 = read_checkpoint(train.checkpoint_path(str(tmp_path), 0))["model"]
+    assert all(torch.equal(fresh.state_dict()[k], v) for k, v in step0.items())
+
+
+def test_resume_is_bit_identical(data_dir, tmp_path):
+    flags = ["--max_steps", "6", "--ckpt_every", "2", "--eval_every", "3", "--batch_size", "4", "--micro_batch", "2"]
+    run(data_dir, tmp_path / "whole", *flags)
+    shutil.copytree(tmp_path / "whole", tmp_path / "cut")
+    for step in (4, 6):   # as if killed after writing step 2's checkpoint... and step 3's log line
+        os.remove(train.checkpoint_path(str(tmp_path / "cut"), step))
+    log = run(data_dir, tmp_path / "cut", *flags, "--resume")
+    a, b = final_state(tmp_path / "whole"), final_state(tmp_path / "cut")
+    assert a["step"] == b["step"] == 6
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+    sa, sb = a["optimizer"]["state"], b["optimizer"]["state"]
+    assert sa.keys() == sb.keys()
+    for i in sa:
+        for k in sa[i]:
+            assert torch.equal(sa[i][k], sb[i][k]), (i, k)
+    assert [r["step"] for r in log["train"]] == [1, 2, 3, 4, 5, 6]
+    whole = json.load(open(tmp_path / "whole" / "log.json"))
+    assert [r["loss"] for r in log["train"]] == [r["loss"] for r in whole["train"]]
+
+
+def test_accumulated_micro_batches_equal_one_large_batch(data_dir, tmp_path):
+    common = ["--max_steps", "3", "--eval_every", "0", "--batch_size", "8", "--warmup", "1", "--grad_clip", "0.5"]
+    run(data_dir, tmp_path / "one", *common, "--micro_batch", "8")
+    run(data_dir, tmp_path / "acc", *common, "--micro_batch", "2")
+    a, b = final_state(tmp_path / "one"), final_state(tmp_path / "acc")
+    init = read_checkpoint(train.checkpoint_path(str(tmp_path / "one"), 0))["model"]
+    for k in a["model"]:
+        moved = (a["model"][k] - init[k]).abs().max()
+        assert torch.allclose(a["model"][k], b["model"][k], rtol=1e-4, atol=1e-6), k
+        assert moved > 1e-4 or k.endswith("bias")     # the comparison is not vacuous
+
+
+def test_forward_backward_accumulates_the_gradient_of_the_whole_batch():
+    from init import build
+    from model import get_config
+    model = build(get_config("tiny", n_layer=2, n_embd=32, n_head=2, block_size=16, vocab_size=256), seed=0)
+    x = torch.randint(0, 256, (8, 16), generator=torch.Generator().manual_seed(0))
+    y = torch.roll(x, -1, dims=1)
+    _, loss = model(x, y)                       # reference: one batch of 8, plain autograd
+    ref = torch.autograd.grad(loss, list(model.parameters()))
+    import contextlib
+    for accum in (1, 2, 4):
+        model.zero_grad()
+        chunks = ((x[i:i + 8 // accum], y[i:i + 8 // accum]) for i in range(0, 8, 8 // accum))
+        mean = train.forward_backward(model, chunks, accum, ddp=False, autocast=contextlib.nullcontext())
+        assert mean.item() == pytest.approx(loss.item(), rel=1e-6)
+        for g, p in zip(ref, model.parameters()):
+            assert torch.allclose(p.grad, g, rtol=1e-4, atol=1e-7)
+
+
+def test_two_process_ddp_equals_one_process(data_dir, tmp_path):
+    flags = ["--data", data_dir, *TINY, "--max_steps", "3", "--eval_every", "3", "--batch_size", "4",
+             "--log_every", "1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                    "train.py", *flags, "--out_dir", str(tmp_path / "ddp")], check=True, capture_output=True,
+                   env=env, cwd=ROOT)
+    run(data_dir, tmp_path / "one", "--max_steps", "3", "--eval_every", "3", "--batch_size", "4")
+    a, b = final_state(tmp_path / "ddp"), final_state(tmp_path / "one")
+    for k in a["model"]:
+        assert torch.allclose(a["model"][k], b["model"][k], rtol=1e-4, atol=1e-6), k
+    la, lb = (json.load(open(tmp_path / d / "log.json")) for d in ("ddp", "one"))
+    assert [r["loss"] for r in la["train"]] == pytest.approx([r["loss"] for r in lb["train"]], rel=1e-5)
+    assert la["val"][-1]["val_loss"] == pytest.approx(lb["val"][-1]["val_loss"], rel=1e-5)
+
+
+def test_init_from_continues_the_lineage(data_dir, tmp_path):
+    run(data_dir, tmp_path / "base", "--max_steps", "2", "--eval_every", "0", "--init_seed", "11")
+    base = train.checkpoint_path(str(tmp_path / "base"), 2)
+    run(data_dir, tmp_path / "child", "--max_steps", "2", "--eval_every", "0", "--init_from", base,
+        "--data_seed", "99")
+    child0 = read_checkpoint(train.checkpoint_path(str(tmp_path / "child"), 0))
+    assert all(torch.equal(child0["model"][k], v) for k, v in read_checkpoint(base)["model"].items())
+    assert child0["seeds"]["init_seed"] == 11 and child0["seeds"]["data_seed"] == 99
+
+
+# ----------------------------------------------------------------------------- bad input
+
+def error_of(argv):
+    with pytest.raises(SystemExit) as e:
+        train.main(argv)
+    return str(e.value)
+
+
+def test_missing_data_dir_is_one_clear_error(tmp_path):
+    msg = error_of(["--data", str(tmp_path / "nope"), "--out_dir", str(tmp_path / "out")])
+    assert "prepare" in msg and not (tmp_path / "out").exists()
+    assert "no such text file" in error_of(["prepare", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "d")])
+    assert not (tmp_path / "d").exists()
+
+
+def test_vocab_larger_than_model_is_refused(data_dir, tmp_path):
+    msg = error_of(["--data", data_dir, "--out_dir", str(tmp_path / "out"), *TINY, "--vocab_size", "100"])
+    assert "vocab 256" in msg and not (tmp_path / "out").exists()
+
+
+def test_init_from_another_architecture_is_refused(data_dir, tmp_path):
+    run(data_dir, tmp_path / "base", "--max_steps", "1", "--eval_every", "0")
+    base = train.checkpoint_path(str(tmp_path / "base"), 1)
+    msg = error_of(["--data", data_dir, "--out_dir", str(tmp_path / "out"), *TINY, "--n_layer", "3",
+                    "--init_from", base])
+    assert "n_layer" in msg and not (tmp_path / "out").exists()
+    torch.save({"weights": 1}, tmp_path / "junk.pt")
+    assert "not a train.py checkpoint" in error_of(["--data", data_dir, "--out_dir", str(tmp_path / "o3"),
+                                                    "--init_from", str(tmp_path / "junk.pt")])
+    assert not (tmp_path / "o3").exists()
+
+
+def test_existing_run_needs_resume_with_the_same_settings(data_dir, tmp_path):
+    run(data_dir, tmp_path, "--max_steps", "1", "--eval_every", "0")
+    before = sorted(os.listdir(tmp_path))
+    assert "--resume" in error_of(["--data", data_dir, "--out_dir", str(tmp_path), *TINY, "--max_steps", "1",
+                                   "--eval_every", "0"])
+    assert "--lr" in error_of(["--data", data_dir, "--out_dir", str(tmp_path), *TINY, "--max_steps", "1",
+                               "--eval_every", "0", "--lr", "0.5", "--resume"])
+    assert sorted(os.listdir(tmp_path)) == before
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(data_dir, tmp_path):
+    msg = error_of(["--data", data_dir, "--out_dir", str(tmp_path), *TINY, "--lr", "1e30", "--warmup", "0",
+                    "--grad_clip", "0", "--max_steps", "20", "--ckpt_every", "1", "--log_every", "0",
+                    "--eval_every", "0"])
+    assert "non-finite loss at step" in msg
+    steps = train.list_checkpoints(str(tmp_path))
+    bad_step = int(msg.split("non-finite loss at step ")[1].split(";")[0])
+    assert steps[-1][0] == bad_step - 1     # the weights that gave the bad loss are the last saved
+    for _, path in steps:
+        assert all(torch.isfinite(v).all() for v in read_checkpoint(path)["model"].values())

@@ -1,0 +1,504 @@
+"""
+train.py: one-file trainer for one CPU, one GPU, or many GPUs under torchrun (paper Appendix B.4).
+
+The lineage test (Section 6.1) and the sink experiments (Section 6.2) need models trained from a
+*known* init, on *known* data in a *known* order, with every checkpoint kept. So the sources of
+randomness are separate flags, and each can change alone:
+  --init_seed    the transformer blocks (init.py)
+  --embed_seed   token/position embeddings and the untied LM head (init.py)
+  --data_seed    which windows of train.bin make each step's batch -- a function of (data_seed, step)
+                 only, so it is the same for any number of processes and any init
+Recipe of the paper: AdamW betas (0.9, 0.95), weight decay 0.1 on matrices only, grad clip 1.0,
+cosine schedule with linear warmup; bf16 autocast and TF32 on CUDA.
+
+    python train.py prepare ../shared/data/tinyshakespeare.txt --tokenizer bytes --out data/shakespeare
+    python train.py --data data/shakespeare                         # tiny model, CPU, under a minute
+    python train.py --data data/owt --model gpt2-nano --batch_size 512 --micro_batch 16 --compile on
+    torchrun --standalone --nproc_per_node=8 train.py --data data/owt --model gpt2-nano ...
+
+A checkpoint (out_dir/ckpt_STEP.pt, step 0 = the init) holds the config, seeds, step, tokenizer
+and optimizer state; GPT.from_checkpoint(path) in model.py rebuilds the model from it alone.
+"""
+import argparse
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import re
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from init import build
+from model import (GPT, GPTConfig, parse_bool, add_config_flags, config_overrides, get_config, peak_flops,
+                   read_checkpoint, write_json)
+
+# Settings that define a run: --resume refuses to continue a run under different ones, since the
+# result would be neither the old run nor a new one. (micro_batch, device, logging may change.)
+RUN_DEFINING = ("data", "init_seed", "embed_seed", "data_seed", "init_from", "batch_size", "max_steps",
+                "lr", "min_lr", "warmup", "weight_decay", "beta1", "beta2", "grad_clip")
+
+
+# ----------------------------------------------------------------------------- data
+
+def get_tokenizer(name: str):
+    """(encode, decode, vocab_size) of "gpt2" (tiktoken BPE) or "bytes" (UTF-8 bytes, vocab 256)."""
+    if name == "bytes":
+        return (lambda text: list(text.encode("utf-8")),
+                lambda ids: bytes(int(i) for i in ids).decode("utf-8", errors="replace"), 256)
+    if name == "gpt2":
+        import tiktoken
+        try:
+            enc = tiktoken.get_encoding("gpt2")   # downloads the BPE files unless TIKTOKEN_CACHE_DIR has them
+        except Exception as e:
+            raise OSError("tiktoken could not load the GPT-2 BPE files (offline?). Point "
+                               "TIKTOKEN_CACHE_DIR at a cache that holds them, or use --tokenizer bytes") from e
+        return (lambda text: enc.encode_ordinary(text)), enc.decode, enc.n_vocab
+    raise ValueError(f"unknown tokenizer {name!r}; choose gpt2 or bytes")
+
+
+def prepare(files, out_dir: str, tokenizer: str = "gpt2", val_fraction: float = 0.1) -> dict:
+    """Tokenize text files into out_dir/train.bin and val.bin (uint16, the last val_fraction of the
+    tokens is validation) and meta.json. Files are joined by a blank line. meta.json is written last,
+    so a directory with meta.json is complete."""
+    missing = [f for f in files if not os.path.isfile(f)]
+    if missing:
+        raise FileNotFoundError(f"no such text file(s): {missing}")
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"--val_fraction must lie in (0, 1), got {val_fraction}")
+    encode, _, vocab_size = get_tokenizer(tokenizer)
+    if vocab_size > 2 ** 16:
+        raise ValueError(f"vocab {vocab_size} does not fit uint16")
+    text = "\n\n".join(open(f, encoding="utf-8").read() for f in files)
+    tokens = np.array(encode(text), dtype=np.uint16)
+    n_val = int(len(tokens) * val_fraction)
+    if n_val < 2 or len(tokens) - n_val < 2:
+        raise ValueError(f"{len(tokens)} tokens are too few to split with --val_fraction {val_fraction}")
+    os.makedirs(out_dir, exist_ok=True)
+    for name, part in (("train", tokens[:-n_val]), ("val", tokens[-n_val:])):
+        path = os.path.join(out_dir, f"{name}.bin")
+        tmp = f"{path}.tmp{os.getpid()}"
+        part.tofile(tmp)
+        os.replace(tmp, path)
+    meta = dict(tokenizer=tokenizer, vocab_size=vocab_size, dtype="uint16", train_tokens=len(tokens) - n_val,
+                val_tokens=n_val, sources=[os.path.basename(f) for f in files])
+    write_json(os.path.join(out_dir, "meta.json"), meta)
+    return meta
+
+
+def load_data(data_dir: str) -> dict:
+    """meta.json plus np.memmap views of train.bin and val.bin (nothing read into memory)."""
+    meta_path = os.path.join(data_dir, "meta.json")
+    if not os.path.isfile(meta_path):
+        raise FileNotFoundError(f"no prepared data in {data_dir!r} (no meta.json). Make it with: python train.py "
+                                f"prepare FILE.txt --tokenizer bytes --out {data_dir}")
+    meta = json.load(open(meta_path))
+    data = dict(meta=meta)
+    for name in ("train", "val"):
+        path = os.path.join(data_dir, f"{name}.bin")
+        if not os.path.isfile(path) or os.path.getsize(path) != 2 * meta[f"{name}_tokens"]:
+            raise ValueError(f"{path} is missing or does not hold the {meta[f'{name}_tokens']} tokens meta.json "
+                             f"says; run prepare again")
+        data[name] = np.memmap(path, dtype=np.uint16, mode="r")
+    return data
+
+
+def batch_offsets(data_seed: int, step: int, n_tokens: int, T: int, batch_size: int) -> np.ndarray:
+    """Start offsets of the batch_size windows of `step`'s global batch. A function of (data_seed,
+    step) alone: any process count, any init and a resumed run all see the same windows."""
+    rng = np.random.default_rng([data_seed, step])
+    return rng.integers(0, n_tokens - T, size=batch_size)   # window [o, o + T], targets shifted by one
+
+
+def micro_offsets(offsets: np.ndarray, micro_step: int, rank: int, world: int, micro_batch: int) -> np.ndarray:
+    """The slice of the global batch that `rank` runs at `micro_step`."""
+    start = (micro_step * world + rank) * micro_batch
+    return offsets[start:start + micro_batch]
+
+
+def get_batch(tokens: np.ndarray, offsets, T: int, device):
+    """Inputs and next-token targets, (B, T) int64, for windows starting at `offsets`."""
+    rows = torch.from_numpy(np.stack([tokens[o:o + T + 1].astype(np.int64) for o in offsets]))
+    if torch.device(device).type == "cuda":
+        rows = rows.pin_memory().to(device, non_blocking=True)   # overlap the copy with compute
+    return rows[:, :-1], rows[:, 1:]
+
+
+# ----------------------------------------------------------------------------- optimization
+
+def lr_at(step: int, lr: float, min_lr: float, warmup: int, max_steps: int) -> float:
+    """Linear warmup over `warmup` steps, then cosine decay from lr to min_lr at max_steps."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, max_steps - warmup))
+    return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+def make_optimizer(model: GPT, args, device_type: str) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices (weights, embeddings) only, not on biases and norm gains."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [dict(params=[p for p in params if p.dim() >= 2], weight_decay=args.weight_decay),
+              dict(params=[p for p in params if p.dim() < 2], weight_decay=0.0)]
+    fused = dict(fused=True) if device_type == "cuda" else {}   # one kernel for all parameters
+    return torch.optim.AdamW(groups, lr=args.lr, betas=(args.beta1, args.beta2), **fused)
+
+
+def forward_backward(model, batches, accum: int, ddp: bool, autocast) -> torch.Tensor:
+    """Accumulate into .grad the gradient of the mean loss over `accum` equal micro-batches (x, y),
+    i.e. the gradient of one batch `accum` times larger; return that mean loss (a device tensor)."""
+    mean_loss = torch.zeros((), device=next(model.parameters()).device)
+    for m, (x, y) in enumerate(batches):
+        # DDP all-reduces gradients on every backward; only the last micro-step needs it
+        sync = model.no_sync() if ddp and m < accum - 1 else contextlib.nullcontext()
+        with sync:
+            with autocast:
+                _, loss = model(x, y)
+            (loss / accum).backward()
+        mean_loss += loss.detach().float() / accum
+    return mean_loss
+
+
+def train_flops_per_token(model: GPT, T: int) -> float:
+    """6 N + 12 L H Q T (PaLM appendix B): N = the matmul parameters (blocks and LM head; the
+    embedding lookup costs nothing), forward + backward; attention scores and values at context T."""
+    cfg = model.config
+    n = model.num_params(include_embeddings=False) + cfg.vocab_size * cfg.n_embd
+    return 6 * n + 12 * cfg.n_layer * cfg.n_head * cfg.head_dim * T
+
+
+@torch.no_grad()
+def evaluate(model: GPT, val: np.ndarray, T: int, n_seq: int, micro_batch: int, rank: int, world: int,
+             device, autocast) -> float:
+    """Mean next-token loss on the first n_seq non-overlapping windows of val.bin, split over ranks."""
+    n_seq = min(n_seq, (len(val) - 1) // T)
+    mine = list(range(rank, n_seq, world))
+    total = torch.zeros(2, device=device, dtype=torch.float64)   # sum of losses, number of windows
+    model.eval()
+    for i in range(0, len(mine), micro_batch):
+        chunk = mine[i:i + micro_batch]
+        x, y = get_batch(val, [j * T for j in chunk], T, device)
+        with autocast:
+            _, loss = model(x, y)
+        total += torch.stack([loss.double() * len(chunk), torch.tensor(len(chunk), device=device).double()])
+    model.train()
+    if world > 1:
+        dist.all_reduce(total)
+    return (total[0] / total[1]).item()
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+def checkpoint_path(out_dir: str, step: int) -> str:
+    return os.path.join(out_dir, f"ckpt_{step:07d}.pt")
+
+
+def list_checkpoints(out_dir: str) -> list:
+    """(step, path) of every checkpoint in out_dir, by step."""
+    if not os.path.isdir(out_dir):
+        return []
+    found = [(int(m.group(1)), os.path.join(out_dir, f)) for f in os.listdir(out_dir)
+             if (m := re.fullmatch(r"ckpt_(\d+)\.pt", f))]
+    return sorted(found)
+
+
+def save_checkpoint(path: str, state: dict) -> None:
+    """torch.save to a temp file, then rename: a crash never leaves half a checkpoint."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------- set-up (checks first)
+
+def resolve_run(args) -> dict:
+    """Every check that can fail, before anything is written: the data, the config, --init_from,
+    --resume, the batch split. Returns what the run needs."""
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    data = load_data(args.data)
+    meta = data["meta"]
+    overrides = config_overrides(args)
+    base = None
+    if args.init_from:
+        base = read_checkpoint(args.init_from)
+        config = GPTConfig(**base["config"])
+        asked = get_config(args.model, **overrides) if args.model else dataclasses.replace(config, **overrides)
+        differ = [f"{k}: flags {getattr(asked, k)!r}, checkpoint {getattr(config, k)!r}"
+                  for k in dataclasses.asdict(config)
+                  if getattr(asked, k) != getattr(config, k) and (k != "vocab_size" or "vocab_size" in overrides)]
+        if differ:
+            raise ValueError(f"--init_from {args.init_from} is another architecture than the flags ask for: "
+                             + "; ".join(differ) + ". Drop --model and the knob flags to take the checkpoint's.")
+        if base.get("tokenizer") not in (None, meta["tokenizer"]):
+            raise ValueError(f"--init_from {args.init_from} was trained on {base['tokenizer']} tokens, but "
+                             f"{args.data} holds {meta['tokenizer']} tokens; prepare the data with its tokenizer")
+    else:
+        overrides.setdefault("vocab_size", meta["vocab_size"])   # the model's vocab comes from meta.json
+        config = get_config(args.model or "tiny", **overrides)
+    if meta["vocab_size"] > config.vocab_size:
+        raise ValueError(f"{args.data} has vocab {meta['vocab_size']} ({meta['tokenizer']}), more than the "
+                         f"model's vocab_size={config.vocab_size}; raise --vocab_size or re-prepare the data")
+    T = config.block_size
+    if meta["train_tokens"] <= T + 1:
+        raise ValueError(f"train.bin has {meta['train_tokens']} tokens, too few for windows of block_size={T}; "
+                         f"lower --block_size or prepare more text")
+    if args.eval_every and meta["val_tokens"] <= T:
+        raise ValueError(f"val.bin has {meta['val_tokens']} tokens, fewer than one window of {T + 1}; "
+                         f"raise prepare's --val_fraction or pass --eval_every 0")
+    micro = args.micro_batch or args.batch_size // world
+    if micro < 1 or args.batch_size % (micro * world):
+        raise ValueError(f"--batch_size {args.batch_size} (sequences per step) must be a multiple of "
+                         f"--micro_batch {micro} x {world} processes")
+    resume = None
+    existing = list_checkpoints(args.out_dir)
+    if existing and not args.resume:
+        raise ValueError(f"{args.out_dir} already holds checkpoints; pass --resume to continue that run, "
+                         f"or choose another --out_dir")
+    if existing:
+        resume = read_checkpoint(existing[-1][1])
+        saved = resume.get("args", {})
+        differ = [f"--{k} {getattr(args, k)!r} (checkpoint: {saved.get(k)!r})" for k in RUN_DEFINING
+                  if saved.get(k) != getattr(args, k)]
+        if resume["config"] != dataclasses.asdict(config):
+            differ.append("the model config")
+        if differ:
+            raise ValueError(f"--resume: this command differs from the run in {args.out_dir}: "
+                             + ", ".join(differ) + ". Resume with the same settings, or use another --out_dir")
+    return dict(data=data, config=config, base=base, resume=resume, micro=micro,
+                accum=args.batch_size // (micro * world))
+
+
+# ----------------------------------------------------------------------------- training
+
+def train(args) -> dict:
+    run = resolve_run(args)        # raises before anything is written or any process group exists
+    config, data, micro, accum = run["config"], run["data"], run["micro"], run["accum"]
+    ddp = int(os.environ.get("WORLD_SIZE", 1)) > 1
+    rank, world, local = 0, 1, 0
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if ddp:
+        rank, world, local = (int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+        if device.startswith("cuda"):
+            device = f"cuda:{local}"
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    master = rank == 0
+    device_type = torch.device(device).type
+    if device_type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True     # fp32 matmuls outside autocast use tensor cores
+        torch.backends.cudnn.allow_tf32 = True
+    use_bf16 = device_type == "cuda" and args.dtype == "bf16"
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
+    T = config.block_size
+
+    # the model: a fresh seeded init, or the weights of --init_from; then --resume's state on top
+    if run["base"] is not None:
+        model = GPT.from_checkpoint(args.init_from, device=device)
+        seeds = run["base"].get("seeds", {})    # the init seeds of the lineage, not of this command
+    else:
+        model = build(config, args.init_seed, args.embed_seed, device=device)
+        seeds = dict(init_seed=args.init_seed, embed_seed=args.embed_seed)
+    seeds = dict(seeds, data_seed=args.data_seed)
+    optimizer = make_optimizer(model, args, device_type)
+    start, log = 0, dict(train=[], val=[])
+    if run["resume"] is not None:
+        state = run["resume"]
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"]["cpu"])
+        start = state["step"]
+        old = os.path.join(args.out_dir, "log.json")
+        if os.path.isfile(old):
+            old = json.load(open(old))
+            log = {k: [r for r in old.get(k, []) if r["step"] <= start] for k in log}
+        if master:
+            print(f"resuming {args.out_dir} at step {start}")
+    raw = model
+    if args.compile:
+        model = torch.compile(model)
+    if ddp:
+        model = DDP(model, device_ids=[local] if device_type == "cuda" else None)
+
+    def checkpoint(step):
+        if master:
+            save_checkpoint(checkpoint_path(args.out_dir, step), dict(
+                config=dataclasses.asdict(config), model=raw.state_dict(), optimizer=optimizer.state_dict(),
+                step=step, seeds=seeds, tokenizer=data["meta"]["tokenizer"], args=vars(args),
+                rng=dict(cpu=torch.get_rng_state()), init_from=args.init_from))
+
+    def validate(step):
+        loss = evaluate(raw, data["val"], T, args.eval_sequences, micro, rank, world, device, autocast)
+        log["val"].append(dict(step=step, val_loss=loss, val_ppl=math.exp(min(loss, 50.0))))
+        if master:
+            print(f"step {step:>6} | val loss {loss:.4f} | val ppl {math.exp(min(loss, 50.0)):.2f}")
+
+    first_bad = torch.full((), -1, dtype=torch.int64, device=device)
+
+    def check_finite():
+        """Stop at a NaN/inf loss. The first bad step is tracked on the device, so checking costs one
+        sync at log and checkpoint time instead of one every step."""
+        bad = torch.where(first_bad < 0, torch.iinfo(torch.int64).max, first_bad)
+        if ddp:
+            dist.all_reduce(bad, op=dist.ReduceOp.MIN)   # every rank stops together
+        if bad.item() != torch.iinfo(torch.int64).max:
+            last = list_checkpoints(args.out_dir)
+            raise FloatingPointError(f"non-finite loss at step {bad.item()}; stopped without saving. The last "
+                                     f"checkpoint, from before it: {last[-1][1] if last else 'none'}")
+
+    if master:
+        os.makedirs(args.out_dir, exist_ok=True)
+        n = raw.num_params()
+        print(f"{n:,} parameters | {world} process(es) x {micro} sequences x {accum} micro-steps = "
+              f"{args.batch_size} x {T} = {args.batch_size * T:,} tokens/step | {device}"
+              f"{' bf16' if use_bf16 else ''}{' compiled' if args.compile else ''}")
+    if start == 0:
+        checkpoint(0)                  # the init itself: the root of the lineage
+        if args.eval_every:
+            validate(0)
+    flops_per_token = train_flops_per_token(raw, T)
+    peak = args.peak_tflops * 1e12 if args.peak_tflops else peak_flops(device)
+    loss_sum = torch.zeros((), device=device)
+    t0, steps_timed = time.time(), 0
+    for step in range(start, args.max_steps):
+        lr = lr_at(step, args.lr, args.min_lr, args.warmup, args.max_steps)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        offsets = batch_offsets(args.data_seed, step, len(data["train"]), T, args.batch_size)
+        batches = (get_batch(data["train"], micro_offsets(offsets, m, rank, world, micro), T, device)
+                   for m in range(accum))
+        step_loss = forward_backward(model, batches, accum, ddp, autocast)
+        if args.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(raw.parameters(), args.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        first_bad = torch.where(~torch.isfinite(step_loss) & (first_bad < 0), step + 1, first_bad)
+        loss_sum += step_loss
+        steps_timed += 1
+
+        done = step + 1
+        last = done == args.max_steps
+        if args.log_every and (done % args.log_every == 0 or last):
+            check_finite()
+            if ddp:
+                dist.all_reduce(loss_sum)
+            loss = loss_sum.item() / steps_timed / world
+            dt = time.time() - t0
+            tok_s = steps_timed * args.batch_size * T / dt
+            mfu = flops_per_token * tok_s / (peak * world) if peak else None
+            log["train"].append(dict(step=done, loss=loss, lr=lr, tokens_per_s=tok_s, mfu=mfu,
+                                     ms_per_step=1000 * dt / steps_timed))
+            if master:
+                print(f"step {done:>6} | loss {loss:.4f} | lr {lr:.2e} | {tok_s:,.0f} tok/s | "
+                      f"mfu {f'{100 * mfu:.1f}%' if mfu else 'n/a'} | {1000 * dt / steps_timed:.1f} ms/step")
+            loss_sum.zero_()
+            t0, steps_timed = time.time(), 0
+        if args.eval_every and (done % args.eval_every == 0 or last):
+            validate(done)
+        if done % args.ckpt_every == 0 or last:
+            check_finite()
+            checkpoint(done)
+        if steps_timed == 0:
+            t0 = time.time()           # evaluation and checkpoint time is not training throughput
+        if master and (args.log_every and (done % args.log_every == 0 or last)):
+            write_json(os.path.join(args.out_dir, "log.json"), dict(log, args=vars(args), seeds=seeds))
+    check_finite()
+    if master:
+        write_json(os.path.join(args.out_dir, "log.json"), dict(log, args=vars(args), seeds=seeds))
+        plot_log(log, os.path.join(args.out_dir, "loss.png"))
+    if ddp:
+        dist.destroy_process_group()
+    return log
+
+
+def plot_log(log: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    if log["train"]:
+        ax.plot([r["step"] for r in log["train"]], [r["loss"] for r in log["train"]], label="train")
+    if log["val"]:
+        ax.plot([r["step"] for r in log["val"]], [r["val_loss"] for r in log["val"]], "o-", label="validation")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats/token)")
+    ax.legend()
+    fig.tight_layout()
+    tmp = f"{path}.tmp{os.getpid()}.png"
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------- command line
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="Train a model from a seeded init on prepared data "
+                                "(prepare it first: python train.py prepare --help). --model defaults "
+                                "to tiny, or to the --init_from checkpoint's architecture.")
+    p.add_argument("--data", default="data/shakespeare", help="directory made by `train.py prepare`")
+    p.add_argument("--out_dir", default="out/train", help="checkpoints ckpt_STEP.pt, log.json, loss.png")
+    add_config_flags(p, default_model=None)
+    p.add_argument("--init_seed", type=int, default=42, help="seed of the transformer blocks")
+    p.add_argument("--embed_seed", type=int, default=0, help="seed of the embeddings and untied LM head")
+    p.add_argument("--data_seed", type=int, default=1234, help="seed of the batch order")
+    p.add_argument("--init_from", default=None, help="start from this checkpoint's weights (continual training)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out_dir from its last checkpoint")
+    p.add_argument("--batch_size", type=int, default=16, help="sequences per optimizer step, all processes")
+    p.add_argument("--micro_batch", type=int, default=None, help="sequences per forward per process "
+                   "(default batch_size / processes); accumulation = batch_size / (micro_batch x processes)")
+    p.add_argument("--max_steps", type=int, default=300)
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    p.add_argument("--min_lr", type=float, default=1e-4, help="learning rate at the end of the cosine")
+    p.add_argument("--warmup", type=int, default=30, help="linear warmup steps")
+    p.add_argument("--weight_decay", type=float, default=0.1)
+    p.add_argument("--beta1", type=float, default=0.9)
+    p.add_argument("--beta2", type=float, default=0.95)
+    p.add_argument("--grad_clip", type=float, default=1.0, help="0 = off")
+    p.add_argument("--ckpt_every", type=int, default=100, help="checkpoint interval (all are kept)")
+    p.add_argument("--eval_every", type=int, default=100, help="validation interval (0 = never)")
+    p.add_argument("--eval_sequences", type=int, default=64, help="validation windows of block_size tokens")
+    p.add_argument("--log_every", type=int, default=10)
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
+    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"), help="autocast dtype on CUDA")
+    p.add_argument("--compile", type=parse_bool, default=False, metavar="on|off", help="torch.compile")
+    p.add_argument("--peak_tflops", type=float, default=None, help="bf16 peak per GPU for MFU (default: table)")
+    args = p.parse_args(argv)
+    if args.init_from is None and args.model is None:
+        args.model = "tiny"
+    for flag in ("batch_size", "max_steps", "ckpt_every"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag} must be at least 1")
+    return args
+
+
+def prepare_main(argv):
+    p = argparse.ArgumentParser(prog="train.py prepare", description="Tokenize text files into "
+                                "train.bin / val.bin (uint16) and meta.json.")
+    p.add_argument("files", nargs="+", help="UTF-8 text files, joined by a blank line")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--tokenizer", default="gpt2", choices=("gpt2", "bytes"),
+                   help="gpt2: tiktoken BPE, honours TIKTOKEN_CACHE_DIR; bytes: UTF-8 bytes, vocab 256, offline")
+    p.add_argument("--val_fraction", type=float, default=0.1)
+    args = p.parse_args(argv)
+    meta = prepare(args.files, args.out, args.tokenizer, args.val_fraction)
+    print(f"{args.out}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens "
+          f"({meta['tokenizer']}, vocab {meta['vocab_size']})")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        if argv[:1] == ["prepare"]:
+            prepare_main(argv[1:])
+        else:
+            train(parse_args(argv))
+    except (OSError, ValueError, FloatingPointError) as e:   # bad input: one line, no traceback
+        sys.exit(f"train.py: error: {e}")
+
+
+if __name__ == "__main__":
+    main()
