@@ -166,7 +166,7 @@ class CausalSelfAttention(nn.Module):
             # one gain vector of size head_dim, shared by all heads
             self.head_norm = nn.RMSNorm(hd, eps=config.norm_eps)
 
-    def forward(self, x, rope=None, want_probs=False, want_head_out=False):
+    def forward(self, x, rope=None, want_probs=False, want_head_out=False, mask=None):
         cfg = self.config
         B, T, _ = x.shape
         H, Hkv, hd = cfg.n_head, cfg.kv_heads, cfg.head_dim
@@ -178,7 +178,17 @@ class CausalSelfAttention(nn.Module):
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         t = torch.arange(1, T + 1, device=x.device, dtype=torch.float32).view(T, 1)   # 1-indexed
         probs = None
-        if cfg.attention == "uniform":
+        if mask is not None:
+            # an edited mask (sink.py's intervention): explicit attention over the allowed keys
+            k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
+            if cfg.attention == "uniform":
+                probs = (mask.float() / mask.sum(dim=-1, keepdim=True)).to(q.dtype).expand(B, H, T, T)
+            else:
+                scores = ((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))).masked_fill(~mask, float("-inf"))
+                probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+            y = probs @ v
+            probs = probs if want_probs else None
+        elif cfg.attention == "uniform":
             # Attn0-like: position t averages the values of positions 1..t (summed in fp32)
             y = (v.float().cumsum(dim=2) / t).to(v.dtype).repeat_interleave(H // Hkv, dim=1)
             if want_probs:
@@ -237,15 +247,26 @@ class Block(nn.Module):
             self.ln_2 = make_norm(config, config.n_embd)
             self.mlp = MLP(config)
 
-    def forward(self, x, rope=None, want_probs=False, want_head_out=False):
+    def forward(self, x, rope=None, want_probs=False, want_head_out=False, mask=None):
         probs = head_out = None
         if hasattr(self, "attn"):
-            a, probs, head_out = self.attn(self.ln_1(x), rope, want_probs, want_head_out)
+            a, probs, head_out = self.attn(self.ln_1(x), rope, want_probs, want_head_out, mask)
             x = x + a if self.config.residual else a
         if hasattr(self, "mlp"):
             m = self.mlp(self.ln_2(x))
             x = x + m if self.config.residual else m
         return x, probs, head_out
+
+
+def check_attn_mask(mask: torch.Tensor, T: int) -> torch.Tensor:
+    """An edited attention mask must be (T, T) bool, causal, and give every query a key."""
+    if mask.shape != (T, T) or mask.dtype != torch.bool:
+        raise ValueError(f"attn_mask must be a ({T}, {T}) bool tensor, got {mask.dtype} {tuple(mask.shape)}")
+    if mask.triu(diagonal=1).any():
+        raise ValueError("attn_mask lets a query see a later key; an edited mask must stay causal")
+    if not mask.any(dim=-1).all():
+        raise ValueError("attn_mask leaves a query with no key to attend to")
+    return mask
 
 
 # ----------------------------------------------------------------------------- the model
@@ -295,7 +316,7 @@ class GPT(nn.Module):
         return model
 
     def forward(self, idx=None, targets=None, *, embeds=None, hidden=None, attn_probs=False,
-                head_out=False, logits=True):
+                head_out=False, logits=True, attn_mask=None):
         """Run the model on token ids idx (B, T) or input embeddings embeds (B, T, n_embd).
 
         Plain call: last-position logits (B, vocab). With targets (B, T): (logits (B, T, vocab), loss).
@@ -306,11 +327,16 @@ class GPT(nn.Module):
           head_out=True: list over layers of (B, H, T, head_dim), each head's aggregated output as
               W_O sees it (after calibration and head_norm)
           logits=False: skip the LM head ("logits" absent from the dict)
+        attn_mask: optional (T, T) bool, True where query t may attend to key s, used in every layer
+            instead of the causal mask; it must stay causal and leave each query a key (sink.py's
+            mask edit: "token k attends only to itself").
         """
         cfg = self.config
         x = self._embed(idx, embeds)
         B, T, _ = x.shape
         rope = rope_tables(T, cfg.head_dim, cfg.rope_theta, x.device) if cfg.position == "rope" else None
+        if attn_mask is not None:
+            attn_mask = check_attn_mask(attn_mask, T).to(x.device)
         want_dict = hidden is not None or attn_probs or head_out or not logits
         if hidden not in (None, "all", "last"):
             raise ValueError(f"hidden must be None, 'all' or 'last', got {hidden!r}")
@@ -319,7 +345,7 @@ class GPT(nn.Module):
         if hidden:
             states.append(keep(x))
         for block in self.transformer.h:
-            x, probs, heads = block(x, rope, attn_probs, head_out)
+            x, probs, heads = block(x, rope, attn_probs, head_out, attn_mask)
             if hidden:
                 states.append(keep(x))
             if attn_probs:

@@ -198,3 +198,19 @@ def test_config_flags_round_trip():
     assert cfg.n_embd == PRESETS["tiny"].n_embd
     with pytest.raises(SystemExit):
         parser.parse_args(["--calibration", "loud"])
+
+
+@pytest.mark.parametrize("attention", ["softmax", "uniform"])
+def test_attn_mask_equal_to_causal_changes_nothing_and_bad_masks_are_refused(attention):
+    model = build(get_config("tiny", n_layer=2, attention=attention, tie_embeddings=False), 0)
+    x = torch.randint(0, 512, (2, 12))
+    causal = torch.ones(12, 12, dtype=torch.bool).tril()
+    a = model(x, hidden="all")["hidden"]
+    b = model(x, hidden="all", attn_mask=causal)["hidden"]
+    assert all(torch.allclose(u, v, atol=1e-5) for u, v in zip(a, b))
+    with pytest.raises(ValueError, match="causal"):
+        model(x, attn_mask=torch.ones(12, 12, dtype=torch.bool))
+    with pytest.raises(ValueError, match="no key"):
+        model(x, attn_mask=causal & ~torch.eye(12, dtype=torch.bool))
+    with pytest.raises(ValueError, match="bool"):
+        model(x, attn_mask=causal.float())
