@@ -315,6 +315,17 @@ class GPT(nn.Module):
         model.load_state_dict(got)
         return model
 
+    @classmethod
+    def from_pretrained(cls, path: str, device="cpu") -> "GPT":
+        """A Hugging Face directory of LLaMA, Qwen2 or GPT-2 architecture, loaded without the
+        transformers library; the weights keep their dtype (bf16 stays bf16)."""
+        config, sd = read_pretrained(path)
+        with torch.device("meta"):
+            model = cls(config)
+        model = model.to_empty(device=device).to(sd["transformer.wte.weight"].dtype)
+        model.load_state_dict(sd)
+        return model
+
     def forward(self, idx=None, targets=None, *, embeds=None, hidden=None, attn_probs=False,
                 head_out=False, logits=True, attn_mask=None):
         """Run the model on token ids idx (B, T) or input embeddings embeds (B, T, n_embd).
@@ -416,6 +427,103 @@ def read_checkpoint(path: str) -> dict:
     if unknown:
         raise ValueError(f"{path} has config knobs this model.py does not know: {unknown}")
     return ckpt
+
+
+# ----------------------------------------------------------------------------- Hugging Face checkpoints
+
+HF_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "GPT2LMHeadModel")
+
+
+def hf_config(cfg: dict) -> GPTConfig:
+    """The GPTConfig of a Hugging Face config.json (LLaMA, Qwen2, GPT-2); anything this model cannot
+    reproduce exactly is an error, not an approximation."""
+    arch = (cfg.get("architectures") or ["?"])[0]
+    if arch not in HF_ARCHITECTURES:
+        raise ValueError(f"unsupported architecture {arch!r}; model.py loads {', '.join(HF_ARCHITECTURES)}")
+    if arch == "GPT2LMHeadModel":
+        if cfg.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh", "gelu"):
+            raise ValueError(f"unsupported GPT-2 activation {cfg['activation_function']!r}")
+        return GPTConfig(block_size=cfg["n_positions"], vocab_size=cfg["vocab_size"], n_layer=cfg["n_layer"],
+                         n_head=cfg["n_head"], n_embd=cfg["n_embd"], mlp_hidden=cfg.get("n_inner"),
+                         norm_eps=cfg.get("layer_norm_epsilon", 1e-5), position="learned",
+                         activation="gelu" if cfg.get("activation_function") == "gelu" else "gelu_tanh",
+                         bias=True, tie_embeddings=True)
+    if cfg.get("rope_scaling"):
+        raise ValueError(f"rope_scaling {cfg['rope_scaling']} is not implemented; only plain RoPE loads exactly")
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise ValueError(f"unsupported hidden_act {cfg['hidden_act']!r} (SwiGLU needs silu)")
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    if head_dim * cfg["num_attention_heads"] != cfg["hidden_size"]:
+        raise ValueError("head_dim x heads != hidden_size is not supported")
+    qkv_bias = arch == "Qwen2ForCausalLM" or bool(cfg.get("attention_bias", False))
+    return GPTConfig(block_size=cfg.get("max_position_embeddings", 2048), vocab_size=cfg["vocab_size"],
+                     n_layer=cfg["num_hidden_layers"], n_head=cfg["num_attention_heads"],
+                     n_kv_head=cfg.get("num_key_value_heads"), n_embd=cfg["hidden_size"],
+                     mlp_hidden=cfg["intermediate_size"], norm="rmsnorm", norm_eps=cfg.get("rms_norm_eps", 1e-6),
+                     activation="swiglu", position="rope", rope_theta=cfg.get("rope_theta", 10000.0),
+                     bias=False, qkv_bias=qkv_bias, tie_embeddings=bool(cfg.get("tie_word_embeddings", False)))
+
+
+def hf_state_dict(tensors: dict, config: GPTConfig, gpt2: bool) -> dict:
+    """Hugging Face tensor names and layouts -> this model's. GPT-2 stores Conv1D weights as
+    (in, out): transpose. LLaMA/Qwen2 store q, k, v apart: concatenate them into c_attn."""
+    strip = lambda name: name.split("transformer.", 1)[-1] if gpt2 else name.split("model.", 1)[-1]
+    t = {strip(k): v for k, v in tensors.items()}
+    sd = {}
+    if gpt2:
+        sd["transformer.wte.weight"], sd["transformer.wpe.weight"] = t["wte.weight"], t["wpe.weight"]
+        sd["transformer.ln_f.weight"], sd["transformer.ln_f.bias"] = t["ln_f.weight"], t["ln_f.bias"]
+        for i in range(config.n_layer):
+            for name in ("ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias", "attn.c_attn.bias",
+                         "attn.c_proj.bias", "mlp.c_fc.bias", "mlp.c_proj.bias"):
+                sd[f"transformer.h.{i}.{name}"] = t[f"h.{i}.{name}"]
+            for name in ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"):
+                sd[f"transformer.h.{i}.{name}"] = t[f"h.{i}.{name}"].t().contiguous()   # Conv1D: (in, out)
+        return sd
+    sd["transformer.wte.weight"], sd["transformer.ln_f.weight"] = t["embed_tokens.weight"], t["norm.weight"]
+    if not config.tie_embeddings:
+        sd["lm_head.weight"] = tensors["lm_head.weight"]
+    for i in range(config.n_layer):
+        p, o = f"layers.{i}.", f"transformer.h.{i}."
+        sd[o + "attn.c_attn.weight"] = torch.cat([t[p + f"self_attn.{x}_proj.weight"] for x in "qkv"])
+        if config.qkv_bias:
+            sd[o + "attn.c_attn.bias"] = torch.cat([t[p + f"self_attn.{x}_proj.bias"] for x in "qkv"])
+        sd[o + "attn.c_proj.weight"] = t[p + "self_attn.o_proj.weight"]
+        sd[o + "ln_1.weight"], sd[o + "ln_2.weight"] = t[p + "input_layernorm.weight"], t[p + "post_attention_layernorm.weight"]
+        sd[o + "mlp.c_fc.weight"], sd[o + "mlp.c_gate.weight"] = t[p + "mlp.up_proj.weight"], t[p + "mlp.gate_proj.weight"]
+        sd[o + "mlp.c_proj.weight"] = t[p + "mlp.down_proj.weight"]
+    return sd
+
+
+def read_pretrained(path: str):
+    """(GPTConfig, state dict) of a Hugging Face directory: config.json + *.safetensors, sharded or not."""
+    from safetensors.torch import load_file     # the one optional dependency, only here
+    cfg_path = os.path.join(path, "config.json")
+    if not os.path.isfile(cfg_path):
+        raise FileNotFoundError(f"{path!r} is not a Hugging Face model directory (no config.json)")
+    hf = json.load(open(cfg_path))
+    config = hf_config(hf)
+    index = os.path.join(path, "model.safetensors.index.json")
+    shards = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.isfile(index) else \
+        sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
+    if not shards:
+        raise FileNotFoundError(f"no *.safetensors weights in {path!r} (.bin pickles are not loaded: they run code)")
+    tensors = {}
+    for shard in shards:
+        tensors.update(load_file(os.path.join(path, shard)))
+    gpt2 = hf["architectures"][0] == "GPT2LMHeadModel"
+    try:
+        sd = hf_state_dict(tensors, config, gpt2)
+    except KeyError as e:
+        raise ValueError(f"{path}: tensor {e} missing for a {hf['architectures'][0]} checkpoint") from None
+    return config, sd
+
+
+def load_model(path: str, device="cpu") -> GPT:
+    """Any model this project reads: a train.py checkpoint file or a Hugging Face directory."""
+    if os.path.isdir(path):
+        return GPT.from_pretrained(path, device=device)
+    return GPT.from_checkpoint(path, device=device)
 
 
 # ----------------------------------------------------------------------------- command line

@@ -40,7 +40,7 @@ from init import build
 from model import GPT, add_config_flags, config_from_flags, peak_flops, write_json
 
 EXPERIMENTS = ("table1", "contraction", "ablation", "direction", "mlp0", "layernorm", "table3",
-               "intra", "variance", "dims", "seeds")
+               "intra", "variance", "dims", "seeds", "bench")
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -476,6 +476,60 @@ def exp_seeds(args, config):
                 distinct_top1=distinct)
 
 
+@torch.no_grad()
+def bare_matmul_seconds(model: GPT, batch: int, seq_len: int, batches: int) -> float:
+    """Wall time of the forward's matrix products alone, with the model's own weights on random
+    activations of the right shapes: per layer q/k/v, QK^T, PV, W_O, MLP up (and gate) and down;
+    the LM head on the last position. The floor a probe pass is measured against."""
+    p = next(model.parameters())
+    cfg, dev, dt = model.config, p.device, p.dtype
+    H, hd, T = cfg.n_head, cfg.head_dim, seq_len
+    x = torch.randn(batch * T, cfg.n_embd, device=dev, dtype=dt)
+    h = torch.randn(batch * T, cfg.hidden, device=dev, dtype=dt)
+    q = torch.randn(batch, H, T, hd, device=dev, dtype=dt)
+    probs = torch.randn(batch, H, T, T, device=dev, dtype=dt)
+
+    def one_batch():
+        for block in model.transformer.h:
+            if hasattr(block, "attn"):
+                x @ block.attn.c_attn.weight.T
+                q @ q.transpose(-1, -2)
+                probs @ q
+                x @ block.attn.c_proj.weight.T
+            if hasattr(block, "mlp"):
+                x @ block.mlp.c_fc.weight.T
+                if hasattr(block.mlp, "c_gate"):
+                    x @ block.mlp.c_gate.weight.T
+                h @ block.mlp.c_proj.weight.T
+        model.head(x[:batch])
+
+    one_batch()                                   # warm-up
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.time()
+    for _ in range(batches):
+        one_batch()
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    return time.time() - t0
+
+
+def exp_bench(args, config):
+    """A probe pass (Table 1's measurement, every statistic on) against the bare matmuls of the same
+    forward: the overhead of everything that is not a matrix product."""
+    model = _build(args, config, args.seeds[0])
+    T = args.seq_len[0]
+    batches = math.ceil(args.n / args.batch_size)
+    _probe(args, model, "tokens", T, args.batch_size)                   # warm-up pass
+    r = _probe(args, model, "tokens", T, batches * args.batch_size)
+    bare = bare_matmul_seconds(model, args.batch_size, T, batches)
+    ratio = r["seconds"] / bare
+    print(f"bench: {batches * args.batch_size} x {T} tokens: probe {r['seconds']:.2f} s, bare matmuls {bare:.2f} s, "
+          f"ratio {ratio:.2f} ({r['tokens_per_s']:,.0f} tok/s, {r['tflops']:.2f} TFLOP/s)")
+    return dict(seconds=r["seconds"], bare_matmul_seconds=bare, ratio=ratio, tokens_per_s=r["tokens_per_s"],
+                tflops=r["tflops"], mfu=r["mfu"], sequences=batches * args.batch_size, seq_len=T)
+
+
 # ----------------------------------------------------------------------------- printing and figures
 
 def _print_layers(curves: dict, extra: dict | None = None):
@@ -636,7 +690,8 @@ def main():
                 "direction": (exp_direction, report_direction, list(range(args.seeds[0], args.seeds[0] + args.models)))}
     # whole-model experiments: rank 0 alone
     single = {"contraction": exp_contraction, "ablation": exp_ablation, "mlp0": exp_mlp0, "layernorm": exp_layernorm,
-              "table3": exp_table3, "intra": exp_intra, "variance": exp_variance, "dims": exp_dims, "seeds": exp_seeds}
+              "table3": exp_table3, "intra": exp_intra, "variance": exp_variance, "dims": exp_dims, "seeds": exp_seeds,
+              "bench": exp_bench}
     for name in exps:
         if name in per_seed:
             run, report, seeds = per_seed[name]

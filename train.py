@@ -425,7 +425,8 @@ def plot_log(log: dict, path: str) -> None:
         ax.plot([r["step"] for r in log["val"]], [r["val_loss"] for r in log["val"]], "o-", label="validation")
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats/token)")
-    ax.legend()
+    if log["train"] or log["val"]:
+        ax.legend()
     fig.tight_layout()
     tmp = f"{path}.tmp{os.getpid()}.png"
     fig.savefig(tmp, dpi=120)
