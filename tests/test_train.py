@@ -189,9 +189,10 @@ def test_two_process_ddp_equals_one_process(data_dir, tmp_path):
     flags = ["--data", data_dir, *TINY, "--max_steps", "3", "--eval_every", "3", "--batch_size", "4",
              "--log_every", "1"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                    "train.py", *flags, "--out_dir", str(tmp_path / "ddp")], check=True, capture_output=True,
-                   env=env, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           "train.py", *flags, "--out_dir", str(tmp_path / "ddp")], capture_output=True, text=True,
+                          env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run(data_dir, tmp_path / "one", "--max_steps", "3", "--eval_every", "3", "--batch_size", "4")
     a, b = final_state(tmp_path / "ddp"), final_state(tmp_path / "one")
     for k in a["model"]:
