@@ -502,7 +502,10 @@ def read_pretrained(path: str):
     if not os.path.isfile(cfg_path):
         raise FileNotFoundError(f"{path!r} is not a Hugging Face model directory (no config.json)")
     hf = json.load(open(cfg_path))
-    config = hf_config(hf)
+    try:
+        config = hf_config(hf)
+    except KeyError as e:
+        raise ValueError(f"{cfg_path} lacks the field {e}") from None
     index = os.path.join(path, "model.safetensors.index.json")
     shards = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.isfile(index) else \
         sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))

@@ -16,7 +16,7 @@ alpha_k = (1 / (T - k + 1)) sum_{t >= k} A_tk; a head is a sink head when alpha_
                    --text ../shared/data/wikitext2_test.txt    # Fig 12 / Table 7, small CPU sizes
     python sink.py --exp arbitrary        # mask edit and variance amplification at position k
     python sink.py --exp birth            # first-position variance at init, sink rate through training
-    python sink.py out/train/ckpt_0000300.pt --text FILE     # measure any train.py checkpoint
+    python sink.py out/train/ckpt_0000300.pt --data FILE     # measure a checkpoint or a GPT-2 HF directory
 """
 import argparse
 import json
@@ -199,8 +199,15 @@ def train_variant(args, name: str) -> str:
 
 
 def load(path: str, device) -> tuple:
-    model = GPT.from_checkpoint(path, device=device).eval()
-    return model, read_checkpoint(path)
+    """(model, info with its "tokenizer") of a train.py checkpoint or a Hugging Face directory. Text
+    is tokenized here with tiktoken or bytes only, so of HF models only GPT-2 reads text."""
+    if os.path.isdir(path):
+        model = GPT.from_pretrained(path, device=device).eval()
+        if model.config.position != "learned":     # LLaMA / Qwen2: a sentencepiece/BPE we do not ship
+            raise ValueError(f"{path}: only GPT-2 Hugging Face models can be fed text here (tiktoken); "
+                             f"LLaMA/Qwen2 tokenizers are not part of this project")
+        return model, dict(tokenizer="gpt2")
+    return GPT.from_checkpoint(path, device=device).eval(), read_checkpoint(path)
 
 
 def exp_calibration(args) -> dict:
@@ -369,9 +376,11 @@ def measure(args) -> dict:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description="Attention sinks: metric, calibration experiment, interventions.")
-    p.add_argument("checkpoint", nargs="?", help="a train.py checkpoint to measure (or for --exp arbitrary)")
+    p.add_argument("checkpoint", nargs="?", help="a train.py checkpoint or GPT-2 Hugging Face directory to "
+                   "measure (or the model of --exp arbitrary)")
     p.add_argument("--exp", choices=EXPERIMENTS + ("all",), default=None)
-    p.add_argument("--text", default="../shared/data/wikitext2_test.txt", help="evaluation text (WikiText-2 test)")
+    p.add_argument("--text", "--data", dest="text", default="../shared/data/wikitext2_test.txt",
+                   help="evaluation text (WikiText-2 test)")
     p.add_argument("--train_text", default="../shared/data/tinyshakespeare.txt", help="training text")
     p.add_argument("--tokenizer", default="bytes", choices=("bytes", "gpt2"))
     add_config_flags(p, default_model="tiny")   # the trained variants: preset + LLAMA_KNOBS + these

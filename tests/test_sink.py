@@ -1,5 +1,6 @@
 """sink.py: the sink metric against a naive loop and closed forms, the interventions, bad input."""
 import math
+import os
 
 import numpy as np
 import pytest
@@ -169,3 +170,24 @@ def test_text_windows_and_missing_file(tmp_path):
         sink.text_windows(str(tmp_path / "nope.txt"), "bytes", 10, 5)
     with pytest.raises(ValueError, match="fewer than one window"):
         sink.text_windows(str(tmp_path / "t.txt"), "bytes", 1000, 5)
+
+
+def test_measure_cli_on_a_checkpoint_and_refusals(tmp_path):
+    import json
+    import train
+    (tmp_path / "t.txt").write_text("the cat sat on the mat. " * 400)
+    train.prepare([str(tmp_path / "t.txt")], str(tmp_path / "d"), tokenizer="bytes")
+    train.train(train.parse_args(["--data", str(tmp_path / "d"), "--out_dir", str(tmp_path / "run"), "--n_layer", "2",
+                                  "--block_size", "64", "--max_steps", "1", "--eval_every", "0", "--device", "cpu"]))
+    ckpt = train.checkpoint_path(str(tmp_path / "run"), 1)
+    sink.main([ckpt, "--data", str(tmp_path / "t.txt"), "--lengths", "16", "32", "128", "--sequences", "4",
+               "--out", str(tmp_path / "out")])
+    res = json.load(open(tmp_path / "out" / "results.json"))["measure"]
+    assert set(res["sink_rate"]) == {"16", "32"} and len(res["massive_activations"]) == 3   # 128 > context
+    with pytest.raises(SystemExit, match="no checkpoint file"):
+        sink.main([str(tmp_path / "missing.pt"), "--out", str(tmp_path / "o2")])
+    os.makedirs(tmp_path / "llama")
+    json.dump(dict(architectures=["LlamaForCausalLM"]), open(tmp_path / "llama" / "config.json", "w"))
+    with pytest.raises(SystemExit):
+        sink.main([str(tmp_path / "llama"), "--out", str(tmp_path / "o3")])
+    assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
