@@ -21,6 +21,7 @@ Verdict: related when both empirical tests reject.
 """
 import argparse
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -34,7 +35,7 @@ from scipy import stats
 
 import train
 from init import STD, build
-from model import GPT, add_config_flags, config_overrides, load_model, write_json
+from model import GPT, add_config_flags, config_overrides, get_config, load_model, read_checkpoint, write_json
 
 EXPERIMENTS = ("seeds", "lineage", "same_data", "continual", "persistence", "calibration", "baselines")
 ALPHA = 0.01
@@ -75,7 +76,6 @@ def fingerprint_cached(path: str, cache_dir: str | None, device="cpu", **options
     key = json.dumps(dict(path=os.path.abspath(path), **options), sort_keys=True)
     file = None
     if cache_dir:
-        import hashlib
         file = os.path.join(cache_dir, hashlib.sha256(key.encode()).hexdigest()[:16] + ".npz")
         if os.path.isfile(file) and os.path.getmtime(file) >= os.path.getmtime(path):
             return np.load(file)["H"]
@@ -191,7 +191,6 @@ def _vocab(m):
     if isinstance(m, str):
         if os.path.isdir(m):
             return json.load(open(os.path.join(m, "config.json")))["vocab_size"]
-        from model import read_checkpoint
         return read_checkpoint(m)["config"]["vocab_size"]
     return None
 
@@ -428,7 +427,6 @@ def _model_file(args, seed):
 
 
 def _config(args):
-    from model import get_config
     return get_config(args.model, **config_overrides(args))
 
 
