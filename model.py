@@ -178,29 +178,23 @@ class CausalSelfAttention(nn.Module):
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         t = torch.arange(1, T + 1, device=x.device, dtype=torch.float32).view(T, 1)   # 1-indexed
         probs = None
-        if mask is not None:
-            # an edited mask (sink.py's intervention): explicit attention over the allowed keys
-            k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
-            if cfg.attention == "uniform":
-                probs = (mask.float() / mask.sum(dim=-1, keepdim=True)).to(q.dtype).expand(B, H, T, T)
-            else:
-                scores = ((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))).masked_fill(~mask, float("-inf"))
-                probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-            y = probs @ v
-            probs = probs if want_probs else None
-        elif cfg.attention == "uniform":
+        if cfg.attention == "uniform" and mask is None:
             # Attn0-like: position t averages the values of positions 1..t (summed in fp32)
             y = (v.float().cumsum(dim=2) / t).to(v.dtype).repeat_interleave(H // Hkv, dim=1)
             if want_probs:
                 probs = (torch.ones(T, T, device=x.device).tril() / t).to(q.dtype).expand(B, H, T, T)
-        elif want_probs:
-            # explicit path, only when the probabilities are asked for; same maths as SDPA
+        elif want_probs or mask is not None:
+            # explicit path, only when the probabilities or an edited mask (sink.py) are asked for;
+            # with the causal mask it is the same maths as SDPA
+            allowed = torch.ones(T, T, dtype=torch.bool, device=x.device).tril() if mask is None else mask
             k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
-            scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
-            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-            scores = scores.masked_fill(~causal, float("-inf"))
-            probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+            if cfg.attention == "uniform":
+                probs = (allowed.float() / allowed.sum(dim=-1, keepdim=True)).to(q.dtype).expand(B, H, T, T)
+            else:
+                scores = ((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))).masked_fill(~allowed, float("-inf"))
+                probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
             y = probs @ v
+            probs = probs if want_probs else None
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=Hkv != H)
         # Section 6.2.1: the running average leaves position t with variance ~ 1/t; undo it

@@ -318,8 +318,19 @@ def _fp_options(args):
     return dict(n=args.n, seq_len=args.seq_len, inputs=args.inputs, seed=args.input_seed)
 
 
+_NULLS = {}
+
+
+def _null(args, d):
+    """The null taus for fingerprints of width d: one draw per experiment run, shared by every pair."""
+    if d not in _NULLS:
+        _NULLS[d] = null_taus(args.n, d, args.trials, 0, k=args.k)
+    return _NULLS[d]
+
+
 def _test(args, a, b, label):
-    r = seedprint_test(_fp(args, a), _fp(args, b), k=args.k, trials=args.trials)
+    HA, HB = _fp(args, a), _fp(args, b)
+    r = seedprint_test(HA, HB, k=args.k, null=_null(args, HA.shape[1]))
     print(f"{label:<44} mean tau {r.mean_tau:+.4f} | |S| {r.n_identity:>3} | p_t {r.p_t:.2e} | p_u {r.p_u:.2e} | "
           f"p_z {r.p_analytic:.2e} | {'RELATED' if r.related else 'unrelated'}")
     row = dataclasses.asdict(r)
@@ -370,9 +381,10 @@ def exp_persistence(args):
     a, b = args.seeds[0], args.seeds[1]
     run = _train(args, f"seed{a}", "--data", _data(args, 0), "--init_seed", str(a), "--embed_seed", str(a), "--data_seed", str(args.data_seed))
     other = _model_file(args, b)
-    m0 = _fp(args, train.checkpoint_path(run, 0)).mean(0)
+    H0 = _fp(args, train.checkpoint_path(run, 0))
+    m0 = H0.mean(0)
     k = min(args.top, len(m0))
-    top = identity_dims(_fp(args, train.checkpoint_path(run, 0)), k, "abs")
+    top = identity_dims(H0, k, "abs")
     rows = []
     for step, path in train.list_checkpoints(run):
         m = _fp(args, path).mean(0)
@@ -393,7 +405,7 @@ def exp_calibration(args):
     true-positive rate over related pairs (each init vs its checkpoints), alpha = 0.01."""
     seeds = list(range(100, 100 + args.calibration_seeds))
     fps = {s: _fp(args, _model_file(args, s)) for s in seeds}
-    null = null_taus(args.n, next(iter(fps.values())).shape[1], args.trials, 0, k=args.k)
+    null = _null(args, next(iter(fps.values())).shape[1])
     unrelated = [seedprint_test(fps[a], fps[b], k=args.k, null=null) for i, a in enumerate(seeds) for b in seeds[i + 1:]]
     related = []
     for s in args.seeds:
