@@ -1,26 +1,33 @@
 """
-The transformer of "Transformers Are Born Biased", with every knob the paper turns.
+model.py: the transformer of "Transformers Are Born Biased", with every knob the paper turns, and
+the Hugging Face checkpoints people fingerprint and probe, loaded exactly.
 
-One GPTConfig and one GPT module express, by config alone, each architecture the paper
-probes (Sections 2.1, 3, 4.1, 6.2): GPT-2 / LLaMA-2 / Qwen-style blocks, the
-full / attention-only / MLP-only ablation, residual-free MLP0-like stacks, uniform
-("Attn0"-like) attention, and the positional variance calibration and head-wise RMSNorm that
-remove attention sinks.
+One GPTConfig and one GPT module express, by config alone, each architecture the paper probes
+(Sections 2.1, 3, 4.1, 6.2): GPT-2 / LLaMA / Qwen-style blocks, the full / attention-only / MLP-only
+ablation, residual-free MLP0-like stacks, uniform ("Attn0"-like) attention, and the positional
+variance calibration and head-wise RMSNorm that act on attention sinks.
 
 A block is pre-norm:  x <- x + Attn(Norm(x));  x <- x + MLP(Norm(x)).
-Inside attention, after values are aggregated and before W_O, each head's output at
-1-indexed position t can be rescaled (calibration, Section 6.2.1) and/or RMS-normalized
-(head_norm). Weights are NOT initialized here: init.py owns that (GPT-2 scheme, seeded).
+Inside attention, after the values are aggregated and before W_O, each head's output at 1-indexed
+position t can be rescaled (calibration, Section 6.2.1) and/or RMS-normalized (head_norm).
+Weights are NOT initialized here: init.py owns that (GPT-2 scheme, seeded).
 
-    python model.py              # table of presets with parameter counts -> out/model/presets.json
+    model(idx, targets)       -> (logits, loss), as nanoGPT: the training and sampling path
+    model.trace(idx, ...)     -> dict of hidden states, attention probabilities, head outputs:
+                                 everything the probes read, from one explicit pass
+    GPT.from_checkpoint(path) -> a train.py checkpoint
+    GPT.from_pretrained(dir)  -> a Hugging Face LLaMA / Mistral / Qwen2 / Qwen3 / GPT-2 directory
 
-A train.py checkpoint rebuilds its model from the file alone: GPT.from_checkpoint(path).
+    python model.py           # table of presets with parameter counts -> out/model/presets.json
 """
 import argparse
 import dataclasses
 import json
 import math
 import os
+import struct
+import sys
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -32,6 +39,7 @@ CHOICES = {
     "norm": ("layernorm", "rmsnorm", "none"),
     "activation": ("gelu", "gelu_tanh", "relu", "tanh", "silu", "swiglu"),
     "position": ("rope", "learned", "none"),
+    "rope_type": ("default", "linear", "llama3"),
     "sublayers": ("both", "attn", "mlp"),
     "attention": ("softmax", "uniform"),
     "calibration": ("none", "amplify", "attenuate"),
@@ -46,19 +54,29 @@ class GPTConfig:
     n_head: int = 12
     n_kv_head: Optional[int] = None   # grouped-query attention; None = n_head (plain multi-head)
     n_embd: int = 768
+    head_size: Optional[int] = None   # width of one head; None = n_embd / n_head (Qwen3 sets it apart)
     mlp_hidden: Optional[int] = None  # MLP hidden width; None = 4 * n_embd
     norm: str = "layernorm"           # pre-norm of each sublayer, and the final norm
     norm_eps: float = 1e-5
     activation: str = "gelu"          # gelu is exact (erf); gelu_tanh is GPT-2's approximation
     position: str = "rope"
     rope_theta: float = 10000.0
+    rope_type: str = "default"        # how RoPE's inverse frequencies are rescaled: none, / factor, Llama 3
+    rope_factor: float = 1.0          # linear and llama3
+    rope_low_freq_factor: float = 1.0     # llama3 only
+    rope_high_freq_factor: float = 4.0    # llama3 only
+    rope_original_context: int = 8192     # llama3 only: the context the frequencies were trained for
+    sliding_window: Optional[int] = None  # each query sees at most this many keys, itself included (Mistral)
+    qk_norm: bool = False             # per-head RMSNorm of q and k before RoPE (Qwen3)
     sublayers: str = "both"           # both | attn (self-attention-only) | mlp (MLP-only), Sec 4.1
     residual: bool = True             # False: x <- sublayer(Norm(x)), as in MLP0 stacks
     attention: str = "softmax"        # uniform: causal running mean of V, still through W_V, W_O
     calibration: str = "none"         # none | amplify (x sqrt(t)) | attenuate (x sqrt(t / T))
     head_norm: bool = False           # head-wise RMSNorm before W_O, gain of size head_dim
-    bias: bool = True                 # biases of every linear layer and of LayerNorm
-    qkv_bias: bool = False            # bias on the q, k, v projections only (Qwen style)
+    bias: bool = True                 # biases of every linear layer and of LayerNorm (GPT-2)
+    qkv_bias: bool = False            # biases on the q, k, v projections only (Qwen2)
+    attn_bias: bool = False           # biases on q, k, v and W_O (LLaMA's attention_bias)
+    mlp_bias: bool = False            # biases on the MLP projections (LLaMA's mlp_bias)
     tie_embeddings: bool = True       # LM head = token embedding (GPT-2); False: own matrix
 
     def __post_init__(self):
@@ -68,41 +86,29 @@ class GPTConfig:
         for knob in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
             if int(getattr(self, knob)) < 1:
                 raise ValueError(f"{knob} must be a positive integer, got {getattr(self, knob)}")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+        for knob in ("n_kv_head", "head_size", "mlp_hidden", "sliding_window"):
+            if getattr(self, knob) is not None and getattr(self, knob) < 1:
+                raise ValueError(f"{knob} must be a positive integer or unset, got {getattr(self, knob)}")
+        if self.head_size is None and self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head} (or set head_size)")
         if self.n_head % self.kv_heads:
             raise ValueError(f"n_head={self.n_head} is not a multiple of n_kv_head={self.kv_heads}")
         if self.position == "rope" and self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head_dim, got {self.head_dim}")
+        if self.rope_factor <= 0 or not 0 < self.rope_low_freq_factor < self.rope_high_freq_factor:
+            raise ValueError("RoPE scaling needs rope_factor > 0 and 0 < rope_low_freq_factor < rope_high_freq_factor")
 
     @property
     def head_dim(self) -> int:
-        return self.n_embd // self.n_head
+        return self.head_size or self.n_embd // self.n_head
 
     @property
     def kv_heads(self) -> int:
         return self.n_kv_head or self.n_head
 
     @property
-    def hidden(self) -> int:
+    def mlp_width(self) -> int:
         return self.mlp_hidden or 4 * self.n_embd
-
-
-# Dense bf16 peak of known GPUs (flop/s), matched as a substring of torch.cuda.get_device_name;
-# more specific names first. MFU = achieved flop/s / this. Scripts take --peak_tflops to override.
-BF16_PEAK_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12,
-                   "A10G": 70e12, "RTX 4090": 165e12}
-
-
-def peak_flops(device) -> Optional[float]:
-    """The bf16 peak of `device` from BF16_PEAK_FLOPS, or None (CPU, unknown GPU)."""
-    if torch.device(device).type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    for key, peak in BF16_PEAK_FLOPS.items():
-        if key in name:
-            return peak
-    return None
 
 
 # Presets: the papers' numbers. "RoPE GPT-2" = GPT-2 blocks with rotary instead of learned positions.
@@ -130,73 +136,125 @@ def get_config(name: str, **overrides) -> GPTConfig:
 
 # ----------------------------------------------------------------------------- building blocks
 
-def rope_tables(T: int, head_dim: int, theta: float, device=None):
-    """cos and sin of the rotary angles, (T, head_dim/2), always computed in float32."""
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim)
-    angles = torch.outer(torch.arange(T, device=device).float(), inv_freq)
+def rope_inv_freq(config: GPTConfig) -> torch.Tensor:
+    """RoPE's inverse frequencies theta^(-2i/hd), i < hd/2, float32, rescaled by config.rope_type:
+    default  unchanged;
+    linear   all divided by rope_factor (positions stretched by that factor);
+    llama3   Llama 3.1's rule: wavelengths shorter than original_context / high_freq_factor are kept,
+             those longer than original_context / low_freq_factor are divided by rope_factor, and the
+             band between is interpolated linearly in original_context / wavelength."""
+    hd = config.head_dim
+    inv = 1.0 / config.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd)
+    if config.rope_type == "linear":
+        return inv / config.rope_factor
+    if config.rope_type == "llama3":
+        wavelen = 2 * math.pi / inv
+        ratio = config.rope_original_context / wavelen          # how many wavelengths fit the trained context
+        low, high = config.rope_low_freq_factor, config.rope_high_freq_factor
+        smooth = ((ratio - low) / (high - low)).clamp(0.0, 1.0)  # 0: long waves (scaled), 1: short (kept)
+        return (1 - smooth) * inv / config.rope_factor + smooth * inv
+    return inv
+
+
+def rope_tables(T: int, config: GPTConfig, device=None):
+    """cos and sin of the rotary angles t * inv_freq, (T, head_dim/2), computed in float32."""
+    angles = torch.outer(torch.arange(T, device=device, dtype=torch.float32), rope_inv_freq(config).to(device))
     return angles.cos(), angles.sin()
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate (x_i, x_{i+hd/2}) by angle t * theta^(-2i/hd): the "rotate-half" layout of
-    Hugging Face LLaMA / Qwen2 / GPT-NeoX checkpoints (not Meta's interleaved pairs).
-    Scores q_m . k_n then depend on m - n only."""
+    """Rotate (x_i, x_{i+hd/2}) by angle t * inv_freq_i: the "rotate-half" layout of Hugging Face
+    LLaMA / Qwen / Mistral checkpoints (not Meta's interleaved pairs). Scores q_m . k_n then depend
+    on m - n only."""
     x1, x2 = x.chunk(2, dim=-1)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class RMSNorm(nn.Module):
+    """x / RMS(x) * gain over the last dimension. The statistic is taken in float32 and the normalized
+    x cast back before the gain multiplies it, as Hugging Face LLaMA does, so that bf16 models match."""
+
+    def __init__(self, width: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(width))
+
+    def forward(self, x):
+        xf = x.float()
+        return self.weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
 
 
 def make_norm(config: GPTConfig, width: int) -> nn.Module:
     if config.norm == "layernorm":
         return nn.LayerNorm(width, eps=config.norm_eps, bias=config.bias)
     if config.norm == "rmsnorm":
-        return nn.RMSNorm(width, eps=config.norm_eps)
+        return RMSNorm(width, config.norm_eps)
     return nn.Identity()
+
+
+def qkv_sizes(config: GPTConfig) -> list:
+    """Rows of the fused q/k/v matrix c_attn (and of its bias): H hd of q, then Hkv hd of k, then of v."""
+    H, Hkv, hd = config.n_head, config.kv_heads, config.head_dim
+    return [H * hd, Hkv * hd, Hkv * hd]
+
+
+def allowed_keys(T: int, window: Optional[int], device=None) -> torch.Tensor:
+    """(T, T) bool, True where query t may attend to key s: s <= t, and t - s < window if a window is set."""
+    t = torch.arange(T, device=device)
+    allowed = t[None, :] <= t[:, None]
+    if window is not None:
+        allowed &= t[None, :] > t[:, None] - window
+    return allowed
 
 
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
-        H, Hkv, hd = config.n_head, config.kv_heads, config.head_dim
-        # q, k, v in one matrix: rows [0, H hd) are q, then Hkv hd rows of k, then of v
-        self.c_attn = nn.Linear(config.n_embd, (H + 2 * Hkv) * hd, bias=config.bias or config.qkv_bias)
-        self.c_proj = nn.Linear(H * hd, config.n_embd, bias=config.bias)   # W_O, a residual projection
+        hd = config.head_dim
+        self.c_attn = nn.Linear(config.n_embd, sum(qkv_sizes(config)),
+                                bias=config.bias or config.qkv_bias or config.attn_bias)
+        self.c_proj = nn.Linear(config.n_head * hd, config.n_embd, bias=config.bias or config.attn_bias)   # W_O
+        if config.qk_norm:
+            self.q_norm, self.k_norm = RMSNorm(hd, config.norm_eps), RMSNorm(hd, config.norm_eps)
         if config.head_norm:
-            # one gain vector of size head_dim, shared by all heads
-            self.head_norm = nn.RMSNorm(hd, eps=config.norm_eps)
+            self.head_norm = RMSNorm(hd, config.norm_eps)    # one gain of size head_dim, shared by heads
 
-    def forward(self, x, rope=None, want_probs=False, want_head_out=False, mask=None):
+    def forward(self, x, rope=None, mask=None, trace=None):
+        """x (B, T, n_embd) -> (B, T, n_embd). mask: an edited (T, T) bool mask instead of the causal one.
+        trace: a dict to fill with what a probe asked for, by its keys: "attn_probs" (B, H, T, T),
+        float32 whatever the model's dtype, and "head_out" (B, H, T, hd), the heads as W_O sees them."""
         cfg = self.config
         B, T, _ = x.shape
         H, Hkv, hd = cfg.n_head, cfg.kv_heads, cfg.head_dim
-        q, k, v = self.c_attn(x).split([H * hd, Hkv * hd, Hkv * hd], dim=-1)
-        q = q.view(B, T, H, hd).transpose(1, 2)                  # (B, H, T, hd)
-        k = k.view(B, T, Hkv, hd).transpose(1, 2)                # (B, Hkv, T, hd)
-        v = v.view(B, T, Hkv, hd).transpose(1, 2)
+        q, k, v = self.c_attn(x).split(qkv_sizes(cfg), dim=-1)
+        q, k, v = q.view(B, T, H, hd), k.view(B, T, Hkv, hd), v.view(B, T, Hkv, hd)
+        if cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)    # (B, heads, T, hd)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        t = torch.arange(1, T + 1, device=x.device, dtype=torch.float32).view(T, 1)   # 1-indexed
-        probs = None
-        if cfg.attention == "uniform" and mask is None:
+        want_probs = trace is not None and "attn_probs" in trace
+        window = cfg.sliding_window if cfg.sliding_window is not None and cfg.sliding_window < T else None
+        allowed = mask if mask is not None else (allowed_keys(T, window, x.device) if window or want_probs else None)
+        t = torch.arange(1, T + 1, device=x.device, dtype=torch.float32).view(T, 1)    # 1-indexed positions
+        if cfg.attention == "uniform" and allowed is None:
             # Attn0-like: position t averages the values of positions 1..t (summed in fp32)
             y = (v.float().cumsum(dim=2) / t).to(v.dtype).repeat_interleave(H // Hkv, dim=1)
-            if want_probs:
-                probs = (torch.ones(T, T, device=x.device).tril() / t).to(q.dtype).expand(B, H, T, T)
-        elif want_probs or mask is not None:
-            # explicit path, only when the probabilities or an edited mask (sink.py) are asked for;
-            # with the causal mask it is the same maths as SDPA
-            allowed = torch.ones(T, T, dtype=torch.bool, device=x.device).tril() if mask is None else mask
-            k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)
+        elif want_probs or cfg.attention == "uniform":
+            # the explicit path, for probes: the same maths as SDPA, with the probabilities kept
             if cfg.attention == "uniform":
-                probs = (allowed.float() / allowed.sum(dim=-1, keepdim=True)).to(q.dtype).expand(B, H, T, T)
+                probs = (allowed.float() / allowed.sum(dim=-1, keepdim=True)).expand(B, H, T, T)
             else:
-                scores = ((q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))).masked_fill(~allowed, float("-inf"))
-                probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-            y = probs @ v
-            probs = probs if want_probs else None
+                scores = q @ k.repeat_interleave(H // Hkv, dim=1).transpose(-2, -1) * (1.0 / math.sqrt(hd))
+                probs = F.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1, dtype=torch.float32)
+            y = probs.to(v.dtype) @ v.repeat_interleave(H // Hkv, dim=1)
+            if want_probs:
+                trace["attn_probs"] = probs
         else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=Hkv != H)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, is_causal=allowed is None,
+                                               enable_gqa=Hkv != H)
         # Section 6.2.1: the running average leaves position t with variance ~ 1/t; undo it
         if cfg.calibration == "amplify":
             y = y * t.sqrt().to(y.dtype)
@@ -204,19 +262,20 @@ class CausalSelfAttention(nn.Module):
             y = y * (t / cfg.block_size).sqrt().to(y.dtype)
         if cfg.head_norm:
             y = self.head_norm(y)
-        head_out = y if want_head_out else None
-        y = y.transpose(1, 2).reshape(B, T, H * hd)
-        return self.c_proj(y), probs, head_out
+        if trace is not None and "head_out" in trace:
+            trace["head_out"] = y
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, H * hd))
 
 
 class MLP(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.activation = config.activation
-        self.c_fc = nn.Linear(config.n_embd, config.hidden, bias=config.bias)      # up
+        bias = config.bias or config.mlp_bias
+        self.c_fc = nn.Linear(config.n_embd, config.mlp_width, bias=bias)        # up
         if config.activation == "swiglu":
-            self.c_gate = nn.Linear(config.n_embd, config.hidden, bias=config.bias)  # gate
-        self.c_proj = nn.Linear(config.hidden, config.n_embd, bias=config.bias)    # down (residual proj)
+            self.c_gate = nn.Linear(config.n_embd, config.mlp_width, bias=bias)  # gate
+        self.c_proj = nn.Linear(config.mlp_width, config.n_embd, bias=bias)      # down (residual projection)
 
     def forward(self, x):
         h = self.c_fc(x)
@@ -233,7 +292,7 @@ class MLP(nn.Module):
 class Block(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.config = config
+        self.residual = config.residual
         if config.sublayers in ("both", "attn"):
             self.ln_1 = make_norm(config, config.n_embd)
             self.attn = CausalSelfAttention(config)
@@ -241,26 +300,14 @@ class Block(nn.Module):
             self.ln_2 = make_norm(config, config.n_embd)
             self.mlp = MLP(config)
 
-    def forward(self, x, rope=None, want_probs=False, want_head_out=False, mask=None):
-        probs = head_out = None
+    def forward(self, x, rope=None, mask=None, trace=None):
         if hasattr(self, "attn"):
-            a, probs, head_out = self.attn(self.ln_1(x), rope, want_probs, want_head_out, mask)
-            x = x + a if self.config.residual else a
+            a = self.attn(self.ln_1(x), rope, mask, trace)
+            x = x + a if self.residual else a
         if hasattr(self, "mlp"):
             m = self.mlp(self.ln_2(x))
-            x = x + m if self.config.residual else m
-        return x, probs, head_out
-
-
-def check_attn_mask(mask: torch.Tensor, T: int) -> torch.Tensor:
-    """An edited attention mask must be (T, T) bool, causal, and give every query a key."""
-    if mask.shape != (T, T) or mask.dtype != torch.bool:
-        raise ValueError(f"attn_mask must be a ({T}, {T}) bool tensor, got {mask.dtype} {tuple(mask.shape)}")
-    if mask.triu(diagonal=1).any():
-        raise ValueError("attn_mask lets a query see a later key; an edited mask must stay causal")
-    if not mask.any(dim=-1).all():
-        raise ValueError("attn_mask leaves a query with no key to attend to")
-    return mask
+            x = x + m if self.residual else m
+        return x
 
 
 # ----------------------------------------------------------------------------- the model
@@ -279,6 +326,62 @@ class GPT(nn.Module):
         # tied: the head reads wte.weight directly, so a tie can never come undone
         self.lm_head = None if config.tie_embeddings else nn.Linear(config.n_embd, config.vocab_size, bias=False)
 
+    def forward(self, idx, targets=None):
+        """idx (B, T) token ids -> (logits, loss). With targets (B, T): logits at every position and the
+        mean next-token cross-entropy (targets -1 are ignored); without: the last position's logits
+        (B, vocab) and None. Token ids are not range-checked here (that would sync a GPU every call):
+        check_token_ids checks them where data enters."""
+        x = self._embed(idx, None)
+        rope = self._rope(x)
+        for block in self.transformer.h:
+            x = block(x, rope)
+        x = self.transformer.ln_f(x)
+        if targets is None:
+            return self.unembed(x[:, -1]), None       # the LM head on the last position only
+        logits = self.unembed(x)
+        return logits, F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-1)
+
+    def trace(self, idx=None, *, embeds=None, hidden=None, attn_probs=False, head_out=False, logits=False,
+              attn_mask=None) -> dict:
+        """One pass that keeps what the probes read, on token ids idx (B, T) or input embeddings
+        embeds (B, T, n_embd). Returns a dict holding only what was asked:
+          hidden="all" | "last": the n_layer + 2 residual-stream states -- the input (after the position
+              table), after each block, after the final norm -- each (B, T, d), or (B, d) at the last token
+          attn_probs: per layer (B, H, T, T), float32 (an explicit softmax instead of SDPA)
+          head_out: per layer (B, H, T, head_dim), each head's aggregated output as W_O sees it
+          logits: the last position's logits (B, vocab)
+        attn_mask: a (T, T) bool mask used in every layer instead of the causal one; it must stay causal
+        and leave each query a key (sink.py's mask edit: "token k attends only to itself")."""
+        if hidden not in (None, "all", "last"):
+            raise ValueError(f"hidden must be None, 'all' or 'last', got {hidden!r}")
+        x = self._embed(idx, embeds)
+        T = x.shape[1]
+        if attn_mask is not None:
+            attn_mask = check_attn_mask(attn_mask, T).to(x.device)
+        keep = (lambda h: h) if hidden == "all" else (lambda h: h[:, -1])
+        rope = self._rope(x)
+        states, per_layer = [keep(x)], []
+        for block in self.transformer.h:
+            rec = {k: None for k, wanted in (("attn_probs", attn_probs), ("head_out", head_out)) if wanted}
+            x = block(x, rope, attn_mask, rec)
+            states.append(keep(x))
+            per_layer.append(rec)
+        x = self.transformer.ln_f(x)
+        states.append(keep(x))
+        out = {}
+        if hidden:
+            out["hidden"] = states
+        for key, wanted in (("attn_probs", attn_probs), ("head_out", head_out)):
+            if wanted:     # MLP-only blocks have no attention: they add nothing
+                out[key] = [rec[key] for rec in per_layer if rec[key] is not None]
+        if logits:
+            out["logits"] = self.unembed(x[:, -1])
+        return out
+
+    def unembed(self, x):
+        """The LM head: final-norm states -> logits."""
+        return F.linear(x, self.transformer.wte.weight if self.lm_head is None else self.lm_head.weight)
+
     def num_params(self, include_embeddings: bool = True) -> int:
         n = sum(p.numel() for p in self.parameters())
         if not include_embeddings:
@@ -289,9 +392,29 @@ class GPT(nn.Module):
                 n -= self.transformer.wpe.weight.numel()
         return n
 
-    def head(self, x):
-        """The LM head (unembedding) on final-norm states."""
-        return F.linear(x, self.transformer.wte.weight if self.lm_head is None else self.lm_head.weight)
+    def _embed(self, idx, embeds):
+        cfg = self.config
+        if (idx is None) == (embeds is None):
+            raise ValueError("pass exactly one of idx (token ids, B x T) or embeds (B x T x n_embd)")
+        if idx is not None:
+            if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+                raise ValueError(f"idx must be integer token ids of shape (B, T), got {idx.dtype} {tuple(idx.shape)}")
+            x = self.transformer.wte(idx.long())
+        else:
+            if embeds.dim() != 3 or embeds.shape[-1] != cfg.n_embd:
+                raise ValueError(f"embeds must have shape (B, T, n_embd={cfg.n_embd}), got {tuple(embeds.shape)}")
+            x = embeds
+        T = x.shape[1]
+        if T > cfg.block_size:
+            raise ValueError(f"sequence length {T} exceeds the context block_size={cfg.block_size}")
+        if T == 0:
+            raise ValueError("empty sequence: T must be at least 1")
+        if cfg.position == "learned":
+            x = x + self.transformer.wpe(torch.arange(T, device=x.device))
+        return x
+
+    def _rope(self, x):
+        return rope_tables(x.shape[1], self.config, x.device) if self.config.position == "rope" else None
 
     @classmethod
     def from_checkpoint(cls, path: str, device="cpu") -> "GPT":
@@ -310,102 +433,49 @@ class GPT(nn.Module):
         return model
 
     @classmethod
-    def from_pretrained(cls, path: str, device="cpu") -> "GPT":
-        """A Hugging Face directory of LLaMA, Qwen2 or GPT-2 architecture, loaded without the
-        transformers library; the weights keep their dtype (bf16 stays bf16)."""
-        config, sd = read_pretrained(path)
+    def from_pretrained(cls, path: str, device="cpu", dtype: Optional[torch.dtype] = None) -> "GPT":
+        """A Hugging Face directory (config.json + *.safetensors) of a supported family, without the
+        transformers library. The model is built in the checkpoint's dtype (bf16 stays bf16; `dtype`
+        overrides) and filled tensor by tensor, so loading peaks near the checkpoint's own size."""
+        config, hf = read_hf_config(path)
+        shards = hf_shards(path)
+        headers = {s: read_safetensors_header(s) for s in shards}
+        dtype = dtype or widest_float_dtype(headers)
         with torch.device("meta"):
-            model = cls(config)
-        model = model.to_empty(device=device).to(sd["transformer.wte.weight"].dtype)
-        model.load_state_dict(sd)
+            model = cls(config).to(dtype)        # dtype on the meta device: nothing allocated yet
+        model = model.to_empty(device=device)
+        load_hf_weights(model, headers, hf["architectures"][0], path)
         return model
 
-    def forward(self, idx=None, targets=None, *, embeds=None, hidden=None, attn_probs=False,
-                head_out=False, logits=True, attn_mask=None):
-        """Run the model on token ids idx (B, T) or input embeddings embeds (B, T, n_embd).
 
-        Plain call: last-position logits (B, vocab). With targets (B, T): (logits (B, T, vocab), loss).
-        Asking for anything else returns a dict holding only what was asked, from this one pass:
-          hidden="all" | "last": list of n_layer + 2 residual-stream states -- the input (after
-              position embedding), after each block, after the final norm -- each (B, T, d) or (B, d)
-          attn_probs=True: list over layers of (B, H, T, T) attention probabilities (explicit softmax)
-          head_out=True: list over layers of (B, H, T, head_dim), each head's aggregated output as
-              W_O sees it (after calibration and head_norm)
-          logits=False: skip the LM head ("logits" absent from the dict)
-        attn_mask: optional (T, T) bool, True where query t may attend to key s, used in every layer
-            instead of the causal mask; it must stay causal and leave each query a key (sink.py's
-            mask edit: "token k attends only to itself").
-        """
-        cfg = self.config
-        x = self._embed(idx, embeds)
-        B, T, _ = x.shape
-        rope = rope_tables(T, cfg.head_dim, cfg.rope_theta, x.device) if cfg.position == "rope" else None
-        if attn_mask is not None:
-            attn_mask = check_attn_mask(attn_mask, T).to(x.device)
-        want_dict = hidden is not None or attn_probs or head_out or not logits
-        if hidden not in (None, "all", "last"):
-            raise ValueError(f"hidden must be None, 'all' or 'last', got {hidden!r}")
-        keep = (lambda h: h) if hidden == "all" else (lambda h: h[:, -1])
-        states, probs_list, heads_list = [], [], []
-        if hidden:
-            states.append(keep(x))
-        for block in self.transformer.h:
-            x, probs, heads = block(x, rope, attn_probs, head_out, attn_mask)
-            if hidden:
-                states.append(keep(x))
-            if attn_probs:
-                probs_list.append(probs)
-            if head_out:
-                heads_list.append(heads)
-        x = self.transformer.ln_f(x)
-        if hidden:
-            states.append(keep(x))
-
-        out = {}
-        loss = None
-        if logits:
-            if targets is not None:
-                out["logits"] = self.head(x)
-                loss = F.cross_entropy(out["logits"].flatten(0, 1).float(), targets.flatten(), ignore_index=-1)
-                out["loss"] = loss
-            else:
-                out["logits"] = self.head(x[:, -1])     # the LM head on the last position only
-        if not want_dict:
-            return (out["logits"], loss) if targets is not None else out["logits"]
-        if hidden:
-            out["hidden"] = states
-        if attn_probs:
-            out["attn_probs"] = [p for p in probs_list if p is not None]
-        if head_out:
-            out["head_out"] = [h for h in heads_list if h is not None]
-        return out
-
-    def _embed(self, idx, embeds):
-        cfg = self.config
-        if (idx is None) == (embeds is None):
-            raise ValueError("pass exactly one of idx (token ids, B x T) or embeds (B x T x n_embd)")
-        if idx is not None:
-            if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
-                raise ValueError(f"idx must be integer token ids of shape (B, T), got {idx.dtype} {tuple(idx.shape)}")
-            if not torch.compiler.is_compiling() and idx.numel() and (idx.min() < 0 or idx.max() >= cfg.vocab_size):
-                raise ValueError(f"token ids must lie in [0, {cfg.vocab_size}); got min {int(idx.min())}, "
-                                 f"max {int(idx.max())} -- is the data tokenized for this vocabulary?")
-            x = self.transformer.wte(idx.long())
-        else:
-            if embeds.dim() != 3 or embeds.shape[-1] != cfg.n_embd:
-                raise ValueError(f"embeds must have shape (B, T, n_embd={cfg.n_embd}), got {tuple(embeds.shape)}")
-            x = embeds
-        T = x.shape[1]
-        if T > cfg.block_size:
-            raise ValueError(f"sequence length {T} exceeds the context block_size={cfg.block_size}")
-        if T == 0:
-            raise ValueError("empty sequence: T must be at least 1")
-        if cfg.position == "learned":
-            x = x + self.transformer.wpe(torch.arange(T, device=x.device))
-        return x
+def check_attn_mask(mask: torch.Tensor, T: int) -> torch.Tensor:
+    """An edited attention mask must be (T, T) bool, causal, and give every query a key."""
+    if mask.shape != (T, T) or mask.dtype != torch.bool:
+        raise ValueError(f"attn_mask must be a ({T}, {T}) bool tensor, got {mask.dtype} {tuple(mask.shape)}")
+    if mask.triu(diagonal=1).any():
+        raise ValueError("attn_mask lets a query see a later key; an edited mask must stay causal")
+    if not mask.any(dim=-1).all():
+        raise ValueError("attn_mask leaves a query with no key to attend to")
+    return mask
 
 
-# ----------------------------------------------------------------------------- checkpoints
+def check_token_ids(idx: torch.Tensor, vocab_size: int, where: str = "the input") -> torch.Tensor:
+    """Token ids must index the embedding table; checked once where data enters (one host sync)."""
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= vocab_size):
+        raise ValueError(f"token ids of {where} must lie in [0, {vocab_size}); got min {int(idx.min())}, max "
+                         f"{int(idx.max())} -- is it tokenized for this model's vocabulary?")
+    return idx
+
+
+def load_model(path: str, device="cpu", dtype: Optional[torch.dtype] = None) -> GPT:
+    """Any model this project reads: a train.py checkpoint file or a Hugging Face directory."""
+    if os.path.isdir(path):
+        return GPT.from_pretrained(path, device=device, dtype=dtype)
+    model = GPT.from_checkpoint(path, device=device)
+    return model.to(dtype) if dtype is not None else model
+
+
+# ----------------------------------------------------------------------------- train.py checkpoints
 
 def read_checkpoint(path: str) -> dict:
     """A train.py checkpoint as a dict: config, model (state dict), optimizer, step, seeds,
@@ -424,103 +494,345 @@ def read_checkpoint(path: str) -> dict:
 
 
 # ----------------------------------------------------------------------------- Hugging Face checkpoints
+# config.json is read field by field. Every field that changes the forward pass is understood, in both
+# spellings found on the Hub (transformers 4.x: rope_theta + rope_scaling; 5.x: rope_parameters); a
+# field absent from the file takes the value transformers' own config class gives it; a field present
+# but not understood is an error naming it. Nothing is approximated in silence.
 
-HF_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "GPT2LMHeadModel")
+HF_FAMILIES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "GPT2LMHeadModel")
 
+# transformers' class defaults of the fields a config.json may leave out
+HF_DEFAULTS = {
+    "LlamaForCausalLM": dict(num_key_value_heads=None, head_dim=None, max_position_embeddings=2048,
+                             rms_norm_eps=1e-6, tie_word_embeddings=False, attention_bias=False, mlp_bias=False),
+    "MistralForCausalLM": dict(num_key_value_heads=8, head_dim=None, max_position_embeddings=131072,
+                               rms_norm_eps=1e-6, tie_word_embeddings=False, sliding_window=4096),
+    "Qwen2ForCausalLM": dict(num_key_value_heads=32, max_position_embeddings=32768, rms_norm_eps=1e-6,
+                             tie_word_embeddings=False, use_sliding_window=False, sliding_window=4096,
+                             max_window_layers=28),
+    "Qwen3ForCausalLM": dict(num_key_value_heads=32, head_dim=128, max_position_embeddings=32768,
+                             rms_norm_eps=1e-6, tie_word_embeddings=False, attention_bias=False,
+                             use_sliding_window=False, sliding_window=4096, max_window_layers=28),
+}
 
-def hf_config(cfg: dict) -> GPTConfig:
-    """The GPTConfig of a Hugging Face config.json (LLaMA, Qwen2, GPT-2); anything this model cannot
-    reproduce exactly is an error, not an approximation."""
-    arch = (cfg.get("architectures") or ["?"])[0]
-    if arch not in HF_ARCHITECTURES:
-        raise ValueError(f"unsupported architecture {arch!r}; model.py loads {', '.join(HF_ARCHITECTURES)}")
-    if arch == "GPT2LMHeadModel":
-        if cfg.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh", "gelu"):
-            raise ValueError(f"unsupported GPT-2 activation {cfg['activation_function']!r}")
-        return GPTConfig(block_size=cfg["n_positions"], vocab_size=cfg["vocab_size"], n_layer=cfg["n_layer"],
-                         n_head=cfg["n_head"], n_embd=cfg["n_embd"], mlp_hidden=cfg.get("n_inner"),
-                         norm_eps=cfg.get("layer_norm_epsilon", 1e-5), position="learned",
-                         activation="gelu" if cfg.get("activation_function") == "gelu" else "gelu_tanh",
-                         bias=True, tie_embeddings=True)
-    if cfg.get("rope_scaling"):
-        raise ValueError(f"rope_scaling {cfg['rope_scaling']} is not implemented; only plain RoPE loads exactly")
-    if cfg.get("hidden_act", "silu") != "silu":
-        raise ValueError(f"unsupported hidden_act {cfg['hidden_act']!r} (SwiGLU needs silu)")
-    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-    if head_dim * cfg["num_attention_heads"] != cfg["hidden_size"]:
-        raise ValueError("head_dim x heads != hidden_size is not supported")
-    qkv_bias = arch == "Qwen2ForCausalLM" or bool(cfg.get("attention_bias", False))
-    return GPTConfig(block_size=cfg.get("max_position_embeddings", 2048), vocab_size=cfg["vocab_size"],
-                     n_layer=cfg["num_hidden_layers"], n_head=cfg["num_attention_heads"],
-                     n_kv_head=cfg.get("num_key_value_heads"), n_embd=cfg["hidden_size"],
-                     mlp_hidden=cfg["intermediate_size"], norm="rmsnorm", norm_eps=cfg.get("rms_norm_eps", 1e-6),
-                     activation="swiglu", position="rope", rope_theta=cfg.get("rope_theta", 10000.0),
-                     bias=False, qkv_bias=qkv_bias, tie_embeddings=bool(cfg.get("tie_word_embeddings", False)))
+# fields that never change the forward pass of a causal LM in eval mode: bookkeeping, token ids,
+# initialization, dropout, caching, generation defaults, heads other than the LM head
+HF_INERT = {
+    "architectures", "model_type", "transformers_version", "torch_dtype", "dtype", "_name_or_path",
+    "_model_name_or_path", "name_or_path", "_commit_hash", "bos_token_id", "eos_token_id", "pad_token_id",
+    "unk_token_id", "sep_token_id", "decoder_start_token_id", "initializer_range", "initializer_factor",
+    "attention_dropout", "hidden_dropout", "dropout", "attn_pdrop", "embd_pdrop", "resid_pdrop", "use_cache",
+    "output_attentions", "output_hidden_states", "return_dict", "use_return_dict", "torchscript",
+    "use_bfloat16", "tf_legacy_loss", "chunk_size_feed_forward", "is_decoder", "problem_type", "id2label",
+    "label2id", "finetuning_task", "prefix", "tokenizer_class", "task_specific_params", "max_length",
+    "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty",
+    "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty",
+    "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences",
+    "output_scores", "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id",
+    "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
+    "pretraining_tp",               # LLaMA: the same matmuls, split in slices
+    "reorder_and_upcast_attn", "n_ctx",   # GPT-2: float32 upcast of the scores; a legacy alias of n_positions
+    "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels", "summary_first_dropout",
+}
+# fields that are inert only at these values
+HF_INERT_IF = {"is_encoder_decoder": False, "add_cross_attention": False, "pruned_heads": {},
+               "tie_encoder_decoder": False}
 
-
-def hf_state_dict(tensors: dict, config: GPTConfig, gpt2: bool) -> dict:
-    """Hugging Face tensor names and layouts -> this model's. GPT-2 stores Conv1D weights as
-    (in, out): transpose. LLaMA/Qwen2 store q, k, v apart: concatenate them into c_attn."""
-    strip = lambda name: name.split("transformer.", 1)[-1] if gpt2 else name.split("model.", 1)[-1]
-    t = {strip(k): v for k, v in tensors.items()}
-    sd = {}
-    if gpt2:
-        sd["transformer.wte.weight"], sd["transformer.wpe.weight"] = t["wte.weight"], t["wpe.weight"]
-        sd["transformer.ln_f.weight"], sd["transformer.ln_f.bias"] = t["ln_f.weight"], t["ln_f.bias"]
-        for i in range(config.n_layer):
-            for name in ("ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias", "attn.c_attn.bias",
-                         "attn.c_proj.bias", "mlp.c_fc.bias", "mlp.c_proj.bias"):
-                sd[f"transformer.h.{i}.{name}"] = t[f"h.{i}.{name}"]
-            for name in ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"):
-                sd[f"transformer.h.{i}.{name}"] = t[f"h.{i}.{name}"].t().contiguous()   # Conv1D: (in, out)
-        return sd
-    sd["transformer.wte.weight"], sd["transformer.ln_f.weight"] = t["embed_tokens.weight"], t["norm.weight"]
-    if not config.tie_embeddings:
-        sd["lm_head.weight"] = tensors["lm_head.weight"]
-    for i in range(config.n_layer):
-        p, o = f"layers.{i}.", f"transformer.h.{i}."
-        sd[o + "attn.c_attn.weight"] = torch.cat([t[p + f"self_attn.{x}_proj.weight"] for x in "qkv"])
-        if config.qkv_bias:
-            sd[o + "attn.c_attn.bias"] = torch.cat([t[p + f"self_attn.{x}_proj.bias"] for x in "qkv"])
-        sd[o + "attn.c_proj.weight"] = t[p + "self_attn.o_proj.weight"]
-        sd[o + "ln_1.weight"], sd[o + "ln_2.weight"] = t[p + "input_layernorm.weight"], t[p + "post_attention_layernorm.weight"]
-        sd[o + "mlp.c_fc.weight"], sd[o + "mlp.c_gate.weight"] = t[p + "mlp.up_proj.weight"], t[p + "mlp.gate_proj.weight"]
-        sd[o + "mlp.c_proj.weight"] = t[p + "mlp.down_proj.weight"]
-    return sd
+GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
+                    "gelu_accurate": "gelu_tanh", "gelu_python_tanh": "gelu_tanh", "gelu": "gelu",
+                    "gelu_python": "gelu", "relu": "relu", "silu": "silu", "swish": "silu", "tanh": "tanh"}
 
 
-def read_pretrained(path: str):
-    """(GPTConfig, state dict) of a Hugging Face directory: config.json + *.safetensors, sharded or not."""
-    from safetensors.torch import load_file     # the one optional dependency, only here
+def _need(fields: dict, key: str, where: str = "config.json"):
+    if key not in fields or fields[key] is None:
+        raise ValueError(f"{where} lacks the field {key!r}")
+    return fields.pop(key)
+
+
+def hf_config(hf: dict) -> GPTConfig:
+    """The GPTConfig of a Hugging Face config.json dict. Raises ValueError naming any field, value or
+    architecture this model cannot reproduce exactly."""
+    arch = (hf.get("architectures") or [None])[0]
+    if arch not in HF_FAMILIES:
+        raise ValueError(f"unsupported architecture {arch!r}; model.py loads exactly {', '.join(HF_FAMILIES)}. "
+                         f"For any other family, fingerprint a model you load yourself: seedprint.fingerprint "
+                         f"accepts a callable ids -> final-norm last-token states (see the README)")
+    fields = {k: v for k, v in hf.items() if k not in HF_INERT}   # every field is popped as it is read
+    for key, inert in HF_INERT_IF.items():
+        if key in fields and fields.pop(key) not in (inert, None):
+            raise ValueError(f"config.json sets {key}={hf[key]!r}; model.py loads decoder-only causal LMs only")
+    config = _gpt2_config(fields) if arch == "GPT2LMHeadModel" else _llama_family_config(fields, arch)
+    if fields:
+        raise ValueError(f"config.json field(s) {sorted(fields)} of this {arch} are not understood by model.py; "
+                         f"a field it cannot read may change the forward pass, so the checkpoint is refused "
+                         f"rather than loaded approximately")
+    return config
+
+
+def _gpt2_config(f: dict) -> GPTConfig:
+    act = f.pop("activation_function", "gelu_new")
+    if act not in GPT2_ACTIVATIONS:
+        raise ValueError(f"unsupported GPT-2 activation_function {act!r}; known: {sorted(GPT2_ACTIVATIONS)}")
+    for key, expected in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False)):
+        if f.pop(key, expected) != expected:
+            raise ValueError(f"GPT-2 config sets {key}={not expected}: attention scaled other than by "
+                             f"1/sqrt(head_dim) is not supported")
+    return GPTConfig(block_size=_need(f, "n_positions"), vocab_size=_need(f, "vocab_size"), n_layer=_need(f, "n_layer"),
+                     n_head=_need(f, "n_head"), n_embd=_need(f, "n_embd"), mlp_hidden=f.pop("n_inner", None),
+                     norm="layernorm", norm_eps=f.pop("layer_norm_epsilon", 1e-5), position="learned",
+                     activation=GPT2_ACTIVATIONS[act], bias=True, tie_embeddings=f.pop("tie_word_embeddings", True))
+
+
+def _llama_family_config(f: dict, arch: str) -> GPTConfig:
+    """LLaMA, Mistral, Qwen2 and Qwen3 share the block (RMSNorm, RoPE, SwiGLU, GQA); they differ in
+    biases, q/k norm, head width and sliding windows."""
+    d = HF_DEFAULTS[arch]
+    get = lambda key: f.pop(key, d.get(key))
+    act = f.pop("hidden_act", "silu")
+    if act not in ("silu", "swish"):
+        raise ValueError(f"unsupported hidden_act {act!r} for {arch}: its gated MLP is SwiGLU (silu)")
+    H, n_embd, L = _need(f, "num_attention_heads"), _need(f, "hidden_size"), _need(f, "num_hidden_layers")
+    max_pos, head_dim = get("max_position_embeddings"), get("head_dim")
+    # biases: LLaMA reads attention_bias (q, k, v, o) and mlp_bias, Qwen3 attention_bias; Qwen2 always
+    # has q, k, v biases; a bias field the family's transformers class ignores must not claim biases
+    reads = {"LlamaForCausalLM": ("attention_bias", "mlp_bias"), "Qwen3ForCausalLM": ("attention_bias",)}.get(arch, ())
+    bias = {key: bool(f.pop(key, d.get(key, False))) for key in ("attention_bias", "mlp_bias")}
+    for key, on in bias.items():
+        if on and key not in reads:
+            raise ValueError(f"config.json sets {key}=true, which transformers' {arch} does not read")
+    rope = _hf_rope(f, max_pos)
+    window = _hf_sliding_window(f, arch, d, L)
+    return GPTConfig(block_size=max_pos, vocab_size=_need(f, "vocab_size"), n_layer=L, n_head=H,
+                     n_kv_head=get("num_key_value_heads") or H, n_embd=n_embd,
+                     head_size=head_dim if head_dim not in (None, n_embd // H) else None,
+                     mlp_hidden=_need(f, "intermediate_size"), norm="rmsnorm", norm_eps=get("rms_norm_eps"),
+                     activation="swiglu", position="rope", **rope, sliding_window=window,
+                     qk_norm=arch == "Qwen3ForCausalLM", bias=False, qkv_bias=arch == "Qwen2ForCausalLM",
+                     attn_bias=bias["attention_bias"], mlp_bias=bias["mlp_bias"],
+                     tie_embeddings=bool(get("tie_word_embeddings")))
+
+
+def _hf_rope(f: dict, max_pos: int) -> dict:
+    """RoPE's knobs from either spelling: 4.x rope_theta + rope_scaling, or 5.x rope_parameters."""
+    theta = f.pop("rope_theta", None)
+    scaling, params = f.pop("rope_scaling", None), f.pop("rope_parameters", None)
+    if scaling and params and scaling != params:
+        raise ValueError(f"config.json has both rope_scaling {scaling} and rope_parameters {params}, and they differ")
+    p = dict(scaling or params or {})
+    if any(isinstance(v, dict) for v in p.values()):
+        raise ValueError(f"per-layer-type RoPE parameters {sorted(p)} are not supported")
+    kind, old_kind = p.pop("rope_type", None), p.pop("type", None)    # "type" is the older spelling
+    if kind and old_kind and kind != old_kind:
+        raise ValueError(f"RoPE parameters name two types: rope_type={kind!r}, type={old_kind!r}")
+    kind = kind or old_kind or "default"
+    theta = p.pop("rope_theta", theta if theta is not None else 10000.0)   # rope_parameters' own value wins
+    for src in (p, f):
+        if src.pop("partial_rotary_factor", 1.0) != 1.0:
+            raise ValueError("partial_rotary_factor != 1 (RoPE on part of each head) is not supported")
+    out = dict(rope_theta=float(theta))
+    if kind == "linear":
+        out.update(rope_type="linear", rope_factor=float(_need(p, "factor", "rope scaling")))
+    elif kind == "llama3":
+        out.update(rope_type="llama3", rope_factor=float(_need(p, "factor", "rope scaling")),
+                   rope_low_freq_factor=float(_need(p, "low_freq_factor", "rope scaling")),
+                   rope_high_freq_factor=float(_need(p, "high_freq_factor", "rope scaling")),
+                   rope_original_context=int(p.pop("original_max_position_embeddings", max_pos)))
+    elif kind != "default":
+        raise ValueError(f"RoPE type {kind!r} is not supported; model.py computes 'default', 'linear' and "
+                         f"'llama3' exactly")
+    if p:
+        raise ValueError(f"RoPE parameter(s) {sorted(p)} are not understood for rope_type {kind!r}")
+    return out
+
+
+def _hf_sliding_window(f: dict, arch: str, defaults: dict, n_layer: int) -> Optional[int]:
+    """The one window every layer uses, or None; per-layer windows are refused."""
+    if arch == "LlamaForCausalLM":
+        return None
+    window = f.pop("sliding_window", defaults["sliding_window"])
+    layers = f.pop("layer_types", None)
+    if arch == "MistralForCausalLM":
+        kinds = set(layers or ["sliding_attention"])
+    else:   # Qwen2 / Qwen3: a window only with use_sliding_window, and then from layer max_window_layers on
+        on, first = f.pop("use_sliding_window", False), f.pop("max_window_layers", defaults["max_window_layers"])
+        window = window if on else None
+        kinds = set(layers) if layers else {"sliding_attention" if window is not None and i >= first
+                                            else "full_attention" for i in range(n_layer)}
+    if not kinds <= {"sliding_attention", "full_attention"}:
+        raise ValueError(f"layer_types {sorted(kinds)} are not supported")
+    windows = {window if kind == "sliding_attention" else None for kind in kinds}
+    if len(windows) > 1:
+        raise ValueError(f"this {arch} mixes full and sliding-window ({window}) layers; model.py applies one "
+                         f"window to every layer or none")
+    return windows.pop()
+
+
+def read_hf_config(path: str):
+    """(GPTConfig, the raw config.json dict) of a Hugging Face directory."""
     cfg_path = os.path.join(path, "config.json")
     if not os.path.isfile(cfg_path):
         raise FileNotFoundError(f"{path!r} is not a Hugging Face model directory (no config.json)")
-    hf = json.load(open(cfg_path))
-    try:
-        config = hf_config(hf)
-    except KeyError as e:
-        raise ValueError(f"{cfg_path} lacks the field {e}") from None
+    with open(cfg_path) as fh:
+        hf = json.load(fh)
+    return hf_config(hf), hf
+
+
+def hf_shards(path: str) -> list:
     index = os.path.join(path, "model.safetensors.index.json")
-    shards = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.isfile(index) else \
-        sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
-    if not shards:
+    if os.path.isfile(index):
+        with open(index) as fh:
+            names = sorted(set(json.load(fh)["weight_map"].values()))
+    else:
+        names = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
+    if not names:
         raise FileNotFoundError(f"no *.safetensors weights in {path!r} (.bin pickles are not loaded: they run code)")
-    tensors = {}
-    for shard in shards:
-        tensors.update(load_file(os.path.join(path, shard)))
-    gpt2 = hf["architectures"][0] == "GPT2LMHeadModel"
-    try:
-        sd = hf_state_dict(tensors, config, gpt2)
-    except KeyError as e:
-        raise ValueError(f"{path}: tensor {e} missing for a {hf['architectures'][0]} checkpoint") from None
-    return config, sd
+    missing = [n for n in names if not os.path.isfile(os.path.join(path, n))]
+    if missing:
+        raise FileNotFoundError(f"{path}: shard(s) {missing} named in model.safetensors.index.json are missing")
+    return [os.path.join(path, n) for n in names]
 
 
-def load_model(path: str, device="cpu") -> GPT:
-    """Any model this project reads: a train.py checkpoint file or a Hugging Face directory."""
-    if os.path.isdir(path):
-        return GPT.from_pretrained(path, device=device)
-    return GPT.from_checkpoint(path, device=device)
+# safetensors: 8 bytes little-endian header length, a JSON header {name: {dtype, shape, data_offsets}},
+# then the raw little-endian bytes. Read with plain file reads straight into the parameters' memory:
+# no memory map, so a process's peak memory is the model's own size, not the model plus the file.
+SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+                      "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+                      "U8": torch.uint8, "BOOL": torch.bool}
+
+
+def read_safetensors_header(file: str) -> dict:
+    """{tensor name: (dtype name, shape, absolute byte offset, byte length)} of one .safetensors file."""
+    with open(file, "rb") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        header = json.loads(fh.read(n))
+    header.pop("__metadata__", None)
+    return {name: (e["dtype"], tuple(e["shape"]), 8 + n + e["data_offsets"][0],
+                   e["data_offsets"][1] - e["data_offsets"][0]) for name, e in header.items()}
+
+
+def widest_float_dtype(headers: dict) -> torch.dtype:
+    """The widest floating dtype among the tensors: the model is built in it, so no weight is rounded."""
+    found = {SAFETENSORS_DTYPES.get(e[0]) for h in headers.values() for e in h.values()}
+    for dtype in (torch.float64, torch.float32, torch.bfloat16, torch.float16):
+        if dtype in found:
+            return dtype
+    raise ValueError("the checkpoint holds no floating-point tensor this loader reads (F64/F32/BF16/F16)")
+
+
+def hf_tensor_targets(config: GPTConfig, arch: str) -> dict:
+    """Hugging Face tensor name (prefix "model." / "transformer." stripped) -> (this model's parameter,
+    its rows the tensor fills -- None for all of them --, transpose). q, k and v fill row ranges of
+    the fused c_attn; GPT-2 stores Conv1D weights as (in, out), so they are transposed."""
+    whole = lambda name, transpose=False: (name, None, transpose)
+    t = {}
+    if arch == "GPT2LMHeadModel":
+        t.update({name: whole("transformer." + name) for name in ("wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias")})
+        for i in range(config.n_layer):
+            o = f"transformer.h.{i}."
+            for name in ("ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias", "attn.c_attn.bias", "attn.c_proj.bias",
+                         "mlp.c_fc.bias", "mlp.c_proj.bias"):
+                t[f"h.{i}.{name}"] = whole(o + name)
+            for name in ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"):
+                t[f"h.{i}.{name}"] = whole(o + name, transpose=True)
+    else:
+        t.update({"embed_tokens.weight": whole("transformer.wte.weight"), "norm.weight": whole("transformer.ln_f.weight")})
+        q, k, v = qkv_sizes(config)
+        rows = dict(q=slice(0, q), k=slice(q, q + k), v=slice(q + k, q + k + v))
+        for i in range(config.n_layer):
+            p, o = f"layers.{i}.", f"transformer.h.{i}."
+            for kind in ["weight"] + (["bias"] if config.qkv_bias or config.attn_bias else []):
+                for proj in "qkv":
+                    t[p + f"self_attn.{proj}_proj.{kind}"] = (o + f"attn.c_attn.{kind}", rows[proj], False)
+            for kind in ["weight"] + (["bias"] if config.attn_bias else []):
+                t[p + f"self_attn.o_proj.{kind}"] = whole(o + f"attn.c_proj.{kind}")
+            if config.qk_norm:
+                t[p + "self_attn.q_norm.weight"] = whole(o + "attn.q_norm.weight")
+                t[p + "self_attn.k_norm.weight"] = whole(o + "attn.k_norm.weight")
+            t[p + "input_layernorm.weight"] = whole(o + "ln_1.weight")
+            t[p + "post_attention_layernorm.weight"] = whole(o + "ln_2.weight")
+            for hf_name, ours in (("up_proj", "c_fc"), ("gate_proj", "c_gate"), ("down_proj", "c_proj")):
+                for kind in ["weight"] + (["bias"] if config.mlp_bias else []):
+                    t[p + f"mlp.{hf_name}.{kind}"] = whole(o + f"mlp.{ours}.{kind}")
+    if not config.tie_embeddings:
+        t["lm_head.weight"] = whole("lm_head.weight")
+    return t
+
+
+def _hf_skipped(name: str, config: GPTConfig) -> bool:
+    """Tensors that are not weights of the forward pass: GPT-2's causal-mask buffers, old checkpoints'
+    RoPE tables, and a tied model's saved copy of its embedding."""
+    return (name.endswith((".attn.bias", ".attn.masked_bias")) and name.startswith("h.")) or \
+        name.endswith("rotary_emb.inv_freq") or (name == "lm_head.weight" and config.tie_embeddings)
+
+
+@torch.no_grad()
+def load_hf_weights(model: GPT, headers: dict, arch: str, where: str) -> None:
+    """Fill every parameter of `model` from the safetensors files, one tensor at a time; a missing,
+    unknown, or misshapen tensor is an error naming it."""
+    config = model.config
+    targets = hf_tensor_targets(config, arch)
+    params = dict(model.named_parameters())
+    rows_filled = {name: 0 for name in params}
+    prefix = "transformer." if arch == "GPT2LMHeadModel" else "model."
+    for file, header in headers.items():
+        with open(file, "rb") as fh:
+            for hf_name, (kind, shape, offset, nbytes) in header.items():
+                name = hf_name[len(prefix):] if hf_name.startswith(prefix) else hf_name
+                if _hf_skipped(name, config):
+                    continue
+                if name not in targets:
+                    raise ValueError(f"{where}: tensor {hf_name!r} is not part of a {arch} with this config.json")
+                if kind not in SAFETENSORS_DTYPES or not SAFETENSORS_DTYPES[kind].is_floating_point:
+                    raise ValueError(f"{where}: tensor {hf_name!r} has dtype {kind}; only F64/F32/BF16/F16 load")
+                param_name, rows, transpose = targets[name]
+                dest = params[param_name][rows] if rows is not None else params[param_name]
+                want = tuple(dest.shape[::-1] if transpose else dest.shape)
+                if shape != want:
+                    raise ValueError(f"{where}: tensor {hf_name!r} has shape {list(shape)}, config.json implies {list(want)}")
+                dtype = SAFETENSORS_DTYPES[kind]
+                if math.prod(shape) * dtype.itemsize != nbytes:
+                    raise ValueError(f"{where}: the header of {file} gives tensor {hf_name!r} {nbytes} bytes for "
+                                     f"{kind} {list(shape)}; the file is damaged")
+                fh.seek(offset)
+                if dtype == dest.dtype and not transpose and dest.device.type == "cpu" and dest.is_contiguous():
+                    buf = dest                                   # read straight into the parameter
+                else:
+                    buf = torch.empty(shape, dtype=dtype)
+                if fh.readinto(memoryview(buf.view(torch.uint8).numpy()).cast("B")) != nbytes:
+                    raise ValueError(f"{where}: {file} ends inside tensor {hf_name!r}; the file is truncated")
+                if buf is not dest:
+                    dest.copy_(buf.T if transpose else buf)
+                rows_filled[param_name] += dest.shape[0]
+    missing = [n for n, p in params.items() if rows_filled[n] != p.shape[0]]
+    if missing:
+        raise ValueError(f"{where}: the tensors for {missing[:5]}{' ...' if len(missing) > 5 else ''} of a {arch} "
+                         f"are missing from the checkpoint (or stored twice)")
+
+
+# ----------------------------------------------------------------------------- tokenizers
+
+def get_tokenizer(name: str):
+    """(encode, decode, vocab_size) for "bytes" (UTF-8 bytes, vocab 256, offline), "gpt2" (tiktoken
+    BPE), or a Hugging Face directory holding tokenizer.json (the `tokenizers` library). Each library is
+    imported only here, only when asked for. No special tokens are added: --bos does that explicitly."""
+    if name == "bytes":
+        return (lambda text: list(text.encode("utf-8")),
+                lambda ids: bytes(int(i) for i in ids).decode("utf-8", errors="replace"), 256)
+    if name == "gpt2":
+        import tiktoken
+        try:
+            enc = tiktoken.get_encoding("gpt2")   # downloads the BPE files unless TIKTOKEN_CACHE_DIR has them
+        except Exception as e:
+            raise OSError("tiktoken could not load the GPT-2 BPE files (offline?). Point TIKTOKEN_CACHE_DIR "
+                          "at a cache that holds them, or use --tokenizer bytes") from e
+        return (lambda text: enc.encode_ordinary(text)), enc.decode, enc.n_vocab
+    file = os.path.join(name, "tokenizer.json") if os.path.isdir(name) else name
+    if not os.path.isfile(file):
+        raise FileNotFoundError(f"no tokenizer {name!r}: give bytes, gpt2, or a directory with tokenizer.json")
+    from tokenizers import Tokenizer       # optional dependency: pip install tokenizers
+    tok = Tokenizer.from_file(file)
+    return ((lambda text: tok.encode(text, add_special_tokens=False).ids), tok.decode,
+            tok.get_vocab_size(with_added_tokens=True))
 
 
 # ----------------------------------------------------------------------------- command line
@@ -559,32 +871,129 @@ def config_from_flags(args: argparse.Namespace) -> GPTConfig:
     return get_config(args.model, **config_overrides(args))
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description="List the presets with their parameter counts.")
     parser.add_argument("--out", default="out/model", help="directory for presets.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rows = {}
-    print(f"{'preset':<12} {'layers':>6} {'heads':>5} {'width':>5} {'mlp':>5} {'vocab':>6} {'ctx':>5}  "
-          f"{'params':>14} {'non-embedding':>14}")
     for name, cfg in PRESETS.items():
         with torch.device("meta"):   # shapes only: no memory, no init
             model = GPT(cfg)
-        rows[name] = dict(config=dataclasses.asdict(cfg), params=model.num_params(),
+        rows[name] = dict(layers=cfg.n_layer, heads=cfg.n_head, width=cfg.n_embd, mlp=cfg.mlp_width,
+                          vocab=cfg.vocab_size, context=cfg.block_size, params=model.num_params(),
                           params_non_embedding=model.num_params(include_embeddings=False))
-        print(f"{name:<12} {cfg.n_layer:>6} {cfg.n_head:>5} {cfg.n_embd:>5} {cfg.hidden:>5} {cfg.vocab_size:>6} "
-              f"{cfg.block_size:>5}  {rows[name]['params']:>14,} {rows[name]['params_non_embedding']:>14,}")
-    write_json(os.path.join(args.out, "presets.json"), rows)
-    print(f"wrote {os.path.join(args.out, 'presets.json')}")
+    print_table([dict(preset=name, **row) for name, row in rows.items()])
+    path = os.path.join(args.out, "presets.json")
+    write_json(path, {name: dict(config=dataclasses.asdict(PRESETS[name]), **row) for name, row in rows.items()})
+    print(f"wrote {path}")
+
+
+# ----------------------------------------------------------------------------- plumbing shared by the scripts
+# Every script imports model.py, so the few helpers they all need live here once: copying model.py and
+# one script is enough to run it.
+
+# Dense bf16 peak of known GPUs (flop/s), matched as a substring of torch.cuda.get_device_name, more
+# specific names first: MFU = achieved flop/s / this. train.py's --peak_tflops overrides it.
+BF16_PEAK_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12,
+                   "A10G": 70e12, "RTX 4090": 165e12}
+
+
+def peak_flops(device) -> Optional[float]:
+    """The bf16 peak of `device` from BF16_PEAK_FLOPS, or None (CPU, unknown GPU)."""
+    if torch.device(device).type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in BF16_PEAK_FLOPS.items() if key in name), None)
 
 
 def write_json(path: str, obj) -> None:
-    """Write JSON atomically: a temp file in the same directory, then rename."""
+    """Write JSON atomically (a temp file in the same directory, then rename): a crash never leaves
+    half a results file."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2)
+    with open(tmp, "w") as fh:
+        json.dump(obj, fh, indent=2)
     os.replace(tmp, path)
 
 
+def update_results(path: str, results: dict) -> None:
+    """Merge `results` into the JSON file at `path`, keeping the entries other runs wrote."""
+    old = {}
+    if os.path.isfile(path):
+        with open(path) as fh:
+            old = json.load(fh)
+    write_json(path, {**old, **jsonable(results)})
+    print(f"wrote {path}")
+
+
+def jsonable(obj):
+    """numpy scalars and arrays, tuples and non-string keys -> plain JSON values."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if hasattr(obj, "tolist"):            # numpy / torch arrays and scalars
+        return obj.tolist()
+    return obj
+
+
+def figure(*subplots, figsize=(5, 3.5)):
+    """(matplotlib.pyplot, fig, axes) on the Agg backend (no display needed)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(*subplots, figsize=figsize)
+    return plt, fig, axes
+
+
+def save_figure(fig, path: str) -> None:
+    import matplotlib.pyplot as plt
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
+def print_table(rows: list, floats: str = "{:.4g}") -> None:
+    """Print a list of dicts as aligned columns (the keys of the first row are the header)."""
+    if not rows:
+        return
+    cols = list(rows[0])
+    cell = lambda v: floats.format(v) if isinstance(v, float) else "-" if v is None else str(v)
+    cells = [[cell(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
+    print("  ".join(c.rjust(w) for c, w in zip(cols, widths)))
+    for r in cells:
+        print("  ".join(v.rjust(w) for v, w in zip(r, widths)))
+
+
+class Progress:
+    """`label: done/total (rate/s, ETA m:ss)` on stderr, at most every `every` seconds."""
+
+    def __init__(self, total: int, label: str, unit: str = "", every: float = 5.0):
+        self.total, self.label, self.unit, self.every = total, label, unit, every
+        self.done, self.t0, self.last = 0, time.time(), time.time()
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        now = time.time()
+        if now - self.last >= self.every or self.done == self.total:
+            self.last = now
+            rate = self.done / max(now - self.t0, 1e-9)
+            eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+            print(f"  {self.label}: {self.done:,}/{self.total:,} {self.unit} ({rate:,.1f}/s, ETA "
+                  f"{int(eta // 60)}:{int(eta % 60):02d})", file=sys.stderr, flush=True)
+
+
+def run_script(main_fn, name: str, argv=None):
+    """Run a script's main; bad input (a missing file, a wrong option value) is one error line, not a
+    traceback."""
+    try:
+        return main_fn(argv)
+    except (OSError, ValueError, FloatingPointError) as e:
+        sys.exit(f"{name}: error: {e}")
+
+
 if __name__ == "__main__":
-    main()
+    run_script(main, "model.py")

@@ -188,7 +188,7 @@ def probe(model: GPT, kind: str = "tokens", n: int = 512, seq_len: int = 64, bat
     t0 = time.time()
     for inputs in model_inputs(model, kind, n, seq_len, batch_size, data_seed):
         with autocast:
-            out = model(**inputs, hidden="last")
+            out = model.trace(**inputs, hidden="last", logits=True)
         counts += torch.bincount(out["logits"].float().argmax(dim=-1), minlength=cfg.vocab_size)
         for acc, h in zip(stats, out["hidden"]):
             acc.update(h.float())
@@ -198,7 +198,7 @@ def probe(model: GPT, kind: str = "tokens", n: int = 512, seq_len: int = 64, bat
     seconds = time.time() - t0
     direction = stats[-1].direction().to(model.transformer.wte.weight.dtype)
     with autocast:
-        direction_top1 = int(model.head(direction[None]).argmax())
+        direction_top1 = int(model.unembed(direction[None]).argmax())
     flops = forward_flops_per_sequence(model, seq_len) * n
     peak = peak_flops(device)
     result = dict(counts=counts.cpu().numpy(), cosine=[s.result() for s in stats],
@@ -221,7 +221,7 @@ def next_token_counts(model, n: int, seq_len: int, batch_size: int = 32, data_se
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     for idx in random_token_batches(n, seq_len, vocab, batch_size, data_seed, device):
         with autocast:
-            counts += torch.bincount(model(idx).float().argmax(dim=-1), minlength=vocab)
+            counts += torch.bincount(model(idx)[0].float().argmax(dim=-1), minlength=vocab)
     return counts.cpu().numpy()
 
 
@@ -376,12 +376,12 @@ def exp_table3(args, config):
     m2 = _build(args, config, seed, n_layer=2, **mlp0)           # its first block is m1's block
     a1 = _build(args, config, seed + 1, n_layer=1, **attn0)
     settings = {
-        "MLP0": lambda x: m1(embeds=x, hidden="last", logits=False)["hidden"][-1],
-        "MLP0 -> MLP0": lambda x: m2(embeds=x, hidden="last", logits=False)["hidden"][-1],
-        "MLP0 -> Attn0": lambda x: a1(embeds=m1(embeds=x, hidden="all", logits=False)["hidden"][-1],
-                                      hidden="last", logits=False)["hidden"][-1],
-        "Attn0 -> MLP0": lambda x: m1(embeds=a1(embeds=x, hidden="all", logits=False)["hidden"][-1],
-                                      hidden="last", logits=False)["hidden"][-1],
+        "MLP0": lambda x: m1.trace(embeds=x, hidden="last")["hidden"][-1],
+        "MLP0 -> MLP0": lambda x: m2.trace(embeds=x, hidden="last")["hidden"][-1],
+        "MLP0 -> Attn0": lambda x: a1.trace(embeds=m1.trace(embeds=x, hidden="all")["hidden"][-1],
+                                            hidden="last")["hidden"][-1],
+        "Attn0 -> MLP0": lambda x: m1.trace(embeds=a1.trace(embeds=x, hidden="all")["hidden"][-1],
+                                            hidden="last")["hidden"][-1],
     }
     acc = {k: PairwiseCosine() for k in settings}
     w = m1.transformer.wte.weight
@@ -411,7 +411,7 @@ def exp_intra(args, config, lengths=(64, 1024), n_seq=16):
             per_layer = np.zeros((config.n_layer, n_seq))
             w = model.transformer.wte.weight
             for i, x in enumerate(gaussian_batches(n_seq, T, config.n_embd, 0.0, 1.0, 1, args.data_seed, w.device)):
-                hidden = model(embeds=x.to(w.dtype), hidden="all", logits=False)["hidden"]
+                hidden = model.trace(embeds=x.to(w.dtype), hidden="all")["hidden"]
                 for layer in range(config.n_layer):
                     u = unit(hidden[layer + 1][0])
                     per_layer[layer, i] = (float(u.sum(0) @ u.sum(0)) - T) / (T * (T - 1))
@@ -435,7 +435,7 @@ def exp_variance(args, config):
     model = _build(args, config, args.seeds[0], n_layer=1)
     sq, count = torch.zeros(T, dtype=torch.float64), 0
     for inputs in model_inputs(model, "gaussian", args.n, T, args.batch_size, args.data_seed):
-        h = model(**inputs, head_out=True, logits=False)["head_out"][0].double()     # (B, H, T, hd)
+        h = model.trace(**inputs, head_out=True)["head_out"][0].double()     # (B, H, T, hd)
         sq += (h ** 2).sum(dim=(0, 1, 3)).cpu()     # values have zero mean at init (biases are 0)
         count += h.shape[0] * h.shape[1] * h.shape[3]
     std = (sq / count).sqrt()
@@ -485,7 +485,7 @@ def bare_matmul_seconds(model: GPT, batch: int, seq_len: int, batches: int) -> f
     cfg, dev, dt = model.config, p.device, p.dtype
     H, hd, T = cfg.n_head, cfg.head_dim, seq_len
     x = torch.randn(batch * T, cfg.n_embd, device=dev, dtype=dt)
-    h = torch.randn(batch * T, cfg.hidden, device=dev, dtype=dt)
+    h = torch.randn(batch * T, cfg.mlp_width, device=dev, dtype=dt)
     q = torch.randn(batch, H, T, hd, device=dev, dtype=dt)
     probs = torch.randn(batch, H, T, T, device=dev, dtype=dt)
 
@@ -501,7 +501,7 @@ def bare_matmul_seconds(model: GPT, batch: int, seq_len: int, batches: int) -> f
                 if hasattr(block.mlp, "c_gate"):
                     x @ block.mlp.c_gate.weight.T
                 h @ block.mlp.c_proj.weight.T
-        model.head(x[:batch])
+        model.unembed(x[:batch])
 
     one_batch()                                   # warm-up
     if dev.type == "cuda":

@@ -65,7 +65,7 @@ def fingerprint(model: GPT, n: int = 2000, seq_len: int = 64, inputs: str = "tok
         else:   # drawn on the CPU in float32, so every device and dtype sees the same inputs
             kw = dict(embeds=(torch.randn(b, seq_len, d, generator=g) * std + mean).to(device, param.dtype))
         with autocast:
-            h = model(**kw, hidden="last", logits=False)["hidden"][-1]
+            h = model.trace(**kw, hidden="last")["hidden"][-1]
         out.append(h.float().cpu())
     return torch.cat(out).numpy()
 
@@ -268,7 +268,7 @@ def reef(a: GPT, b: GPT, n: int = 200, seq_len: int = 64, layer: int = -1, seed:
     vocab = min(a.config.vocab_size, b.config.vocab_size)
     x = torch.randint(0, vocab, (n, seq_len), generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
-        X, Y = (m.eval()(x, hidden="last", logits=False)["hidden"][layer].double() for m in (a, b))
+        X, Y = (m.eval().trace(x, hidden="last")["hidden"][layer].double() for m in (a, b))
     X, Y = X - X.mean(0), Y - Y.mean(0)
     return ((Y.T @ X).norm() ** 2 / ((X.T @ X).norm() * (Y.T @ Y).norm())).item()
 

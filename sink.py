@@ -29,7 +29,7 @@ import torch
 
 import theory
 import train
-from model import GPT, add_config_flags, config_overrides, read_checkpoint, write_json
+from model import GPT, add_config_flags, config_overrides, get_tokenizer, read_checkpoint, write_json
 
 VARIANTS = {   # Section 6.2.1 and head-wise RMSNorm: the knob flags each variant adds to the baseline
     "baseline": [],
@@ -69,7 +69,7 @@ def key_scores(model: GPT, tokens: torch.Tensor, batch_size: int = 8, attn_mask=
     try:
         out = []
         for i in range(0, len(tokens), batch_size):
-            probs = model(tokens[i:i + batch_size], attn_probs=True, logits=False, attn_mask=attn_mask)["attn_probs"]
+            probs = model.trace(tokens[i:i + batch_size], attn_probs=True, attn_mask=attn_mask)["attn_probs"]
             out.append(torch.stack([sink_scores(p, check=attn_mask is None) for p in probs], dim=1).cpu())
         return torch.cat(out)
     finally:
@@ -91,7 +91,7 @@ def position_variance(model: GPT, tokens: torch.Tensor, batch_size: int = 8) -> 
     s1 = s2 = None
     n = 0
     for i in range(0, len(tokens), batch_size):
-        heads = model(tokens[i:i + batch_size], head_out=True, logits=False)["head_out"]
+        heads = model.trace(tokens[i:i + batch_size], head_out=True)["head_out"]
         h = torch.stack(heads, dim=1).double()                 # (B, L, H, T, hd)
         s1 = h.sum(0) if s1 is None else s1 + h.sum(0)
         s2 = (h ** 2).sum(0) if s2 is None else s2 + (h ** 2).sum(0)
@@ -112,7 +112,7 @@ def massive_activations(model: GPT, tokens: torch.Tensor) -> list:
     """Per residual-stream state (input, each block): the top |activation|, the median |activation|,
     their ratio, the position holding the top, and the first token's dimension disparity beside the
     other tokens' (Sun et al. 2024: "massive" = > 100 and ~1000x the median)."""
-    states = model(tokens, hidden="all", logits=False)["hidden"][:-1]
+    states = model.trace(tokens, hidden="all")["hidden"][:-1]
     rows = []
     for layer, h in enumerate(states):
         a = h.float().abs()
@@ -157,7 +157,7 @@ def text_windows(path: str, tokenizer: str, T: int, n: int, seed: int = 0) -> to
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no text file {path!r}; pass one with --text (WikiText-2 test: "
                                 f"../shared/data/wikitext2_test.txt)")
-    encode, _, _ = train.get_tokenizer(tokenizer)
+    encode, _, _ = get_tokenizer(tokenizer)
     ids = np.array(encode(open(path, encoding="utf-8").read()), dtype=np.int64)
     slots = len(ids) // T
     if slots < 1:

@@ -287,7 +287,7 @@ def attn0_quality_at_init(preset: str = "gpt2-nano", seq_len: int = 256, batch: 
     t = torch.arange(1, seq_len + 1, dtype=torch.float32).view(seq_len, 1)
     kl, cos = [], []
     with torch.no_grad():
-        out = model(idx, hidden="all", attn_probs=True, logits=False)
+        out = model.trace(idx, hidden="all", attn_probs=True)
         for layer, (x, p) in enumerate(zip(out["hidden"], out["attn_probs"])):
             block = model.transformer.h[layer]
             v = block.attn.c_attn(block.ln_1(x))[..., (H + Hkv) * hd:]

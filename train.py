@@ -35,8 +35,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from init import build
-from model import (GPT, GPTConfig, parse_bool, add_config_flags, config_overrides, get_config, peak_flops,
-                   read_checkpoint, write_json)
+from model import (GPT, GPTConfig, parse_bool, add_config_flags, config_overrides, get_config, get_tokenizer,
+                   peak_flops, read_checkpoint, write_json)
 
 # Settings that define a run: --resume refuses to continue a run under different ones, since the
 # result would be neither the old run nor a new one. (micro_batch, device, logging may change.)
@@ -45,22 +45,6 @@ RUN_DEFINING = ("data", "init_seed", "embed_seed", "data_seed", "init_from", "ba
 
 
 # ----------------------------------------------------------------------------- data
-
-def get_tokenizer(name: str):
-    """(encode, decode, vocab_size) of "gpt2" (tiktoken BPE) or "bytes" (UTF-8 bytes, vocab 256)."""
-    if name == "bytes":
-        return (lambda text: list(text.encode("utf-8")),
-                lambda ids: bytes(int(i) for i in ids).decode("utf-8", errors="replace"), 256)
-    if name == "gpt2":
-        import tiktoken
-        try:
-            enc = tiktoken.get_encoding("gpt2")   # downloads the BPE files unless TIKTOKEN_CACHE_DIR has them
-        except Exception as e:
-            raise OSError("tiktoken could not load the GPT-2 BPE files (offline?). Point "
-                               "TIKTOKEN_CACHE_DIR at a cache that holds them, or use --tokenizer bytes") from e
-        return (lambda text: enc.encode_ordinary(text)), enc.decode, enc.n_vocab
-    raise ValueError(f"unknown tokenizer {name!r}; choose gpt2 or bytes")
-
 
 def prepare(files, out_dir: str, tokenizer: str = "gpt2", val_fraction: float = 0.1) -> dict:
     """Tokenize text files into out_dir/train.bin and val.bin (uint16, the last val_fraction of the

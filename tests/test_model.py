@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from init import build, init_weights
-from model import CHOICES, GPT, GPTConfig, PRESETS, add_config_flags, apply_rope, config_from_flags, get_config, rope_tables
+from model import (CHOICES, GPT, GPTConfig, PRESETS, add_config_flags, apply_rope, check_token_ids, config_from_flags,
+                   get_config, rope_tables)
 
 torch.set_num_threads(2)
 
@@ -20,32 +21,36 @@ def tiny(**kw) -> GPTConfig:
 
 
 def test_causality_every_combination_of_knobs():
-    """Changing token j never changes anything at positions < j, and does change position j."""
+    """Changing token j never changes anything at positions < j, and does change position j.
+    Information can cross positions only through attention, so every combination of the knobs that
+    shape it (and of the sublayers and residual around it) is built; the knobs that act on each
+    position alone (norm, activation, biases, tying) cycle through all their values across those
+    models. Both attention paths are checked: SDPA, and the explicit softmax that probes use."""
     T, j = 7, 4
     idx = torch.randint(0, 32, (2, T), generator=torch.Generator().manual_seed(0))
     idx2 = idx.clone()
     idx2[:, j] = (idx2[:, j] + 1) % 32
-    knobs = dict(CHOICES, residual=(True, False), head_norm=(False, True), n_kv_head=(None, 1))
-    names = list(knobs)
+    both = torch.cat([idx, idx2])
+    crossing = dict(position=CHOICES["position"], attention=CHOICES["attention"], calibration=CHOICES["calibration"],
+                    head_norm=(False, True), qk_norm=(False, True), n_kv_head=(None, 1), sliding_window=(None, 3),
+                    sublayers=CHOICES["sublayers"], residual=(True, False))
+    local = dict(norm=CHOICES["norm"], activation=CHOICES["activation"], bias=(True, False), qkv_bias=(False, True),
+                 tie_embeddings=(True, False))
     failures = []
-    for values in itertools.product(*knobs.values()):
-        cfg = tiny(**dict(zip(names, values)))
-        model = init_weights(GPT(cfg), seed=1).eval()
-        # scale the weights up so that every path carries signal well above float noise
+    for i, values in enumerate(itertools.product(*crossing.values())):
+        knobs = dict(zip(crossing, values), **{k: v[i % len(v)] for k, v in local.items()})
+        model = init_weights(GPT(tiny(**knobs)), seed=1).eval()
         with torch.no_grad():
-            for p in model.parameters():
+            for p in model.parameters():      # scale up: every path carries signal well above float noise
                 if p.dim() == 2:
                     p.mul_(20)
-        with torch.no_grad():
-            a = model(idx, hidden="all", logits=False)["hidden"]
-            b = model(idx2, hidden="all", logits=False)["hidden"]
-        for ha, hb in zip(a, b):
-            if not torch.equal(ha[:, :j], hb[:, :j]):
-                failures.append(("past changed", values))
-                break
-        if torch.equal(a[-1][:, j], b[-1][:, j]):
-            failures.append(("position j unchanged", values))
-    assert not failures, failures[:5]
+            for explicit in (False, True):
+                hidden = model.trace(both, hidden="all", attn_probs=explicit)["hidden"]
+                if any(not torch.equal(h[:2, :j], h[2:, :j]) for h in hidden):
+                    failures.append(("past changed", explicit, knobs))
+                if torch.equal(hidden[-1][:2, j], hidden[-1][2:, j]):
+                    failures.append(("position j unchanged", explicit, knobs))
+    assert not failures, failures[:3]
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(n_kv_head=1, position="rope"), dict(position="learned", qkv_bias=True, bias=False),
@@ -55,7 +60,8 @@ def test_explicit_softmax_path_equals_sdpa(kw):
     idx = torch.randint(0, 32, (3, 12), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         plain, _ = model(idx, idx)                                  # SDPA path, all positions
-        out = model(idx, idx, attn_probs=True)                      # explicit softmax path
+        out = model.trace(idx, hidden="all", attn_probs=True)       # explicit softmax path
+        out["logits"] = model.unembed(out["hidden"][-1])
     torch.testing.assert_close(out["logits"], plain, rtol=1e-5, atol=1e-5)
     probs = out["attn_probs"][0]
     assert probs.shape == (3, 2, 12, 12)
@@ -70,7 +76,7 @@ def test_uniform_attention_is_a_naive_running_mean_of_values():
         model.transformer.h[0].attn.c_attn.bias.normal_()   # nonzero value bias: the mean must include it
     x = torch.randn(2, 9, 16, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
-        out = model(embeds=x, head_out=True, hidden="all", logits=False)
+        out = model.trace(embeds=x, head_out=True, hidden="all")
         attn = model.transformer.h[0].attn
         H, hd = cfg.n_head, cfg.head_dim
         W, bvec = attn.c_attn.weight, attn.c_attn.bias
@@ -88,7 +94,7 @@ def test_uniform_attention_is_a_naive_running_mean_of_values():
 
 def test_rope_matches_complex_rotation_and_is_relative():
     hd, T, theta = 8, 20, 10000.0
-    cos, sin = rope_tables(T, hd, theta)
+    cos, sin = rope_tables(T, GPTConfig(n_embd=hd, n_head=1, rope_theta=theta))
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(1, 1, T, hd, generator=g), torch.randn(1, 1, T, hd, generator=g)
     # independent reference: pair (i, i + hd/2) as a complex number, rotate by t * theta^(-2i/hd)
@@ -117,7 +123,7 @@ def test_calibration_flattens_positional_std():
                         calibration=calibration, sublayers="attn", norm="layernorm", position="none")
         model = build(cfg, seed=0)                       # same seed: identical weights for all three
         with torch.no_grad():
-            h = model(embeds=x, head_out=True, logits=False)["head_out"][0]      # (B, H, T, hd)
+            h = model.trace(embeds=x, head_out=True)["head_out"][0]      # (B, H, T, hd)
         std[calibration] = h.transpose(1, 2).reshape(B, T, -1).std(dim=(0, 2))  # per position
     t = torch.arange(1, T + 1).float()
     sigma = std["none"][0]                               # position 1 averages nothing: the value std
@@ -151,16 +157,18 @@ def test_parameter_counts_by_hand():
 def test_forward_return_forms():
     model = build(tiny(), seed=0)
     idx = torch.randint(0, 32, (2, 5))
-    assert model(idx).shape == (2, 32)
+    last, none = model(idx)
+    assert last.shape == (2, 32) and none is None
     logits, loss = model(idx, idx)
     assert logits.shape == (2, 5, 32) and loss.ndim == 0
     # the loss is the mean cross-entropy over all positions, computed independently here
     ref = -torch.log_softmax(logits, -1).gather(-1, idx[..., None]).mean()
     torch.testing.assert_close(loss, ref)
-    out = model(idx, hidden="last")
+    torch.testing.assert_close(last, logits[:, -1])
+    out = model.trace(idx, hidden="last", logits=True)
     assert len(out["hidden"]) == 2 + 2 and out["hidden"][0].shape == (2, 16)
-    torch.testing.assert_close(model.head(out["hidden"][-1]), out["logits"])
-    out = model(idx, hidden="all", logits=False)
+    torch.testing.assert_close(model.unembed(out["hidden"][-1]), out["logits"])
+    out = model.trace(idx, hidden="all")
     assert "logits" not in out and out["hidden"][-1].shape == (2, 5, 16)
 
 
@@ -175,15 +183,15 @@ def test_bad_inputs_name_the_problem():
     with pytest.raises(ValueError, match="divisible"):
         tiny(n_embd=15)
     with pytest.raises(ValueError, match="n_embd=16"):
-        model(embeds=torch.randn(1, 4, 17))
+        model.trace(embeds=torch.randn(1, 4, 17))
     with pytest.raises(ValueError, match="exceeds the context"):
         model(torch.zeros(1, 13, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"token ids must lie in \[0, 32\)"):
-        model(torch.tensor([[1, 2, 32]]))
-    with pytest.raises(ValueError, match="token ids must lie"):
-        model(torch.tensor([[-1, 2]]))
+    with pytest.raises(ValueError, match=r"must lie in \[0, 32\)"):
+        check_token_ids(torch.tensor([[1, 2, 32]]), 32)
+    with pytest.raises(ValueError, match="must lie in"):
+        check_token_ids(torch.tensor([[-1, 2]]), 32)
     with pytest.raises(ValueError, match="exactly one"):
-        model()
+        model.trace()
     with pytest.raises(ValueError, match="integer token ids"):
         model(torch.zeros(2, 3))
 
@@ -205,12 +213,12 @@ def test_attn_mask_equal_to_causal_changes_nothing_and_bad_masks_are_refused(att
     model = build(get_config("tiny", n_layer=2, attention=attention, tie_embeddings=False), 0)
     x = torch.randint(0, 512, (2, 12))
     causal = torch.ones(12, 12, dtype=torch.bool).tril()
-    a = model(x, hidden="all")["hidden"]
-    b = model(x, hidden="all", attn_mask=causal)["hidden"]
+    a = model.trace(x, hidden="all")["hidden"]
+    b = model.trace(x, hidden="all", attn_mask=causal)["hidden"]
     assert all(torch.allclose(u, v, atol=1e-5) for u, v in zip(a, b))
     with pytest.raises(ValueError, match="causal"):
-        model(x, attn_mask=torch.ones(12, 12, dtype=torch.bool))
+        model.trace(x, attn_mask=torch.ones(12, 12, dtype=torch.bool))
     with pytest.raises(ValueError, match="no key"):
-        model(x, attn_mask=causal & ~torch.eye(12, dtype=torch.bool))
+        model.trace(x, attn_mask=causal & ~torch.eye(12, dtype=torch.bool))
     with pytest.raises(ValueError, match="bool"):
-        model(x, attn_mask=causal.float())
+        model.trace(x, attn_mask=causal.float())

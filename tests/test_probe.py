@@ -62,7 +62,7 @@ def test_counts_are_deterministic_and_seed_dependent():
         for _ in range(4):
             idx = torch.randint(0, 256, (16, 16), generator=g)
             for row in idx:
-                ref[int(model(row[None])[0].argmax())] += 1
+                ref[int(model(row[None])[0][0].argmax())] += 1
     assert np.array_equal(a, ref)
 
 
@@ -115,7 +115,7 @@ def test_probe_single_pass_matches_separate_computations():
     g = torch.Generator().manual_seed(5)
     idx = torch.cat([torch.randint(0, 128, (b, 16), generator=g) for b in (16, 16, 8)])
     with torch.no_grad():
-        hidden = model(idx, hidden="all", logits=False)["hidden"]
+        hidden = model.trace(idx, hidden="all")["hidden"]
     assert len(r["cosine"]) == len(hidden) == cfg.n_layer + 2
     for stat, h in zip(r["cosine"], hidden):
         mean, std = _naive_pairwise(h[:, -1].double().numpy())

@@ -68,9 +68,9 @@ def test_mask_edit_makes_token_k_compute_like_a_first_token():
     model = build(cfg, 5)
     x = torch.randint(0, cfg.vocab_size, (4, 24), generator=torch.Generator().manual_seed(1))
     k = 10
-    edited = model(x, hidden="all", logits=False, attn_mask=sink.self_only_mask(24, k))["hidden"]
-    shifted = model(x[:, k - 1:], hidden="all", logits=False)["hidden"]
-    plain = model(x, hidden="all", logits=False)["hidden"]
+    edited = model.trace(x, hidden="all", attn_mask=sink.self_only_mask(24, k))["hidden"]
+    shifted = model.trace(x[:, k - 1:], hidden="all")["hidden"]
+    plain = model.trace(x, hidden="all")["hidden"]
     for e, s, p in zip(edited[1:], shifted[1:], plain[1:]):
         assert torch.allclose(e[:, k - 1], s[:, 0], atol=1e-5)
         assert not torch.allclose(p[:, k - 1], s[:, 0], atol=1e-3)     # without the edit it does not

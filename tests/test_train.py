@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import train
+import model
 from model import GPT, read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +48,7 @@ def test_prepare_round_trips_bytes(data_dir):
     tokens = tokens_of(data_dir)
     assert meta["tokenizer"] == "bytes" and meta["vocab_size"] == 256
     assert meta["train_tokens"] + meta["val_tokens"] == len(tokens) == len(TEXT.encode("utf-8"))
-    _, decode, _ = train.get_tokenizer("bytes")
+    _, decode, _ = model.get_tokenizer("bytes")
     assert decode(tokens) == TEXT
 
 
@@ -62,7 +63,7 @@ def test_prepare_round_trips_gpt2(tmp_path, monkeypatch):
     (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
     meta = train.prepare([str(tmp_path / "t.txt")], str(tmp_path / "gpt2"), tokenizer="gpt2")
     tokens = tokens_of(str(tmp_path / "gpt2"))
-    _, decode, vocab = train.get_tokenizer("gpt2")
+    _, decode, vocab = model.get_tokenizer("gpt2")
     assert meta["vocab_size"] == vocab == 50257
     assert len(tokens) < len(TEXT) / 2        # BPE, not bytes
     assert decode(tokens.tolist()) == TEXT

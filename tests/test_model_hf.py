@@ -1,0 +1,419 @@
+"""model.py's Hugging Face loader against naive re-implementations of each family, written here.
+
+Each test writes a tiny HF-format directory itself (HF tensor names and layouts, sharded with an
+index, config.json in the transformers 4.x or 5.x spelling) and compares GPT.from_pretrained with a
+float64 forward pass written from the family's definition, head by head: logits and the final
+hidden state, relative error <= 1e-5 in fp32."""
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model import GPT, hf_config
+
+ROOT = Path(__file__).resolve().parents[1]
+torch.set_num_threads(2)
+
+
+# ----------------------------------------------------------------------------- writing a checkpoint
+
+def write_hf(path, config: dict, tensors: dict, shards: int = 2):
+    from safetensors.torch import save_file      # an independent writer of the format
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as fh:
+        json.dump(config, fh)
+    names = sorted(tensors)
+    parts = [names[i::shards] for i in range(shards)]
+    files = {f"model-{i + 1:05d}-of-{shards:05d}.safetensors": keys for i, keys in enumerate(parts)}
+    for file, keys in files.items():
+        save_file({k: tensors[k].contiguous() for k in keys}, os.path.join(path, file))
+    with open(os.path.join(path, "model.safetensors.index.json"), "w") as fh:
+        json.dump({"weight_map": {k: f for f, keys in files.items() for k in keys}}, fh)
+
+
+def rope_fields(spec: dict, spelling: str) -> dict:
+    """RoPE as config.json spells it: 4.x rope_theta + rope_scaling (older key "type"), 5.x rope_parameters."""
+    rope = dict(spec["rope"])
+    kind, theta = rope.pop("kind"), rope.pop("theta")
+    if spelling == "4.x":
+        return dict(rope_theta=theta, rope_scaling=None if kind == "default" else dict(rope, type=kind))
+    return dict(rope_parameters=dict(rope, rope_type=kind, rope_theta=theta))
+
+
+def llama_family(arch, spelling="5.x", rope=None, window=None, head_dim=None, tie=False, attention_bias=False,
+                 mlp_bias=False, dtype=torch.float32, seed=0):
+    """(spec, config.json dict, HF tensors) of a small random model of one family."""
+    spec = dict(arch=arch, d=32, L=2, H=4, Hkv=2, hd=head_dim or 8, ff=48, V=100, eps=1e-6, window=window, tie=tie,
+                rope=rope or dict(kind="default", theta=5000.0), qkv_bias=attention_bias or arch == "Qwen2ForCausalLM",
+                o_bias=attention_bias, mlp_bias=mlp_bias, qk_norm=arch == "Qwen3ForCausalLM")
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: (torch.randn(*s, generator=g) * 0.2).to(dtype)
+    d, H, Hkv, hd, ff, V = spec["d"], spec["H"], spec["Hkv"], spec["hd"], spec["ff"], spec["V"]
+    t = {"model.embed_tokens.weight": r(V, d), "model.norm.weight": 1 + r(d)}
+    if not tie:
+        t["lm_head.weight"] = r(V, d)
+    for i in range(spec["L"]):
+        p = f"model.layers.{i}."
+        t.update({p + "self_attn.q_proj.weight": r(H * hd, d), p + "self_attn.k_proj.weight": r(Hkv * hd, d),
+                  p + "self_attn.v_proj.weight": r(Hkv * hd, d), p + "self_attn.o_proj.weight": r(d, H * hd),
+                  p + "mlp.gate_proj.weight": r(ff, d), p + "mlp.up_proj.weight": r(ff, d),
+                  p + "mlp.down_proj.weight": r(d, ff), p + "input_layernorm.weight": 1 + r(d),
+                  p + "post_attention_layernorm.weight": 1 + r(d)})
+        if spec["qkv_bias"]:
+            t.update({p + f"self_attn.{x}_proj.bias": r(n) for x, n in (("q", H * hd), ("k", Hkv * hd), ("v", Hkv * hd))})
+        if spec["o_bias"]:
+            t[p + "self_attn.o_proj.bias"] = r(d)
+        if mlp_bias:
+            t.update({p + f"mlp.{x}_proj.bias": r(n) for x, n in (("gate", ff), ("up", ff), ("down", d))})
+        if spec["qk_norm"]:
+            t.update({p + "self_attn.q_norm.weight": 1 + r(hd), p + "self_attn.k_norm.weight": 1 + r(hd)})
+    cfg = dict(architectures=[arch], hidden_size=d, num_hidden_layers=spec["L"], num_attention_heads=H,
+               num_key_value_heads=Hkv, intermediate_size=ff, vocab_size=V, rms_norm_eps=spec["eps"],
+               max_position_embeddings=64, tie_word_embeddings=tie, hidden_act="silu", torch_dtype="float32",
+               bos_token_id=1, eos_token_id=2, **rope_fields(spec, spelling))
+    if head_dim:
+        cfg["head_dim"] = head_dim
+    if arch in ("LlamaForCausalLM", "Qwen3ForCausalLM"):
+        cfg["attention_bias"] = attention_bias
+    if arch == "LlamaForCausalLM":
+        cfg["mlp_bias"] = mlp_bias
+    if arch == "MistralForCausalLM":
+        cfg["sliding_window"] = window
+    if arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
+        cfg.update(use_sliding_window=False, sliding_window=4096, max_window_layers=28)
+    return spec, cfg, t
+
+
+# ----------------------------------------------------------------------------- naive forward passes
+
+def naive_inv_freq(rope: dict, hd: int) -> list:
+    """RoPE inverse frequencies in float64, one by one; llama3 as Meta's reference loop writes it."""
+    out = []
+    for i in range(0, hd, 2):
+        f = rope["theta"] ** (-i / hd)
+        if rope["kind"] == "linear":
+            f /= rope["factor"]
+        elif rope["kind"] == "llama3":
+            old = rope["original_max_position_embeddings"]
+            wavelen = 2 * math.pi / f
+            if wavelen < old / rope["high_freq_factor"]:
+                pass
+            elif wavelen > old / rope["low_freq_factor"]:
+                f /= rope["factor"]
+            else:
+                s = (old / wavelen - rope["low_freq_factor"]) / (rope["high_freq_factor"] - rope["low_freq_factor"])
+                f = (1 - s) * f / rope["factor"] + s * f
+        out.append(f)
+    return out
+
+
+def naive_llama_family(spec: dict, t: dict, ids: torch.Tensor):
+    """(logits, final-norm hidden) of LLaMA / Mistral / Qwen2 / Qwen3, float64, head by head."""
+    d, H, Hkv, hd, eps, T = spec["d"], spec["H"], spec["Hkv"], spec["hd"], spec["eps"], ids.shape[1]
+    w = {k: v.double() for k, v in t.items()}
+    rms = lambda x, g: x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * g
+    inv = torch.tensor(naive_inv_freq(spec["rope"], hd), dtype=torch.float64)
+    ang = torch.arange(T).double()[:, None] * inv[None]
+
+    def rotate(x):                   # pairs (i, i + hd/2) rotate by angle t * inv_freq_i
+        a, b = x[..., :hd // 2], x[..., hd // 2:]
+        return torch.cat([a * ang.cos() - b * ang.sin(), b * ang.cos() + a * ang.sin()], -1)
+
+    window = spec["window"] or T
+    visible = torch.tensor([[s <= q and q - s < window for s in range(T)] for q in range(T)])
+    x = w["model.embed_tokens.weight"][ids]
+    for i in range(spec["L"]):
+        p = f"model.layers.{i}."
+        h = rms(x, w[p + "input_layernorm.weight"])
+        proj = lambda n: h @ w[p + f"self_attn.{n}_proj.weight"].T + w.get(p + f"self_attn.{n}_proj.bias", 0)
+        q, k, v = proj("q"), proj("k"), proj("v")
+        heads = []
+        for j in range(H):
+            kv = j // (H // Hkv)
+            qj, kj = q[..., j * hd:(j + 1) * hd], k[..., kv * hd:(kv + 1) * hd]
+            if spec["qk_norm"]:
+                qj, kj = rms(qj, w[p + "self_attn.q_norm.weight"]), rms(kj, w[p + "self_attn.k_norm.weight"])
+            s = (rotate(qj) @ rotate(kj).transpose(-1, -2) / math.sqrt(hd)).masked_fill(~visible, -math.inf)
+            heads.append(s.softmax(-1) @ v[..., kv * hd:(kv + 1) * hd])
+        x = x + torch.cat(heads, -1) @ w[p + "self_attn.o_proj.weight"].T + w.get(p + "self_attn.o_proj.bias", 0)
+        h = rms(x, w[p + "post_attention_layernorm.weight"])
+        lin = lambda n, z: z @ w[p + f"mlp.{n}_proj.weight"].T + w.get(p + f"mlp.{n}_proj.bias", 0)
+        gate = lin("gate", h)
+        x = x + lin("down", gate * torch.sigmoid(gate) * lin("up", h))
+    hidden = rms(x, w["model.norm.weight"])
+    return hidden @ w["lm_head.weight" if "lm_head.weight" in w else "model.embed_tokens.weight"].T, hidden
+
+
+def gpt2_checkpoint(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    d, L, V, P = 16, 2, 50, 32
+    r = lambda *s: torch.randn(*s, generator=g) * 0.2
+    t = {"transformer.wte.weight": r(V, d), "transformer.wpe.weight": r(P, d),
+         "transformer.ln_f.weight": 1 + r(d), "transformer.ln_f.bias": r(d)}
+    for i in range(L):
+        p = f"transformer.h.{i}."
+        t.update({p + "ln_1.weight": 1 + r(d), p + "ln_1.bias": r(d), p + "ln_2.weight": 1 + r(d), p + "ln_2.bias": r(d),
+                  p + "attn.c_attn.weight": r(d, 3 * d), p + "attn.c_attn.bias": r(3 * d),    # Conv1D: (in, out)
+                  p + "attn.c_proj.weight": r(d, d), p + "attn.c_proj.bias": r(d),
+                  p + "mlp.c_fc.weight": r(d, 4 * d), p + "mlp.c_fc.bias": r(4 * d),
+                  p + "mlp.c_proj.weight": r(4 * d, d), p + "mlp.c_proj.bias": r(d),
+                  p + "attn.bias": torch.ones(1, 1, P, P).tril()})                          # a mask buffer
+    cfg = dict(architectures=["GPT2LMHeadModel"], model_type="gpt2", n_embd=d, n_layer=L, n_head=2, n_positions=P,
+               n_ctx=P, vocab_size=V, layer_norm_epsilon=1e-5, activation_function="gelu_new", attn_pdrop=0.1,
+               embd_pdrop=0.1, resid_pdrop=0.1, summary_type="cls_index", summary_use_proj=True,
+               task_specific_params={"text-generation": {"do_sample": True, "max_length": 50}})
+    return cfg, t
+
+
+def naive_gpt2(cfg, t, ids):
+    d, H, T = cfg["n_embd"], cfg["n_head"], ids.shape[1]
+    hd = d // H
+    w = {k: v.double() for k, v in t.items()}
+    ln = lambda x, p: F.layer_norm(x, (d,), w[p + ".weight"], w[p + ".bias"], 1e-5)
+    gelu_new = lambda x: 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    x = w["transformer.wte.weight"][ids] + w["transformer.wpe.weight"][:T]
+    for i in range(cfg["n_layer"]):
+        p = f"transformer.h.{i}."
+        qkv = ln(x, p + "ln_1") @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]
+        q, k, v = qkv.split(d, -1)
+        heads = []
+        for j in range(H):
+            sl = slice(j * hd, (j + 1) * hd)
+            s = (q[..., sl] @ k[..., sl].transpose(-1, -2) / math.sqrt(hd)).masked_fill(
+                torch.ones(T, T).triu(1).bool(), -math.inf)
+            heads.append(s.softmax(-1) @ v[..., sl])
+        x = x + torch.cat(heads, -1) @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
+        x = x + gelu_new(ln(x, p + "ln_2") @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"]) \
+            @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
+    hidden = ln(x, "transformer.ln_f")
+    return hidden @ w["transformer.wte.weight"].T, hidden          # tied head
+
+
+def assert_matches(model, naive_logits, naive_hidden, ids):
+    with torch.no_grad():
+        logits, _ = model(ids, ids)
+        hidden = model.trace(ids, hidden="all")["hidden"][-1]
+    for got, ref in ((logits, naive_logits), (hidden, naive_hidden)):
+        rel = ((got.double() - ref).abs().max() / ref.abs().max()).item()
+        assert rel <= 1e-5, rel
+
+
+# ----------------------------------------------------------------------------- every family, both spellings
+
+LLAMA3 = dict(kind="llama3", theta=50000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+              original_max_position_embeddings=32)     # head_dim 16: short, middle and long wavelengths all occur
+FAMILIES = {
+    "llama, llama3 RoPE, GQA, biases, head_dim 16 != 32/4": dict(
+        arch="LlamaForCausalLM", rope=LLAMA3, head_dim=16, attention_bias=True, mlp_bias=True),
+    "llama, linear RoPE, tied": dict(arch="LlamaForCausalLM", rope=dict(kind="linear", theta=20000.0, factor=4.0), tie=True),
+    "mistral, window 5 < T": dict(arch="MistralForCausalLM", window=5),
+    "qwen2, q/k/v biases, tied": dict(arch="Qwen2ForCausalLM", tie=True),
+    "qwen3, q/k norm, head_dim 12 != 32/4": dict(arch="Qwen3ForCausalLM", head_dim=12),
+}
+
+
+@pytest.mark.parametrize("spelling", ["4.x", "5.x"])
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_family_matches_a_naive_forward(tmp_path, family, spelling):
+    spec, cfg, t = llama_family(spelling=spelling, **FAMILIES[family])
+    write_hf(tmp_path, cfg, t)
+    model = GPT.from_pretrained(str(tmp_path)).eval()
+    ids = torch.randint(0, spec["V"], (2, 12), generator=torch.Generator().manual_seed(1))
+    assert_matches(model, *naive_llama_family(spec, t, ids), ids)
+
+
+def test_gpt2_with_conv1d_layout_and_old_config_fields_matches_a_naive_forward(tmp_path):
+    cfg, t = gpt2_checkpoint()
+    write_hf(tmp_path, cfg, t)
+    model = GPT.from_pretrained(str(tmp_path)).eval()
+    ids = torch.randint(0, cfg["vocab_size"], (2, 9), generator=torch.Generator().manual_seed(1))
+    assert_matches(model, *naive_gpt2(cfg, t, ids), ids)
+
+
+def test_the_knobs_the_families_need_are_read_not_defaulted(tmp_path):
+    """The reference forwards above would still pass if a knob were silently dropped only when it does
+    not matter; check that each one changes the output, so the comparisons are not vacuous."""
+    ids = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(1))
+    for family, change in (("llama, llama3 RoPE, GQA, biases, head_dim 16 != 32/4", dict(rope=dict(LLAMA3, kind="default"))),
+                           ("mistral, window 5 < T", dict(window=None)),
+                           ("qwen3, q/k norm, head_dim 12 != 32/4", dict(qk_norm=False))):
+        spec, cfg, t = llama_family(**FAMILIES[family])
+        logits, _ = naive_llama_family(spec, t, ids)
+        changed, _ = naive_llama_family(dict(spec, **change), t, ids)
+        assert (changed - logits).abs().max() > 1e-2 * logits.abs().max(), family
+
+
+def test_smollm2_config_as_saved_by_transformers_5_keeps_rope_theta():
+    """SmolLM2-135M's config.json, as transformers 5 writes it: theta 1e5 inside rope_parameters."""
+    smollm2 = {"_model_name_or_path": "Smollm2 135M 8k Lc100K Mix1 Ep2", "architectures": ["LlamaForCausalLM"],
+               "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 1, "dtype": "float32",
+               "eos_token_id": 2, "head_dim": 64, "hidden_act": "silu", "hidden_size": 576, "initializer_range": 0.02,
+               "intermediate_size": 1536, "max_position_embeddings": 8192, "mlp_bias": False, "model_type": "llama",
+               "num_attention_heads": 9, "num_hidden_layers": 30, "num_key_value_heads": 3, "pad_token_id": 2,
+               "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
+               "tie_word_embeddings": True, "transformers_version": "5.23.0", "unk_token_id": 0, "use_cache": True,
+               "vocab_size": 49152}
+    c = hf_config(smollm2)
+    assert (c.rope_theta, c.rope_type, c.n_kv_head, c.head_dim, c.tie_embeddings, c.block_size) == \
+        (1e5, "default", 3, 64, True, 8192)
+
+
+def test_llama31_and_qwen25_configs_as_published():
+    llama31 = {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+               "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096,
+               "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 131072,
+               "mlp_bias": False, "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32,
+               "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+               "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+               "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+               "transformers_version": "4.43.0.dev0", "use_cache": True, "vocab_size": 128256}
+    c = hf_config(llama31)
+    assert (c.rope_type, c.rope_theta, c.rope_factor, c.rope_original_context, c.n_kv_head) == \
+        ("llama3", 5e5, 8.0, 8192, 8)
+    qwen25 = {"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+              "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 896, "initializer_range": 0.02,
+              "intermediate_size": 4864, "max_position_embeddings": 32768, "max_window_layers": 24,
+              "model_type": "qwen2", "num_attention_heads": 14, "num_hidden_layers": 24, "num_key_value_heads": 2,
+              "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": True,
+              "torch_dtype": "bfloat16", "transformers_version": "4.40.1", "use_cache": True,
+              "use_sliding_window": False, "vocab_size": 151936}
+    c = hf_config(qwen25)
+    assert (c.sliding_window, c.qkv_bias, c.attn_bias, c.rope_theta, c.tie_embeddings) == (None, True, False, 1e6, True)
+
+
+# ----------------------------------------------------------------------------- refusals, each naming its cause
+
+def refused(cfg_change=None, tensor_change=None, match="", tmp=None, arch="LlamaForCausalLM", **family):
+    spec, cfg, t = llama_family(arch, **family)
+    cfg.update(cfg_change or {})
+    if tensor_change:
+        tensor_change(t)
+    write_hf(tmp, cfg, t)
+    with pytest.raises(ValueError, match=match):
+        GPT.from_pretrained(str(tmp))
+
+
+def test_unsupported_architecture_lists_the_families_and_the_escape_hatch(tmp_path):
+    refused(dict(architectures=["GemmaForCausalLM"]), match=r"unsupported architecture 'GemmaForCausalLM'.*"
+            r"LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel.*callable",
+            tmp=tmp_path)
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(quantization_config={"quant_method": "gptq"}), r"\['quantization_config'\].*not understood"),
+    (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "RoPE type 'yarn' is not supported"),
+    (dict(rope_scaling={"rope_type": "dynamic", "factor": 2.0}), "RoPE type 'dynamic'"),
+    (dict(rope_scaling={"rope_type": "linear"}), "lacks the field 'factor'"),
+    (dict(rope_scaling={"rope_type": "linear", "factor": 2.0, "beta": 1}), r"\['beta'\] are not understood"),
+    (dict(partial_rotary_factor=0.5), "partial_rotary_factor"),
+    (dict(hidden_act="gelu"), "hidden_act 'gelu'"),
+    (dict(is_encoder_decoder=True), "is_encoder_decoder"),
+])
+def test_fields_that_cannot_be_honoured_are_refused_by_name(tmp_path, change, match):
+    refused(change, match=match, tmp=tmp_path, spelling="4.x")
+
+
+def test_family_specific_refusals(tmp_path):
+    refused(dict(use_sliding_window=True, sliding_window=8, max_window_layers=1), match="mixes full and sliding",
+            tmp=tmp_path / "qwen2", arch="Qwen2ForCausalLM")
+    refused(dict(attention_bias=True), match="attention_bias=true, which transformers' MistralForCausalLM does not read",
+            tmp=tmp_path / "mistral", arch="MistralForCausalLM")
+    cfg, t = gpt2_checkpoint()
+    write_hf(tmp_path / "gpt2", dict(cfg, scale_attn_by_inverse_layer_idx=True), t)
+    with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx"):
+        GPT.from_pretrained(str(tmp_path / "gpt2"))
+
+
+def test_missing_unknown_and_misshapen_tensors_are_refused(tmp_path):
+    refused(tensor_change=lambda t: t.pop("model.layers.1.mlp.up_proj.weight"), match=r"mlp.c_fc.weight.*missing",
+            tmp=tmp_path / "a")
+    refused(tensor_change=lambda t: t.update({"model.layers.0.mlp.extra.weight": torch.zeros(2)}),
+            match="'model.layers.0.mlp.extra.weight' is not part of", tmp=tmp_path / "b")
+    refused(tensor_change=lambda t: t.update({"model.norm.weight": torch.ones(31)}), match=r"shape \[31\].*\[32\]",
+            tmp=tmp_path / "c")
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        GPT.from_pretrained(str(tmp_path / "nowhere"))
+
+
+def test_a_truncated_shard_is_refused(tmp_path):
+    spec, cfg, t = llama_family("LlamaForCausalLM")
+    write_hf(tmp_path, cfg, t, shards=1)
+    shard = next(tmp_path.glob("*.safetensors"))
+    shard.write_bytes(shard.read_bytes()[:-100])
+    with pytest.raises(ValueError, match="truncated"):
+        GPT.from_pretrained(str(tmp_path))
+
+
+# ----------------------------------------------------------------------------- dtype and memory
+
+def test_bf16_stays_bf16_and_dtype_float32_is_its_exact_upcast(tmp_path):
+    spec, cfg, t = llama_family("Qwen2ForCausalLM", dtype=torch.bfloat16)
+    write_hf(tmp_path, cfg, t)
+    bf16 = GPT.from_pretrained(str(tmp_path))
+    assert all(p.dtype == torch.bfloat16 for p in bf16.parameters())
+    assert torch.equal(bf16.transformer.wte.weight, t["model.embed_tokens.weight"])
+    fp32 = GPT.from_pretrained(str(tmp_path), dtype=torch.float32)
+    assert all(p.dtype == torch.float32 for p in fp32.parameters())
+    for (name, a), b in zip(bf16.named_parameters(), fp32.parameters()):
+        assert torch.equal(a.float(), b), name
+
+
+def test_a_file_mixing_dtypes_loads_in_the_widest_so_nothing_is_rounded(tmp_path):
+    spec, cfg, t = llama_family("LlamaForCausalLM", dtype=torch.bfloat16)
+    t["model.norm.weight"] = torch.full((spec["d"],), 1.0 + 2 ** -12)      # not representable in bf16
+    write_hf(tmp_path, cfg, t)
+    model = GPT.from_pretrained(str(tmp_path))
+    assert model.transformer.ln_f.weight.dtype == torch.float32
+    assert torch.equal(model.transformer.ln_f.weight, t["model.norm.weight"])
+
+
+MEMORY_PROBE = """
+import sys, torch
+from model import GPT
+def status(key):
+    return int(next(l for l in open('/proc/self/status') if l.startswith(key)).split()[1]) * 1024
+before = status('VmRSS')
+model = GPT.from_pretrained(sys.argv[1])
+assert next(model.parameters()).dtype == torch.bfloat16
+print(status('VmHWM') - before)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads peak memory from /proc (Linux)")
+def test_loading_a_bf16_checkpoint_peaks_near_its_own_size(tmp_path):
+    """A ~330 MB bf16 checkpoint in 3 shards: the loading process's peak memory grows by at most 1.5x the
+    files' size (an fp32 shell, or a memory-mapped copy beside the model, would each exceed it)."""
+    from safetensors.torch import save_file
+    d, L, ff, V = 1024, 8, 2816, 32000
+    names = {"model.embed_tokens.weight": (V, d), "lm_head.weight": (V, d), "model.norm.weight": (d,)}
+    for i in range(L):
+        p = f"model.layers.{i}."
+        names.update({p + "self_attn.q_proj.weight": (d, d), p + "self_attn.k_proj.weight": (d, d),
+                      p + "self_attn.v_proj.weight": (d, d), p + "self_attn.o_proj.weight": (d, d),
+                      p + "mlp.gate_proj.weight": (ff, d), p + "mlp.up_proj.weight": (ff, d),
+                      p + "mlp.down_proj.weight": (d, ff), p + "input_layernorm.weight": (d,),
+                      p + "post_attention_layernorm.weight": (d,)})
+    cfg = dict(architectures=["LlamaForCausalLM"], hidden_size=d, num_hidden_layers=L, num_attention_heads=16,
+               num_key_value_heads=16, intermediate_size=ff, vocab_size=V, rms_norm_eps=1e-5, rope_theta=10000.0)
+    with open(tmp_path / "config.json", "w") as fh:
+        json.dump(cfg, fh)
+    keys = sorted(names)
+    weight_map = {}
+    for i in range(3):
+        file = f"model-{i + 1:05d}-of-00003.safetensors"
+        save_file({k: torch.full(names[k], 0.01, dtype=torch.bfloat16) for k in keys[i::3]}, str(tmp_path / file))
+        weight_map.update({k: file for k in keys[i::3]})
+    with open(tmp_path / "model.safetensors.index.json", "w") as fh:
+        json.dump({"weight_map": weight_map}, fh)
+    size = sum(f.stat().st_size for f in tmp_path.glob("*.safetensors"))
+    out = subprocess.run([sys.executable, "-c", MEMORY_PROBE, str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    grown = int(out.stdout.split()[-1])
+    assert grown <= 1.5 * size, (grown / 2 ** 20, size / 2 ** 20)
