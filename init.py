@@ -18,7 +18,7 @@ import os
 
 import torch
 
-from model import GPT, GPTConfig, add_config_flags, config_from_flags, write_json
+from model import GPT, GPTConfig, add_config_flags, config_from_flags, print_table, run_script, write_json
 
 STD = 0.02
 EMBEDDING_PARAMS = ("transformer.wte.weight", "transformer.wpe.weight", "lm_head.weight")
@@ -95,35 +95,31 @@ def weight_stats(model: GPT) -> dict:
     return rows
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description="Initialize a preset and report each weight group's std.")
     add_config_flags(parser)
     parser.add_argument("--seed", type=int, default=42, help="seed of the transformer blocks")
     parser.add_argument("--embed_seed", type=int, default=0, help="seed of embeddings and LM head")
     parser.add_argument("--out", default="out/init")
-    args = parser.parse_args()
-    config = config_from_flags(args)
+    args = parser.parse_args(argv)
+    config = config_from_flags(args)                 # a bad preset or knob is one error line, before any work
     model = build(config, args.seed, args.embed_seed)
-    stats = weight_stats(model)
     # group the per-layer matrices: "transformer.h.3.attn.c_proj.weight" -> "h.*.attn.c_proj.weight"
     groups = {}
-    for name, row in stats.items():
+    for name, row in weight_stats(model).items():
         parts = name.split(".")
         key = ".".join(["h", "*"] + parts[3:]) if parts[:2] == ["transformer", "h"] else name
         g = groups.setdefault(key, dict(target=row["target"], sq=0.0, n=0))
         g["sq"] += row["std"] ** 2 * row["numel"]
         g["n"] += row["numel"]
+    table = {key: dict(std=math.sqrt(g["sq"] / g["n"]), target=g["target"], numel=g["n"]) for key, g in groups.items()}
     print(f"{args.model}: seed={args.seed} embed_seed={args.embed_seed}, {model.num_params():,} parameters")
-    print(f"{'parameter group':<32} {'std':>9} {'target':>9} {'ratio':>7}")
-    table = {}
-    for key, g in groups.items():
-        std = math.sqrt(g["sq"] / g["n"])
-        table[key] = dict(std=std, target=g["target"], numel=g["n"])
-        print(f"{key:<32} {std:>9.5f} {g['target']:>9.5f} {std / g['target']:>7.4f}")
-    write_json(os.path.join(args.out, "init_stats.json"),
-               dict(config=dataclasses.asdict(config), seed=args.seed, embed_seed=args.embed_seed, groups=table))
-    print(f"wrote {os.path.join(args.out, 'init_stats.json')}")
+    print_table([dict(group=key, std=f"{r['std']:.5f}", target=f"{r['target']:.5f}", ratio=f"{r['std'] / r['target']:.4f}")
+                 for key, r in table.items()])
+    path = os.path.join(args.out, "init_stats.json")
+    write_json(path, dict(config=dataclasses.asdict(config), seed=args.seed, embed_seed=args.embed_seed, groups=table))
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "init.py")

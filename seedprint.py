@@ -1,31 +1,46 @@
 """
-seedprint.py: the lineage test -- do two checkpoints share an initialization? (paper Section 6.1)
+seedprint.py: the lineage test -- do two models share an initialization? (paper Section 6.1)
 
-A model's birth bias (a few preferred directions of its final hidden state, Sections 2-5) is set by
-its init seed and survives training. SeedPrint reads it on inputs that carry no meaning:
-  1. fingerprint: the final-norm hidden state of the last token on N random inputs, H (N x d);
-     random token ids below the smaller vocabulary (pretrained models) or Gaussian input embeddings
-     N(mu, sigma) with the scalars of a fresh embedding table (models trained here);
-  2. identity dimensions: the k dimensions with the smallest mean output, intersected across the
-     two models ("coset") or the base model's alone ("base");
-  3. statistic: per input, softmax(H[:, S] / 10); per identity dimension, Kendall's tau-b between
-     the two models across the N inputs;
-  4. tests at alpha = 0.01: the analytic z-test of mean tau (two-sided p, as the reference code does:
-     2 sf(z)); and against a null of the same pipeline on two independent Gaussian matrices of the
-     same shape (10 trials pooled): one-sided two-sample t-test and Mann-Whitney U.
-Verdict: related when both empirical tests reject.
+A model's birth bias (Sections 2-5) is set by its init seed and survives training, so checkpoints of
+one lineage keep ranking random inputs alike on a few "identity" dimensions of their final hidden
+state, while independently initialized models do not.
 
-    python seedprint.py A B                    # two train.py checkpoints or Hugging Face directories
-    python seedprint.py --exp seeds            # Table 4a; also lineage, same_data, continual, persistence,
-                                               # calibration, baselines, all (small CPU defaults)
+  1. fingerprint  H (N x d): the final-norm state of the last token on N random token sequences, the
+                  same ids for both models (below the smaller vocabulary).
+  2. identity set S: the k dimensions of smallest mean output, intersected across the two models.
+  3. cross matrix C[j, l]: Kendall tau-b, across the N inputs, between dimension j of A and dimension l
+                  of B, after the reference's softmax(H[:, S] / 10) per input. The paper's statistic is
+                  the mean of diag(C).
+  4. verdict:     the dimension-permutation test. If B's init is independent of A's, B's residual
+                  coordinates are exchangeable with respect to A: relabelling them leaves the joint law
+                  of (A, B) unchanged. mean(diag C) is then one draw from its values over the permutations
+                  of B's coordinates within S; Hoeffding's combinatorial central limit theorem gives that
+                  distribution's mean and variance in closed form -> z -> p_perm. Under the same H0 the
+                  overlap |S| is hypergeometric and independent of p_perm; Fisher's method combines the two.
+                  Related when the combined p < alpha = 0.01.
+
+Where the H0 breaks: anything that unrelated models share *coordinate by coordinate* -- a shared token
+embedding table (init.py's embed_seed), Gaussian input embeddings fed past the table, a fixed position
+table -- makes coordinates align by construction. A deliberate permutation of B's basis hides a true
+lineage (a false negative, never a false positive).
+
+The reference implementation's tests stay as reference outputs, not the verdict: the analytic z of mean
+tau (p_z = 2 sf(z), as the reference computes it: a one-sided test at alpha/2, not a two-sided p), and a
+one-sided t-test and Mann-Whitney U against taus of the same pipeline on independent Gaussian matrices.
+Unrelated models are two random functions of the *same* inputs, so their per-dimension taus spread far
+wider than any such null allows: on real models those tests reject unrelated pairs far more often than
+alpha (README).
+
+    python seedprint.py A B                  # two train.py checkpoints or Hugging Face directories
+    python seedprint.py --exp table4a        # also table4b, table4c, table5, fig11, fpr, baselines, all
 """
 import argparse
 import dataclasses
+import functools
 import hashlib
 import json
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass
 
@@ -33,62 +48,15 @@ import numpy as np
 import torch
 from scipy import stats
 
-import train
-from init import STD, build
-from model import GPT, add_config_flags, config_overrides, get_config, load_model, read_checkpoint, write_json
+from model import (GPT, Progress, add_config_flags, config_overrides, figure, get_config, load_model, print_table,
+                   qkv_sizes, read_checkpoint, run_script, save_figure, update_results)
 
-EXPERIMENTS = ("seeds", "lineage", "same_data", "continual", "persistence", "calibration", "baselines")
 ALPHA = 0.01
+EXPERIMENTS = ("table4a", "table4b", "table4c", "table5", "fig11", "fpr", "baselines")
 
 
-# ----------------------------------------------------------------------------- 1. fingerprint
-
-@torch.no_grad()
-def fingerprint(model: GPT, n: int = 2000, seq_len: int = 64, inputs: str = "tokens", vocab: int | None = None,
-                mean: float = 0.0, std: float = STD, seed: int = 0, batch_size: int = 32) -> np.ndarray:
-    """H (n x d, float32): the final-norm state of the last token on n random sequences.
-    inputs="tokens": ids uniform below `vocab` (default: the model's; pass the smaller one of two
-    models so both see the same ids). inputs="gaussian": embeddings N(mean, std) fed past the token
-    table (default: the N(0, 0.02) of init.py's fresh table). Same seed -> same inputs."""
-    if inputs not in ("tokens", "gaussian"):
-        raise ValueError(f"inputs must be 'tokens' or 'gaussian', got {inputs!r}")
-    param = next(model.parameters())
-    device, d = param.device, model.config.n_embd
-    vocab = vocab or model.config.vocab_size
-    g = torch.Generator().manual_seed(seed)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
-    out = []
-    for i in range(0, n, batch_size):
-        b = min(batch_size, n - i)
-        if inputs == "tokens":
-            kw = dict(idx=torch.randint(0, vocab, (b, seq_len), generator=g).to(device))
-        else:   # drawn on the CPU in float32, so every device and dtype sees the same inputs
-            kw = dict(embeds=(torch.randn(b, seq_len, d, generator=g) * std + mean).to(device, param.dtype))
-        with autocast:
-            h = model.trace(**kw, hidden="last")["hidden"][-1]
-        out.append(h.float().cpu())
-    return torch.cat(out).numpy()
-
-
-def fingerprint_cached(path: str, cache_dir: str | None, device="cpu", **options) -> np.ndarray:
-    """fingerprint() of the model at `path`, saved once under cache_dir (keyed by the path and the
-    input options), so comparing M models costs M forward passes, not M^2."""
-    key = json.dumps(dict(path=os.path.abspath(path), **options), sort_keys=True)
-    file = None
-    if cache_dir:
-        file = os.path.join(cache_dir, hashlib.sha256(key.encode()).hexdigest()[:16] + ".npz")
-        if os.path.isfile(file) and os.path.getmtime(file) >= os.path.getmtime(path):
-            return np.load(file)["H"]
-    H = fingerprint(load_model(path, device).eval(), **options)
-    if file:
-        os.makedirs(cache_dir, exist_ok=True)
-        tmp = file + f".tmp{os.getpid()}.npz"
-        np.savez(tmp, H=H, description=key)
-        os.replace(tmp, file)
-    return H
-
-
-# ----------------------------------------------------------------------------- 2-3. statistic
+# ----------------------------------------------------------------------------- 2-4. the statistic
+# numpy and scipy only: seedprint_test runs on fingerprints saved anywhere, by anything.
 
 def identity_dims(H: np.ndarray, k: int, rank_by: str = "smallest") -> np.ndarray:
     """The k dimensions of H's mean output ranked by `rank_by`: smallest (the reference), largest, abs."""
@@ -97,92 +65,227 @@ def identity_dims(H: np.ndarray, k: int, rank_by: str = "smallest") -> np.ndarra
     return np.sort(np.argsort(key, kind="stable")[:k])
 
 
-def kendall_tau_b(x: np.ndarray, y: np.ndarray) -> float:
-    return stats.kendalltau(x, y, variant="b").statistic
-
-
-def seedprint_taus(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = "smallest",
-                   set_mode: str = "coset", temperature: float = 10.0) -> tuple:
-    """(taus over the identity set, the set). Identity set: bottom-k of A intersected with bottom-k
-    of B (coset) or A's alone (base); softmax(H[:, S] / temperature) per input; tau-b per dimension."""
-    if HA.shape != HB.shape:
-        raise ValueError(f"fingerprints differ in shape {HA.shape} vs {HB.shape}: the models must have the same "
-                         f"width and see the same N inputs")
-    k = min(k, HA.shape[1] // 2)    # at most half the width, so that "the k smallest" still selects
+def identity_set(HA: np.ndarray, HB: np.ndarray, k: int, rank_by: str = "smallest", set_mode: str = "coset"):
+    """(S, k used): A's identity dimensions, intersected with B's ("coset") or A's alone ("base").
+    k is capped at half the width, so that "the k smallest" still selects."""
+    k = min(k, HA.shape[1] // 2)
     S = identity_dims(HA, k, rank_by)
     if set_mode == "coset":
         S = np.intersect1d(S, identity_dims(HB, k, rank_by))
-    elif set_mode != "base":
-        raise ValueError(f"set_mode must be 'coset' or 'base', got {set_mode!r}")
-    if len(S) == 0:
-        return np.zeros(0), S
-    A = torch.softmax(torch.from_numpy(HA[:, S]).double() / temperature, dim=1).numpy()
-    B = torch.softmax(torch.from_numpy(HB[:, S]).double() / temperature, dim=1).numpy()
-    return np.array([kendall_tau_b(A[:, j], B[:, j]) for j in range(len(S))]), S
+    return S, k
 
 
-# ----------------------------------------------------------------------------- 4. tests
+def softmax_rows(X: np.ndarray, temperature: float = 10.0) -> np.ndarray:
+    Z = X.astype(np.float64) / temperature
+    Z = np.exp(Z - Z.max(axis=1, keepdims=True))
+    return Z / Z.sum(axis=1, keepdims=True)
+
+
+def kendall_tau_matrix(X: np.ndarray, Y: np.ndarray, chunk: int = 16) -> np.ndarray:
+    """C[j, l] = Kendall tau-b between X[:, j] and Y[:, l] across the N rows, for every j and l at once.
+    tau-b = sum over pairs i < k of sign(x_i - x_k) sign(y_i - y_k) / sqrt(untied pairs of x * of y),
+    so the numerator of every (j, l) is one matrix product of pair-sign features. They are built a chunk
+    of rows at a time (comparisons into int8: fast; ties give 0), and the products are exact: +-1 and 0
+    summed in float32 stay below 2^24 within a chunk."""
+    X, Y = np.asarray(X), np.asarray(Y)
+    N = len(X)
+    num = np.zeros((X.shape[1], Y.shape[1]))
+    pair_signs = lambda Z, lo, hi: (np.greater(Z[lo:hi, None], Z[None, hi:]).view(np.int8)
+                                    - np.less(Z[lo:hi, None], Z[None, hi:]).view(np.int8)
+                                    ).reshape(-1, Z.shape[1]).astype(np.float32)
+    for lo in range(0, N - 1, chunk):
+        hi = min(lo + chunk, N)
+        i, k = np.triu_indices(hi - lo, 1)              # pairs inside the chunk ...
+        num += np.sign(X[lo + i] - X[lo + k]).T @ np.sign(Y[lo + i] - Y[lo + k])
+        if hi < N:                                      # ... and of the chunk with every later row
+            num += pair_signs(X, lo, hi).T @ pair_signs(Y, lo, hi)
+    den = np.sqrt(np.outer(untied_pairs(X), untied_pairs(Y)))
+    return np.divide(num, den, out=np.zeros_like(num), where=den > 0)     # a constant column ranks nothing: 0
+
+
+def untied_pairs(Z: np.ndarray) -> np.ndarray:
+    """Per column, the number of pairs i < k with Z[i] != Z[k] (tau-b's n0 - n1)."""
+    N = len(Z)
+    counts = [np.unique(Z[:, j], return_counts=True)[1] for j in range(Z.shape[1])]
+    return np.array([N * (N - 1) / 2 - (c * (c - 1) / 2).sum() for c in counts])
+
+
+def permutation_test(C: np.ndarray):
+    """(z, one-sided p) of sum(diag C) against its distribution over permutations pi of C's columns,
+    T(pi) = sum_j C[j, pi(j)]. Hoeffding's combinatorial CLT: E T = sum(C) / n, and
+    Var T = sum_{j,l} (C[j,l] - row mean_j - column mean_l + grand mean)^2 / (n - 1); z is normal as n grows."""
+    n = len(C)
+    if n < 2:
+        return 0.0, 1.0
+    d = C - C.mean(axis=1, keepdims=True) - C.mean(axis=0, keepdims=True) + C.mean()
+    sd = math.sqrt((d ** 2).sum() / (n - 1))
+    z = (np.trace(C) - C.sum() / n) / sd if sd > 0 else 0.0
+    return float(z), float(stats.norm.sf(z))
+
+
+def overlap_p(overlap: int, d: int, k: int) -> float:
+    """P(|S| >= overlap) when B's k identity dimensions are a uniformly random k-subset of d, as H0's
+    exchangeability makes them: hypergeometric."""
+    return float(stats.hypergeom.sf(overlap - 1, d, k, k))
+
 
 @dataclass
 class SeedPrintResult:
-    p_t: float              # one-sided two-sample t-test, taus > null taus
-    p_u: float              # Mann-Whitney U, taus > null taus
-    p_analytic: float       # z-test of mean tau against 0, two-sided (2 sf(z)) as the reference code
-    related: bool           # p_t < alpha and p_u < alpha
-    mean_tau: float
-    null_mean_tau: float
-    z: float
-    n_identity: int         # size of the identity set
+    related: bool           # the verdict: p < alpha
+    p: float                # Fisher's combination of p_perm and p_overlap (coset mode), else p_perm
+    p_perm: float           # dimension-permutation test of mean(diag C)
+    p_overlap: float        # hypergeometric p of the identity set's size (1 in base mode)
+    mean_tau: float         # mean(diag C): the paper's statistic
+    z_perm: float
+    n_identity: int         # |S|
+    k: int
     n_inputs: int
-    taus: list
+    p_z: float = float("nan")   # reference outputs, not the verdict: analytic 2 sf(z) (one-sided at alpha/2),
+    p_t: float = float("nan")   # one-sided t-test and Mann-Whitney U against independent-Gaussian taus
+    p_u: float = float("nan")
 
 
-def null_taus(N: int, d: int, trials: int = 10, seed: int = 0, **options) -> np.ndarray:
-    """The same pipeline on pairs of independent randn(N, d) matrices, `trials` pairs pooled."""
+def check_options(k: int = 400, rank_by: str = "smallest", set_mode: str = "coset", temperature: float = 10.0,
+                  alpha: float = ALPHA) -> None:
+    """Every statistic option, checked before any model is run."""
+    if int(k) < 2:
+        raise ValueError(f"k (identity dimensions per model) must be at least 2, got {k}")
+    if rank_by not in ("smallest", "largest", "abs"):
+        raise ValueError(f"rank_by must be smallest, largest or abs, got {rank_by!r}")
+    if set_mode not in ("coset", "base"):
+        raise ValueError(f"set_mode must be 'coset' or 'base', got {set_mode!r}")
+    if not temperature > 0 or not 0 < alpha < 1:
+        raise ValueError(f"need temperature > 0 and 0 < alpha < 1, got {temperature}, {alpha}")
+
+
+def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = "smallest", set_mode: str = "coset",
+                   temperature: float = 10.0, alpha: float = ALPHA, reference: bool = True) -> SeedPrintResult:
+    """Steps 2-4 on the fingerprints of two models on the same N inputs."""
+    check_options(k, rank_by, set_mode, temperature, alpha)
+    if HA.shape != HB.shape:
+        raise ValueError(f"fingerprints differ in shape {HA.shape} vs {HB.shape}: the models must have the same "
+                         f"width and see the same N inputs")
+    N, d = HA.shape
+    S, k = identity_set(HA, HB, k, rank_by, set_mode)
+    C = kendall_tau_matrix(softmax_rows(HA[:, S], temperature), softmax_rows(HB[:, S], temperature))
+    z, p_perm = permutation_test(C)
+    p_over = overlap_p(len(S), d, k) if set_mode == "coset" else 1.0
+    p = float(stats.combine_pvalues([p_perm, p_over], method="fisher").pvalue) if set_mode == "coset" else p_perm
+    taus = np.diag(C)
+    r = SeedPrintResult(related=bool(p < alpha), p=p, p_perm=p_perm, p_overlap=p_over,
+                        mean_tau=float(taus.mean()) if len(S) else 0.0, z_perm=z, n_identity=len(S), k=k, n_inputs=N)
+    if reference and len(S) >= 2:
+        sd = math.sqrt(2 * (2 * N + 5) / (9 * N * (N - 1)))      # std of tau-b under independence
+        null = null_taus(N, d, k=k, rank_by=rank_by, set_mode=set_mode, temperature=temperature)
+        r.p_z = float(min(1.0, 2 * stats.norm.sf(taus.mean() / (sd / math.sqrt(len(S))))))
+        r.p_t = float(stats.ttest_ind(taus, null, alternative="greater").pvalue)
+        r.p_u = float(stats.mannwhitneyu(taus, null, alternative="greater").pvalue)
+    return r
+
+
+@functools.lru_cache(maxsize=16)
+def null_taus(N: int, d: int, trials: int = 10, seed: int = 0, k: int = 400, rank_by: str = "smallest",
+              set_mode: str = "coset", temperature: float = 10.0) -> np.ndarray:
+    """The reference's null: the same pipeline on `trials` pairs of independent randn(N, d) matrices, pooled.
+    Cached on every argument it depends on."""
     rng = np.random.default_rng(seed)
-    return np.concatenate([seedprint_taus(rng.standard_normal((N, d)).astype(np.float32),
-                                          rng.standard_normal((N, d)).astype(np.float32), **options)[0]
-                           for _ in range(trials)])
+    out = []
+    for _ in range(trials):
+        A, B = rng.standard_normal((N, d)), rng.standard_normal((N, d))
+        S, _ = identity_set(A, B, k, rank_by, set_mode)
+        if len(S) == 0:
+            continue
+        A, B = softmax_rows(A[:, S], temperature), softmax_rows(B[:, S], temperature)
+        out += [stats.kendalltau(A[:, j], B[:, j]).statistic for j in range(len(S))]
+    return np.array(out)
 
 
-def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = "smallest",
-                   set_mode: str = "coset", trials: int = 10, alpha: float = ALPHA, null_seed: int = 0,
-                   null=None) -> SeedPrintResult:
-    """All of steps 2-4 on two fingerprints of the same N inputs."""
-    opts = dict(k=k, rank_by=rank_by, set_mode=set_mode)
-    taus, S = seedprint_taus(HA, HB, **opts)
-    N = HA.shape[0]
-    if len(taus) < 2:    # the two models share (almost) no identity dimension: nothing to test, unrelated
-        return SeedPrintResult(p_t=1.0, p_u=1.0, p_analytic=1.0, related=False, mean_tau=float(np.mean(taus))
-                               if len(taus) else 0.0, null_mean_tau=float("nan"), z=0.0, n_identity=len(S),
-                               n_inputs=N, taus=taus.tolist())
-    if null is None:
-        null = null_taus(N, HA.shape[1], trials, null_seed, **opts)
-    sd = math.sqrt(2 * (2 * N + 5) / (9 * N * (N - 1)))          # std of tau under independence
-    z = taus.mean() / (sd / math.sqrt(len(taus)))
-    p_t = stats.ttest_ind(taus, null, alternative="greater").pvalue
-    p_u = stats.mannwhitneyu(taus, null, alternative="greater").pvalue
-    return SeedPrintResult(p_t=float(p_t), p_u=float(p_u), p_analytic=float(min(1.0, 2 * stats.norm.sf(z))),
-                           related=bool(p_t < alpha and p_u < alpha), mean_tau=float(taus.mean()),
-                           null_mean_tau=float(null.mean()), z=float(z), n_identity=len(S), n_inputs=N,
-                           taus=taus.tolist())
+# ----------------------------------------------------------------------------- 1. fingerprints (torch)
+
+def fingerprint(model, sequences: int = 2000, seq_len: int = 64, inputs: str = "tokens", vocab: int = None,
+                mean: float = 0.0, std: float = 0.02, seed: int = 0, batch_size: int = 32, name: str = "model",
+                progress: bool = False) -> np.ndarray:
+    """H (sequences x d, float32): the final-norm state of the last token on random sequences.
+    model: a GPT, or any callable ids (B, T) int64 -> (B, d) final-norm last-token states, e.g. a model
+    loaded by your own transformers install (tokens only; see the README).
+    inputs="tokens": ids uniform below `vocab` (default: the model's). inputs="gaussian": embeddings
+    N(mean, std) fed past the token table (GPT only; see the H0 above for why tokens are the default).
+    The same seed gives the same inputs on every device and dtype. A NaN or inf row is an error."""
+    is_gpt = isinstance(model, GPT)
+    if inputs not in ("tokens", "gaussian") or (inputs == "gaussian" and not is_gpt):
+        raise ValueError(f"inputs must be 'tokens', or 'gaussian' for a GPT; got {inputs!r} for {type(model).__name__}")
+    if vocab is None and not is_gpt:
+        raise ValueError("a callable model needs vocab=: token ids are drawn below it")
+    vocab = vocab or model.config.vocab_size
+    param = next(model.parameters()) if is_gpt else None
+    device = param.device if is_gpt else torch.device("cpu")
+    g = torch.Generator().manual_seed(seed)
+    bar = Progress(sequences, f"fingerprint {name}", "sequences") if progress else None
+    out = []
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        for i in range(0, sequences, batch_size):
+            b = min(batch_size, sequences - i)
+            if inputs == "tokens":
+                ids = torch.randint(0, vocab, (b, seq_len), generator=g)
+                h = model.trace(ids.to(device), hidden="last")["hidden"][-1] if is_gpt else model(ids)
+            else:   # drawn on the CPU in float32, so every device and dtype sees the same inputs
+                x = torch.randn(b, seq_len, model.config.n_embd, generator=g) * std + mean
+                h = model.trace(embeds=x.to(device, param.dtype), hidden="last")["hidden"][-1]
+            out.append(torch.as_tensor(h).float().cpu())
+            if bar:
+                bar.update(b)
+    H = torch.cat(out).numpy()
+    bad = int((~np.isfinite(H)).any(axis=1).sum())
+    if bad:
+        raise ValueError(f"{name}: {bad} of {len(H)} fingerprint rows hold NaN or inf (an fp16/bf16 overflow?); "
+                         f"load the model in float32 (--dtype float32)")
+    return H
+
+
+def weights_identity(path: str) -> list:
+    """What the weights at `path` are, as far as the file system tells: path, size and mtime of a
+    checkpoint file, or of config.json and every weight file of a Hugging Face directory."""
+    if os.path.isfile(path):
+        files = [path]
+    else:
+        files = sorted(os.path.join(path, f) for f in os.listdir(path)
+                       if f in ("config.json", "model.safetensors.index.json") or f.endswith(".safetensors"))
+    return [[os.path.abspath(f), os.path.getsize(f), os.stat(f).st_mtime_ns] for f in files]
+
+
+def fingerprint_cached(path: str, cache_dir: str = None, device="cpu", dtype: str = None, **options) -> np.ndarray:
+    """fingerprint() of the model at `path`, saved under cache_dir, keyed on the identity of its weights
+    and on every option (device and dtype included): comparing M models costs M forward passes."""
+    key = json.dumps(dict(weights=weights_identity(path), device=str(device), dtype=str(dtype), options=options,
+                          autocast="bf16" if str(device).startswith("cuda") else None, version=2), sort_keys=True)
+    file = os.path.join(cache_dir, hashlib.sha256(key.encode()).hexdigest()[:20] + ".npz") if cache_dir else None
+    if file and os.path.isfile(file):
+        return np.load(file)["H"]
+    model = load_model(path, device, getattr(torch, dtype) if dtype else None).eval()
+    H = fingerprint(model, name=path, progress=True, **options)
+    if file:
+        os.makedirs(cache_dir, exist_ok=True)
+        np.savez(file, H=H, key=key)
+    return H
 
 
 def compare(model_a, model_b, k: int = 400, rank_by: str = "smallest", set_mode: str = "coset",
-            trials: int = 10, alpha: float = ALPHA, cache_dir: str | None = None, device="cpu",
+            temperature: float = 10.0, alpha: float = ALPHA, cache_dir: str = None, device="cpu", dtype: str = None,
             **fingerprint_options) -> SeedPrintResult:
     """Do model_a (the base) and model_b share an initialization? Each may be a GPT, a path (train.py
-    checkpoint or Hugging Face directory) or a fingerprint array. Token inputs use ids below the
-    smaller of the two vocabularies."""
-    if "vocab" not in fingerprint_options and fingerprint_options.get("inputs", "tokens") == "tokens":
-        vocabs = [_vocab(m) for m in (model_a, model_b)]
-        if None not in vocabs:
-            fingerprint_options["vocab"] = min(vocabs)
-    HA, HB = (_fingerprint(m, cache_dir, device, **fingerprint_options) for m in (model_a, model_b))
+    checkpoint or Hugging Face directory), a callable ids -> states, or a fingerprint array. Token
+    inputs use ids below the smaller of the two vocabularies. Options are checked before any work."""
+    check_options(k, rank_by, set_mode, temperature, alpha)
+    opts = dict(fingerprint_options)
+    if opts.get("inputs", "tokens") == "tokens" and "vocab" not in opts:
+        vocabs = [v for v in (_vocab(m) for m in (model_a, model_b)) if v]
+        if vocabs:
+            opts["vocab"] = min(vocabs)
+    HA, HB = (_fingerprint(m, cache_dir, device, dtype, opts) for m in (model_a, model_b))
     if HA.shape[1] != HB.shape[1]:
         raise ValueError(f"the models differ in width ({HA.shape[1]} vs {HB.shape[1]}): SeedPrint compares models "
                          f"of one architecture")
-    return seedprint_test(HA, HB, k, rank_by, set_mode, trials, alpha)
+    return seedprint_test(HA, HB, k, rank_by, set_mode, temperature, alpha)
 
 
 def _vocab(m):
@@ -190,19 +293,20 @@ def _vocab(m):
         return m.config.vocab_size
     if isinstance(m, str):
         if os.path.isdir(m):
-            return json.load(open(os.path.join(m, "config.json")))["vocab_size"]
+            with open(os.path.join(m, "config.json")) as fh:
+                return json.load(fh)["vocab_size"]
         return read_checkpoint(m)["config"]["vocab_size"]
     return None
 
 
-def _fingerprint(m, cache_dir, device, **options):
+def _fingerprint(m, cache_dir, device, dtype, options):
     if isinstance(m, np.ndarray):
         return m
-    if isinstance(m, GPT):
-        return fingerprint(m.eval(), **options)
     if isinstance(m, str):
-        return fingerprint_cached(m, cache_dir, device, **options)
-    raise TypeError(f"expected a GPT, a path or a fingerprint array, got {type(m).__name__}")
+        return fingerprint_cached(m, cache_dir, device, dtype, **options)
+    if callable(m):
+        return fingerprint(m.eval() if hasattr(m, "eval") else m, **options)
+    raise TypeError(f"expected a GPT, a path, a callable or a fingerprint array, got {type(m).__name__}")
 
 
 # ----------------------------------------------------------------------------- baselines (threshold 0.8)
@@ -211,30 +315,27 @@ def _flat(model, keep):
     return torch.cat([p.detach().float().flatten() for n, p in model.named_parameters() if keep(n)])
 
 
-def _blocks(name):
-    return name.startswith("transformer.h.")
-
-
-def pcs(a: GPT, b: GPT) -> float:
-    """Parameter cosine similarity of all block parameters (embeddings and head excluded)."""
-    return torch.nn.functional.cosine_similarity(_flat(a, _blocks), _flat(b, _blocks), dim=0).item()
+def pcs(a, b) -> float:
+    """HuRef's parameter cosine similarity of all block parameters (embeddings and head excluded)."""
+    blocks = lambda name: name.startswith("transformer.h.")
+    return torch.nn.functional.cosine_similarity(_flat(a, blocks), _flat(b, blocks), dim=0).item()
 
 
 def _zscore(x):
     return (x - x.mean()) / x.std()
 
 
-def ics(a: GPT, b: GPT, n_tokens: int = 4096) -> float:
+def ics(a, b, n_tokens: int = 4096) -> float:
     """HuRef's invariant terms of the last two layers on the first n_tokens token embeddings X (each
     model its own): X Wq^T Wk X^T, X Wv^T Wo^T X^T, X (Wgate^T * Wup^T) Wdown^T X^T (Wup^T Wdown^T
     without a gate); each z-scored; cosine of the concatenations."""
+
     def terms(m):
         cfg, out = m.config, []
         X = m.transformer.wte.weight[:n_tokens].detach().float()
         H, Hkv, hd = cfg.n_head, cfg.kv_heads, cfg.head_dim
         for block in list(m.transformer.h)[-2:]:
-            W = block.attn.c_attn.weight.detach().float()
-            Wq, Wk, Wv = W.split([H * hd, Hkv * hd, Hkv * hd])
+            Wq, Wk, Wv = block.attn.c_attn.weight.detach().float().split(qkv_sizes(cfg))
             Wk, Wv = (w.view(Hkv, hd, -1).repeat_interleave(H // Hkv, 0).reshape(H * hd, -1) for w in (Wk, Wv))
             Wo = block.attn.c_proj.weight.detach().float()
             up = block.mlp.c_fc.weight.detach().float()
@@ -246,14 +347,13 @@ def ics(a: GPT, b: GPT, n_tokens: int = 4096) -> float:
     return torch.nn.functional.cosine_similarity(terms(a), terms(b), dim=0).item()
 
 
-def intrinsic(a: GPT, b: GPT) -> float:
+def intrinsic(a, b) -> float:
     """Per-layer std of the q, k, v, o weights, z-scored across layers; Pearson per type; mean."""
+
     def profile(m):
-        cfg = m.config
         rows = []
         for block in m.transformer.h:
-            q, k, v = block.attn.c_attn.weight.detach().float().split(
-                [cfg.n_head * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim])
+            q, k, v = block.attn.c_attn.weight.detach().float().split(qkv_sizes(m.config))
             rows.append([q.std(), k.std(), v.std(), block.attn.c_proj.weight.detach().float().std()])
         return _zscore(torch.tensor(rows))
     pa, pb = profile(a), profile(b)
@@ -262,7 +362,7 @@ def intrinsic(a: GPT, b: GPT) -> float:
     return float(np.mean([np.corrcoef(pa[:, j], pb[:, j])[0, 1] for j in range(4)]))
 
 
-def reef(a: GPT, b: GPT, n: int = 200, seq_len: int = 64, layer: int = -1, seed: int = 0) -> float:
+def reef(a, b, n: int = 200, seq_len: int = 64, layer: int = -1, seed: int = 0) -> float:
     """Linear CKA between the two models' last-token states at one residual-stream state (default:
     the final norm) on the same n random token sequences."""
     vocab = min(a.config.vocab_size, b.config.vocab_size)
@@ -277,226 +377,231 @@ BASELINES = {"PCS": pcs, "ICS": ics, "Intrinsic": intrinsic, "REEF": reef}
 
 
 # ----------------------------------------------------------------------------- experiments
+# Small models trained here from known seeds on known data: the paper's Tables 4a-4c and 5, Fig 11, the
+# false-positive study and the baselines. Each trains what it needs with train.py (reused when present).
 
-def _train(args, name, *flags):
-    """A small model with train.py, reused when already trained (--resume)."""
+LLAMA_KNOBS = dict(norm="rmsnorm", activation="swiglu", bias=False, tie_embeddings=False)   # the paper's toys
+
+
+def _run(args, name, seed, data, steps=None, init_from=None, data_seed=None):
+    """The directory of a train.py run, trained (or resumed to completion) on first use."""
+    import train
     out_dir = os.path.join(args.out, "runs", name)
-    cmd = ["--out_dir", out_dir, "--model", args.model, *_knobs(args), "--max_steps", str(args.steps),
-           "--ckpt_every", str(args.ckpt_every), "--eval_every", "0", "--log_every", "50",
-           "--batch_size", str(args.batch_size), "--resume", *flags]
-    if args.device:
-        cmd += ["--device", args.device]
-    print(f"--- {name}: python train.py {' '.join(cmd)}")
-    train.train(train.parse_args(cmd))
+    cfg = train.TrainConfig(data=data, out_dir=out_dir, model=None if init_from else args.model,
+                            knobs={} if init_from else {**LLAMA_KNOBS, **args.knobs}, init_seed=seed,
+                            embed_seed=seed, data_seed=args.data_seed if data_seed is None else data_seed,
+                            init_from=init_from, resume=True, batch_size=args.batch_size, max_steps=steps or args.steps,
+                            lr=args.lr, warmup=min(30, (steps or args.steps) // 10), ckpt_every=args.ckpt_every,
+                            eval_every=0, log_every=50, device=args.device)
+    if not (train.list_checkpoints(out_dir) and train.list_checkpoints(out_dir)[-1][0] == cfg.max_steps):
+        print(f"--- training {name} ({cfg.max_steps} steps)")
+        train.train(cfg)
     return out_dir
 
 
-def _knobs(args):
-    return [f"--{k}={('on' if v else 'off') if isinstance(v, bool) else v}" for k, v in config_overrides(args).items()]
-
-
-def _data(args, i):
-    """Prepared data dir for corpus i of --texts (bytes tokenizer by default: works offline)."""
-    if i >= len(args.texts):
-        raise ValueError(f"this experiment needs {i + 1} text files in --texts, got {len(args.texts)}")
-    path = os.path.join(args.out, "data", f"corpus{i}")
+def _data(args, corpus):
+    import train
+    path = os.path.join(args.out, "data", f"{corpus}_{args.tokenizer}")
     if not os.path.isfile(os.path.join(path, "meta.json")):
-        train.prepare([args.texts[i]], path, tokenizer=args.tokenizer)
+        train.prepare([corpus], path, tokenizer=args.tokenizer, from_dir=args.data_from)
     return path
 
 
-def _last(out_dir):
-    return train.list_checkpoints(out_dir)[-1][1]
+def _ckpts(run):
+    import train
+    return train.list_checkpoints(run)
+
+
+def _init_file(args, seed):
+    """A fresh init of the experiments' architecture, saved as a checkpoint (fingerprints are cached by file)."""
+    import train
+    from init import build
+    path = os.path.join(args.out, "inits", f"seed{seed}.pt")
+    if not os.path.isfile(path):
+        meta = train.load_data(_data(args, args.corpus))["meta"]
+        cfg = get_config(args.model, **{**LLAMA_KNOBS, **args.knobs, "vocab_size": meta["vocab_size"]})
+        train.save_checkpoint(path, dict(config=dataclasses.asdict(cfg), model=build(cfg, seed, seed).state_dict(),
+                                         step=0, seeds=dict(init_seed=seed, embed_seed=seed), tokenizer=meta["tokenizer"]))
+    return path
 
 
 def _fp(args, path):
     return fingerprint_cached(path, os.path.join(args.out, "fingerprints"), args.device or "cpu",
-                              **_fp_options(args))
+                              sequences=args.sequences, seq_len=args.seq_len, seed=args.input_seed)
 
 
-def _fp_options(args):
-    return dict(n=args.n, seq_len=args.seq_len, inputs=args.inputs, seed=args.input_seed)
+def _test(args, a, b, label, related=None):
+    r = seedprint_test(_fp(args, a), _fp(args, b), k=args.k, rank_by=args.rank_by, set_mode=args.set_mode)
+    row = dict(pair=label, truth={None: "-", True: "related", False: "unrelated"}[related],
+               verdict="RELATED" if r.related else "unrelated", p=r.p, p_perm=r.p_perm, p_overlap=r.p_overlap,
+               mean_tau=r.mean_tau, S=r.n_identity, p_t=r.p_t, p_u=r.p_u, p_z=r.p_z)
+    return row
 
 
-_NULLS = {}
+def exp_table4a(args):
+    """Table 4a: inits that differ only in their seed -> every pair unrelated."""
+    s = args.seeds
+    return [_test(args, _init_file(args, a), _init_file(args, b), f"init {a} vs init {b}", False)
+            for i, a in enumerate(s) for b in s[i + 1:]]
 
 
-def _null(args, d):
-    """The null taus for fingerprints of width d: one draw per experiment run, shared by every pair."""
-    if d not in _NULLS:
-        _NULLS[d] = null_taus(args.n, d, args.trials, 0, k=args.k)
-    return _NULLS[d]
-
-
-def _test(args, a, b, label):
-    HA, HB = _fp(args, a), _fp(args, b)
-    r = seedprint_test(HA, HB, k=args.k, null=_null(args, HA.shape[1]))
-    print(f"{label:<44} mean tau {r.mean_tau:+.4f} | |S| {r.n_identity:>3} | p_t {r.p_t:.2e} | p_u {r.p_u:.2e} | "
-          f"p_z {r.p_analytic:.2e} | {'RELATED' if r.related else 'unrelated'}")
-    row = dataclasses.asdict(r)
-    row.pop("taus")
-    return dict(a=a, b=b, label=label, **row)
-
-
-def exp_seeds(args):
-    """Table 4a: inits differing only in the block seed -> every pair unrelated."""
-    paths = {s: _model_file(args, s) for s in args.seeds}
-    return [_test(args, paths[a], paths[b], f"init seed {a} vs init seed {b}")
-            for i, a in enumerate(args.seeds) for b in args.seeds[i + 1:]]
-
-
-def exp_lineage(args):
+def exp_table4b(args):
     """Table 4b: each init vs its own trained descendant -> related."""
-    rows = []
-    for s in args.seeds:
-        run = _train(args, f"seed{s}", "--data", _data(args, 0), "--init_seed", str(s), "--embed_seed", str(s), "--data_seed", str(args.data_seed))
-        rows.append(_test(args, train.checkpoint_path(run, 0), _last(run), f"init {s} vs its trained descendant"))
-    return rows
+    data = _data(args, args.corpus)
+    return [_test(args, _ckpts(run)[0][1], _ckpts(run)[-1][1], f"init {s} vs trained {s}", True)
+            for s in args.seeds for run in [_run(args, f"seed{s}", s, data)]]
 
 
-def exp_same_data(args):
+def exp_table4c(args):
     """Table 4c: trained on the same data in the same order, different init -> unrelated."""
-    runs = {s: _last(_train(args, f"seed{s}", "--data", _data(args, 0), "--init_seed", str(s), "--embed_seed", str(s),
-                            "--data_seed", str(args.data_seed))) for s in args.seeds}
-    return [_test(args, runs[a], runs[b], f"trained {a} vs trained {b} (same data+order)")
+    data = _data(args, args.corpus)
+    final = {s: _ckpts(_run(args, f"seed{s}", s, data))[-1][1] for s in args.seeds}
+    return [_test(args, final[a], final[b], f"trained {a} vs trained {b}", False)
             for i, a in enumerate(args.seeds) for b in args.seeds[i + 1:]]
 
 
-def exp_continual(args):
-    """Table 5: base (seed A) continued on corpus 2 -> related to the base; a distractor (seed B,
-    another data order, continued on corpus 2 as well) -> unrelated."""
+def exp_table5(args):
+    """Table 5: base (seed A) continued on a second corpus -> related to the base; a distractor (seed B,
+    another data order, continued on the same corpus) -> unrelated."""
     a, b = args.seeds[0], args.seeds[1]
-    base = _last(_train(args, f"seed{a}", "--data", _data(args, 0), "--init_seed", str(a), "--embed_seed", str(a), "--data_seed", str(args.data_seed)))
-    other = _last(_train(args, f"seed{b}_order2", "--data", _data(args, 0), "--init_seed", str(b), "--embed_seed", str(b),
-                         "--data_seed", str(args.data_seed + 1)))
-    child = _last(_train(args, f"seed{a}_continued", "--data", _data(args, 1), "--init_from", base))
-    distractor = _last(_train(args, f"seed{b}_order2_continued", "--data", _data(args, 1), "--init_from", other))
-    return [_test(args, base, child, f"base {a} vs its descendant on corpus 2"),
-            _test(args, base, distractor, f"base {a} vs distractor ({b}) on corpus 2")]
+    data, data2 = _data(args, args.corpus), _data(args, args.corpus2)
+    base = _ckpts(_run(args, f"seed{a}", a, data))[-1][1]
+    other = _ckpts(_run(args, f"seed{b}_order2", b, data, data_seed=args.data_seed + 1))[-1][1]
+    child = _ckpts(_run(args, f"seed{a}_on_{args.corpus2}", a, data2, steps=args.steps // 2, init_from=base))[-1][1]
+    distractor = _ckpts(_run(args, f"seed{b}_order2_on_{args.corpus2}", b, data2, steps=args.steps // 2,
+                             init_from=other))[-1][1]
+    return [_test(args, base, child, f"base {a} vs its descendant on {args.corpus2}", True),
+            _test(args, base, distractor, f"base {a} vs distractor ({b}) on {args.corpus2}", False)]
 
 
-def exp_persistence(args):
-    """Fig 11: overlap and correlation of the top-k biased dimensions (largest |mean output|) of an
-    init with those of its own checkpoints through training, beside another seed's init."""
+def biased_dims(H: np.ndarray, k: int) -> np.ndarray:
+    """The k dimensions most biased at birth: largest |mean| of the normalized states (the contraction
+    direction of Finding 2.2)."""
+    u = H / np.linalg.norm(H, axis=1, keepdims=True)
+    return np.argsort(-np.abs(u.mean(axis=0)), kind="stable")[:k]
+
+
+def dimension_correlations(H0: np.ndarray, H: np.ndarray, dims: np.ndarray) -> np.ndarray:
+    """Per dimension j, the Pearson correlation across the N inputs between H0[:, j] and H[:, j]."""
+    a, b = H0[:, dims] - H0[:, dims].mean(0), H[:, dims] - H[:, dims].mean(0)
+    return (a * b).sum(0) / np.sqrt((a * a).sum(0) * (b * b).sum(0))
+
+
+def exp_fig11(args):
+    """Fig 11: for each of the top-k biased dimensions of seed A's init, the correlation across the N
+    inputs between the init and each checkpoint of its own training run; mean +- std over the k
+    dimensions, beside the same for the checkpoints of seed B's run (the uncorrelated baseline)."""
     a, b = args.seeds[0], args.seeds[1]
-    run = _train(args, f"seed{a}", "--data", _data(args, 0), "--init_seed", str(a), "--embed_seed", str(a), "--data_seed", str(args.data_seed))
-    other = _model_file(args, b)
-    H0 = _fp(args, train.checkpoint_path(run, 0))
-    m0 = H0.mean(0)
-    k = min(args.top, len(m0))
-    top = identity_dims(H0, k, "abs")
+    data = _data(args, args.corpus)
+    own, other = _ckpts(_run(args, f"seed{a}", a, data)), _ckpts(_run(args, f"seed{b}", b, data))
+    H0 = _fp(args, own[0][1])
+    dims = biased_dims(H0, min(args.top, H0.shape[1]))
     rows = []
-    for step, path in train.list_checkpoints(run):
-        m = _fp(args, path).mean(0)
-        rows.append(dict(step=step, overlap=len(np.intersect1d(top, identity_dims(_fp(args, path), k, "abs"))) / k,
-                         pearson=float(np.corrcoef(m0[top], m[top])[0, 1])))
-    mo = _fp(args, other).mean(0)
-    base = dict(overlap=len(np.intersect1d(top, identity_dims(_fp(args, other), k, "abs"))) / k,
-                pearson=float(np.corrcoef(m0[top], mo[top])[0, 1]))
-    for r in rows:
-        print(f"step {r['step']:>5}: top-{k} overlap {r['overlap']:.2f}, Pearson {r['pearson']:+.3f}")
-    print(f"another seed's init: overlap {base['overlap']:.2f}, Pearson {base['pearson']:+.3f}")
-    _plot_persistence(args, rows, base, k)
-    return dict(k=k, trajectory=rows, other_seed=base)
+    for (step, p_own), (_, p_other) in zip(own, other):
+        c_own, c_other = dimension_correlations(H0, _fp(args, p_own), dims), dimension_correlations(H0, _fp(args, p_other), dims)
+        rows.append(dict(step=step, own_mean=float(c_own.mean()), own_std=float(c_own.std()),
+                         other_mean=float(c_other.mean()), other_std=float(c_other.std())))
+    plt, fig, ax = figure()
+    steps = [r["step"] for r in rows]
+    for key, label in (("own", f"init {a} vs its checkpoints"), ("other", f"init {a} vs seed {b}'s checkpoints")):
+        ax.errorbar(steps, [r[f"{key}_mean"] for r in rows], [r[f"{key}_std"] for r in rows], marker="o", capsize=3,
+                    label=label)
+    ax.set_xlabel("training step")
+    ax.set_ylabel(f"correlation across inputs, top-{len(dims)} dims")
+    ax.legend(fontsize=8)
+    save_figure(fig, os.path.join(args.out, "fig11_persistence.png"))
+    return dict(k=len(dims), dims=dims.tolist(), rows=rows)
 
 
-def exp_calibration(args):
-    """False-positive rate over unrelated pairs (inits of --calibration_seeds seeds, all pairs) and
-    true-positive rate over related pairs (each init vs its checkpoints), alpha = 0.01."""
-    seeds = list(range(100, 100 + args.calibration_seeds))
-    fps = {s: _fp(args, _model_file(args, s)) for s in seeds}
-    null = _null(args, next(iter(fps.values())).shape[1])
-    unrelated = [seedprint_test(fps[a], fps[b], k=args.k, null=null) for i, a in enumerate(seeds) for b in seeds[i + 1:]]
-    related = []
-    for s in args.seeds:
-        run = _train(args, f"seed{s}", "--data", _data(args, 0), "--init_seed", str(s), "--embed_seed", str(s), "--data_seed", str(args.data_seed))
-        for step, path in train.list_checkpoints(run)[1:]:
-            related.append(seedprint_test(_fp(args, train.checkpoint_path(run, 0)), _fp(args, path), k=args.k, null=null))
-    res = {}
-    for name in ("p_t", "p_u", "p_analytic"):
-        pu = np.array([getattr(r, name) for r in unrelated])
-        pr = np.array([getattr(r, name) for r in related])
-        res[name] = dict(fpr=float((pu < ALPHA).mean()), tpr=float((pr < ALPHA).mean()), unrelated_p=pu.tolist())
-        print(f"{name:>10}: FPR {100 * res[name]['fpr']:5.1f}% over {len(pu)} unrelated pairs | "
-              f"TPR {100 * res[name]['tpr']:5.1f}% over {len(pr)} related pairs")
-    res["verdict"] = dict(fpr=float(np.mean([r.related for r in unrelated])), tpr=float(np.mean([r.related for r in related])))
-    print(f"   verdict: FPR {100 * res['verdict']['fpr']:5.1f}% | TPR {100 * res['verdict']['tpr']:5.1f}%")
-    _plot_calibration(args, res)
-    return res
+def clopper_pearson(x: int, n: int, level: float = 0.95):
+    """The exact binomial confidence interval of a rate x / n."""
+    lo = stats.beta.ppf((1 - level) / 2, x, n - x + 1) if x > 0 else 0.0
+    hi = stats.beta.ppf(1 - (1 - level) / 2, x + 1, n - x) if x < n else 1.0
+    return float(lo), float(hi)
 
 
-def _model_file(args, seed):
-    """A fresh init saved as a checkpoint file (so that fingerprints are cached by path)."""
-    path = os.path.join(args.out, "inits", f"seed{seed}.pt")
-    if not os.path.isfile(path):
-        data = train.load_data(_data(args, 0))
-        cfg = dataclasses.replace(_config(args), vocab_size=data["meta"]["vocab_size"])
-        model = build(cfg, seed, embed_seed=seed)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        train.save_checkpoint(path, dict(config=dataclasses.asdict(cfg), model=model.state_dict(), step=0,
-                                         seeds=dict(init_seed=seed, embed_seed=seed), tokenizer=data["meta"]["tokenizer"]))
-    return path
+def exp_fpr(args):
+    """The false-positive rate of every test on unrelated pairs of three kinds -- init vs init, trained vs
+    trained (same data and order), trained vs another seed's init -- and its power on related pairs:
+    each init vs its checkpoints, each base vs its continual descendant and the init vs that descendant."""
+    seeds = list(range(args.fpr_seed0, args.fpr_seed0 + args.fpr_inits))
+    trained_seeds = seeds[:args.fpr_trained]
+    data, data2 = _data(args, args.corpus), _data(args, args.corpus2)
+    inits = {s: _init_file(args, s) for s in seeds}
+    runs = {s: _run(args, f"seed{s}", s, data) for s in trained_seeds}
+    final = {s: _ckpts(runs[s])[-1][1] for s in trained_seeds}
+    pairs = [(inits[a], inits[b], "init vs init", False) for i, a in enumerate(seeds) for b in seeds[i + 1:]]
+    pairs += [(final[a], final[b], "trained vs trained", False) for i, a in enumerate(trained_seeds)
+              for b in trained_seeds[i + 1:]]
+    pairs += [(final[a], inits[b], "trained vs another init", False) for a in trained_seeds for b in seeds if b != a]
+    for s in trained_seeds:
+        pairs += [(_ckpts(runs[s])[0][1], p, "init vs its checkpoint", True) for _, p in _ckpts(runs[s])[1:]]
+        child = _ckpts(_run(args, f"seed{s}_on_{args.corpus2}", s, data2, steps=args.steps // 2, init_from=final[s]))[-1][1]
+        pairs += [(final[s], child, "base vs continual descendant", True), (inits[s], child, "init vs continual descendant", True)]
+    tests = ("p", "p_perm", "p_overlap", "p_base", "p_t", "p_u", "p_z")
+    bar = Progress(len(pairs), "pairs tested", "pairs")
+    results = []
+    for a, b, kind, truth in pairs:
+        HA, HB = _fp(args, a), _fp(args, b)
+        r = seedprint_test(HA, HB, k=args.k, set_mode=args.set_mode)
+        other = seedprint_test(HA, HB, k=args.k, set_mode="base" if args.set_mode == "coset" else "coset", reference=False)
+        results.append(dict(kind=kind, related=truth, S=r.n_identity, mean_tau=r.mean_tau,
+                            **{t: getattr(r, t) for t in tests if t != "p_base"},
+                            p_base=other.p if args.set_mode == "coset" else r.p))
+        bar.update()
+    table = []
+    for t in tests:
+        row = dict(test=t)
+        for kind in dict.fromkeys(r["kind"] for r in results):
+            ps = np.array([r[t] for r in results if r["kind"] == kind])
+            row[kind] = f"{(ps < ALPHA).sum()}/{len(ps)}"
+        unrelated = np.array([r[t] for r in results if not r["related"]])
+        x, n = int((unrelated < ALPHA).sum()), len(unrelated)
+        lo, hi = clopper_pearson(x, n)
+        row.update(FPR=f"{100 * x / n:.2f}%", CI95=f"[{100 * lo:.2f}, {100 * hi:.2f}]%",
+                   TPR=f"{100 * np.mean([r[t] < ALPHA for r in results if r['related']]):.1f}%")
+        table.append(row)
+    print_table(table)
+    _qq_plot(args, results, tests)
+    return dict(alpha=ALPHA, table=table, pairs=results)
 
 
-def _config(args):
-    return get_config(args.model, **config_overrides(args))
+def _qq_plot(args, results, tests):
+    plt, fig, axes = figure(1, 2, figsize=(10, 4))
+    for ax, zoom in zip(axes, (1.0, 0.05)):
+        for t in tests:
+            p = np.sort([r[t] for r in results if not r["related"]])
+            expected = (np.arange(1, len(p) + 1) - 0.5) / len(p)
+            ax.plot(expected, p, ".-", ms=3, label=f"{t}" + (" (verdict)" if t == "p" else ""))
+        ax.plot([0, zoom], [0, zoom], "k:", lw=1, label="uniform")
+        ax.axhline(ALPHA, c="gray", lw=0.5)
+        ax.set(xlim=(0, zoom), ylim=(0, zoom), xlabel="uniform quantile", ylabel="p-value, unrelated pairs",
+               title=f"QQ plot of {len(p)} unrelated pairs" + (" (zoom)" if zoom < 1 else ""))
+        ax.legend(fontsize=7)
+    save_figure(fig, os.path.join(args.out, "fpr_qq.png"))
 
 
 def exp_baselines(args):
     """PCS, ICS, Intrinsic, REEF beside SeedPrint on the pairs of Tables 4b, 4c and 5 (threshold 0.8)."""
-    pairs = exp_lineage(args) + exp_same_data(args)[:1] + exp_continual(args)
+    data = _data(args, args.corpus)
+    a, b = args.seeds[0], args.seeds[1]
+    run_a, run_b = _run(args, f"seed{a}", a, data), _run(args, f"seed{b}", b, data)
+    table5 = exp_table5(args)
+    pairs = [(_ckpts(run_a)[0][1], _ckpts(run_a)[-1][1], f"init {a} vs trained {a}", True),
+             (_ckpts(run_a)[-1][1], _ckpts(run_b)[-1][1], f"trained {a} vs trained {b}", False)]
+    base = _ckpts(run_a)[-1][1]
+    child = _ckpts(os.path.join(args.out, "runs", f"seed{a}_on_{args.corpus2}"))[-1][1]
+    distractor = _ckpts(os.path.join(args.out, "runs", f"seed{b}_order2_on_{args.corpus2}"))[-1][1]
+    pairs += [(base, child, table5[0]["pair"], True), (base, distractor, table5[1]["pair"], False)]
     rows = []
-    for r in pairs:
-        a, b = load_model(r["a"]).eval(), load_model(r["b"]).eval()
-        scores = {name: f(a, b) for name, f in BASELINES.items()}
-        rows.append(dict(label=r["label"], seedprint_related=r["related"], p_u=r["p_u"], **scores))
-        print(f"{r['label']:<44} " + " ".join(f"{n} {v:+.3f}{'*' if v > 0.8 else ' '}" for n, v in scores.items())
-              + f" | SeedPrint {'RELATED' if r['related'] else 'unrelated'}")
-    print("(* = above the 0.8 threshold: 'related' for that baseline)")
+    for pa, pb, label, truth in pairs:
+        ma, mb = load_model(pa).eval(), load_model(pb).eval()
+        scores = {name: f(ma, mb) for name, f in BASELINES.items()}
+        r = _test(args, pa, pb, label, truth)
+        rows.append(dict(pair=label, truth=r["truth"], **{n: round(v, 3) for n, v in scores.items()},
+                         SeedPrint=r["verdict"]))
+    print("(threshold 0.8: a baseline says 'related' above it)")
     return rows
-
-
-# ----------------------------------------------------------------------------- figures
-
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
-def _save(fig, args, name):
-    os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, name)
-    fig.tight_layout()
-    fig.savefig(path + f".tmp{os.getpid()}.png", dpi=120)
-    os.replace(path + f".tmp{os.getpid()}.png", path)
-    print(f"wrote {path}")
-
-
-def _plot_persistence(args, rows, base, k):
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    steps = [r["step"] for r in rows]
-    ax.plot(steps, [r["pearson"] for r in rows], "o-", label=f"init vs own checkpoints (top-{k} dims)")
-    ax.axhline(base["pearson"], ls="--", c="gray", label="init vs another seed's init")
-    ax.set_xlabel("training step")
-    ax.set_ylabel("Pearson of mean outputs")
-    ax.legend(fontsize=8)
-    _save(fig, args, "fig11_persistence.png")
-    plt.close(fig)
-
-
-def _plot_calibration(args, res):
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    for name in ("p_t", "p_u", "p_analytic"):
-        ax.hist(res[name]["unrelated_p"], bins=10, range=(0, 1), histtype="step", label=name)
-    ax.set_xlabel("p-value, unrelated pairs (uniform if honest)")
-    ax.set_ylabel("pairs")
-    ax.legend(fontsize=8)
-    _save(fig, args, "calibration_pvalues.png")
-    plt.close(fig)
 
 
 # ----------------------------------------------------------------------------- command line
@@ -505,63 +610,61 @@ def main(argv=None):
     p = argparse.ArgumentParser(description="SeedPrint: do two models share an initialization?")
     p.add_argument("models", nargs="*", help="two train.py checkpoints or Hugging Face directories (base first)")
     p.add_argument("--exp", choices=EXPERIMENTS + ("all",), default=None)
-    p.add_argument("--n", type=int, default=2000, help="random inputs N")
+    p.add_argument("--sequences", type=int, default=2000, help="random input sequences N")
     p.add_argument("--seq_len", type=int, default=64, help="tokens per input (the paper: 1024)")
-    p.add_argument("--inputs", choices=("tokens", "gaussian"), default=None,
-                   help="tokens (default) or gaussian embeddings; see the README on Gaussian inputs")
     p.add_argument("--input_seed", type=int, default=0)
     p.add_argument("--k", type=int, default=400, help="identity dimensions per model (capped at half the width)")
     p.add_argument("--rank_by", choices=("smallest", "largest", "abs"), default="smallest")
     p.add_argument("--set_mode", choices=("coset", "base"), default="coset")
-    p.add_argument("--trials", type=int, default=10, help="null trials pooled")
     p.add_argument("--device", default=None)
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
+                   help="load Hugging Face weights in this dtype (default: the checkpoint's; float32 on CPU is exact)")
     p.add_argument("--out", default="out/seedprint")
-    g = p.add_argument_group("experiments")
-    g.add_argument("--texts", nargs="+", default=["../shared/data/tinyshakespeare.txt", "../shared/data/brown.txt"],
-                   help="training corpora: the first for pretraining, the second for continual training")
-    g.add_argument("--tokenizer", choices=("bytes", "gpt2"), default="bytes")
+    g = p.add_argument_group("experiments (small models trained here)")
     add_config_flags(p, default_model="tiny")
+    g.add_argument("--corpus", default="shakespeare", help="pretraining corpus: a named corpus of train.py")
+    g.add_argument("--corpus2", default="brown", help="continual-training corpus (Table 5)")
+    g.add_argument("--tokenizer", choices=("bytes", "gpt2"), default="gpt2")
+    g.add_argument("--data_from", default=None, help="offline: a directory holding the corpora (train.py --from)")
     g.add_argument("--seeds", type=int, nargs="+", default=[42, 123, 1000, 2000])
     g.add_argument("--data_seed", type=int, default=1234)
     g.add_argument("--steps", type=int, default=200)
     g.add_argument("--ckpt_every", type=int, default=50)
     g.add_argument("--batch_size", type=int, default=16)
-    g.add_argument("--top", type=int, default=16, help="top-k biased dimensions for --exp persistence")
-    g.add_argument("--calibration_seeds", type=int, default=11, help="inits -> n(n-1)/2 unrelated pairs")
+    g.add_argument("--lr", type=float, default=1e-3)
+    g.add_argument("--top", type=int, default=16, help="top-k biased dimensions of --exp fig11")
+    g.add_argument("--fpr_inits", type=int, default=12, help="--exp fpr: inits (seeds from --fpr_seed0)")
+    g.add_argument("--fpr_trained", type=int, default=4, help="--exp fpr: how many of them are trained")
+    g.add_argument("--fpr_seed0", type=int, default=100)
     args = p.parse_args(argv)
-    try:
-        run(args, p)
-    except (OSError, ValueError) as e:     # bad input: one line, no traceback
-        sys.exit(f"seedprint.py: error: {e}")
-
-
-def run(args, parser):
+    check_options(args.k, args.rank_by, args.set_mode)          # before any model is loaded or trained
     if args.exp is None and len(args.models) != 2:
-        parser.error("give two models (base first), or --exp NAME")
+        p.error("give two models (base first), or --exp NAME")
+    if args.sequences < 10 or args.seq_len < 1:
+        p.error("--sequences must be at least 10 and --seq_len at least 1")
+    args.knobs = config_overrides(args)
     if args.exp is None:
         t0 = time.time()
         r = compare(args.models[0], args.models[1], k=args.k, rank_by=args.rank_by, set_mode=args.set_mode,
-                    trials=args.trials, cache_dir=os.path.join(args.out, "fingerprints"), device=args.device or "cpu",
-                    n=args.n, seq_len=args.seq_len, inputs=args.inputs or "tokens", seed=args.input_seed)
-        print(f"mean tau {r.mean_tau:+.4f} (null {r.null_mean_tau:+.4f}) over |S| = {r.n_identity} identity dims, "
-              f"N = {r.n_inputs}\np_t {r.p_t:.3e} | p_u {r.p_u:.3e} | p_analytic {r.p_analytic:.3e}\n"
+                    cache_dir=os.path.join(args.out, "fingerprints"), device=args.device or "cpu", dtype=args.dtype,
+                    sequences=args.sequences, seq_len=args.seq_len, seed=args.input_seed)
+        print(f"|S| = {r.n_identity} identity dimensions (k = {r.k}), N = {r.n_inputs}, mean tau {r.mean_tau:+.4f}\n"
+              f"p_perm {r.p_perm:.3g} | p_overlap {r.p_overlap:.3g} | combined p {r.p:.3g}   "
+              f"(reference tests: p_t {r.p_t:.3g}, p_u {r.p_u:.3g}, p_z {r.p_z:.3g})\n"
               f"verdict at alpha {ALPHA}: {'RELATED (shared initialization)' if r.related else 'unrelated'} "
               f"[{time.time() - t0:.1f} s]")
-        row = dataclasses.asdict(r)
-        results = {"compare": dict(a=args.models[0], b=args.models[1], **row)}
+        results = {"compare": dict(a=args.models[0], b=args.models[1], **dataclasses.asdict(r))}
     else:
-        args.inputs = args.inputs or "tokens"
-        funcs = dict(seeds=exp_seeds, lineage=exp_lineage, same_data=exp_same_data, continual=exp_continual,
-                     persistence=exp_persistence, calibration=exp_calibration, baselines=exp_baselines)
+        funcs = dict(table4a=exp_table4a, table4b=exp_table4b, table4c=exp_table4c, table5=exp_table5,
+                     fig11=exp_fig11, fpr=exp_fpr, baselines=exp_baselines)
         results = {}
         for name in (EXPERIMENTS if args.exp == "all" else [args.exp]):
-            print(f"=== {name}")
+            print(f"=== {name}: {funcs[name].__doc__.split(':')[0].strip()}")
             results[name] = funcs[name](args)
-    path = os.path.join(args.out, "results.json")
-    old = json.load(open(path)) if os.path.isfile(path) else {}
-    write_json(path, {**old, **results})
-    print(f"wrote {path}")
+            if isinstance(results[name], list):
+                print_table(results[name], floats="{:.3g}")
+    update_results(os.path.join(args.out, "results.json"), results)
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "seedprint.py")

@@ -155,15 +155,19 @@ def attn0_matrix_power(n: int, layers: int) -> np.ndarray:
     return M
 
 
+def mean_pairwise_cosine(unit_sum, n: int):
+    """Mean cosine over the n (n - 1) ordered pairs i != j of n unit vectors, from their sum alone:
+    sum_{i != j} u_i . u_j = |sum_i u_i|^2 - n. No n x n Gram matrix; vectorized over leading axes of
+    unit_sum (numpy or torch)."""
+    return ((unit_sum * unit_sum).sum(-1) - n) / (n * (n - 1))
+
+
 def attn0_intra_cosine(n: int, layers: int) -> float:
     """Exact (finite n, infinite width) mean pairwise cosine over pairs i != j among the n tokens of
     one sequence after `layers` Attn0 blocks on iid isotropic Gaussian tokens. Output t is row t of
-    A^L times the inputs, so corr(s, t) is the cosine of rows s and t of A^L. With u_t those rows
-    normalized, the sum over all pairs is |sum_t u_t|^2: no n x n Gram matrix needed."""
+    A^L times the inputs, so corr(s, t) is the cosine of rows s and t of A^L."""
     M = attn0_matrix_power(n, layers)
-    U = M / np.linalg.norm(M, axis=1, keepdims=True)
-    total = float(np.sum(U.sum(axis=0) ** 2))           # sum over all n^2 ordered pairs
-    return (total - n) / (n * (n - 1))
+    return float(mean_pairwise_cosine((M / np.linalg.norm(M, axis=1, keepdims=True)).sum(axis=0), n))
 
 
 def attn0_intra_corr_limit(r, layers: int):
@@ -199,8 +203,7 @@ def attn0_intra_cosine_mc(n: int, layers: int, width: int = 256, n_seq: int = 32
     out = np.empty((layers, n_seq))
     for layer in range(layers):
         x = np.cumsum(x, axis=1) / t
-        u = x / np.linalg.norm(x, axis=-1, keepdims=True)
-        out[layer] = (np.sum(u.sum(axis=1) ** 2, axis=-1) - n) / (n * (n - 1))
+        out[layer] = mean_pairwise_cosine((x / np.linalg.norm(x, axis=-1, keepdims=True)).sum(axis=1), n)
     return out.mean(axis=1), out.std(axis=1, ddof=1) / math.sqrt(n_seq)
 
 
@@ -278,7 +281,7 @@ def attn0_quality_at_init(preset: str = "gpt2-nano", seq_len: int = 256, batch: 
     head's softmax output sum_s p_ts v_s and its Attn0 output (1/t) sum_{s<=t} v_s."""
     import torch
     from init import build
-    from model import get_config
+    from model import get_config, qkv_sizes
     model = build(get_config(preset), seed=seed).eval()
     cfg = model.config
     g = torch.Generator().manual_seed(0)
@@ -290,7 +293,7 @@ def attn0_quality_at_init(preset: str = "gpt2-nano", seq_len: int = 256, batch: 
         out = model.trace(idx, hidden="all", attn_probs=True)
         for layer, (x, p) in enumerate(zip(out["hidden"], out["attn_probs"])):
             block = model.transformer.h[layer]
-            v = block.attn.c_attn(block.ln_1(x))[..., (H + Hkv) * hd:]
+            v = block.attn.c_attn(block.ln_1(x)).split(qkv_sizes(cfg), dim=-1)[2]
             v = v.view(batch, seq_len, Hkv, hd).transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
             plogp = torch.where(p > 0, p * p.clamp_min(1e-30).log(), torch.zeros(()))
             kl.append(float((plogp.sum(-1) + t.log().view(seq_len)).mean()))     # KL to uniform(1/t)
@@ -301,13 +304,14 @@ def attn0_quality_at_init(preset: str = "gpt2-nano", seq_len: int = 256, batch: 
 
 # ----------------------------------------------------------------------------- the script
 
-def main():
+def main(argv=None):
+    from model import jsonable, print_table, write_json      # the scripts' shared plumbing; the maths needs none
     parser = argparse.ArgumentParser(description="Every closed form of the paper beside Monte Carlo; figures under --out.")
     parser.add_argument("--quick", action="store_true", help="smaller Monte Carlo, no GPT-2 init check")
     parser.add_argument("--width", type=int, default=None, help="Monte Carlo width (default 512, quick 256)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="out/theory")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     width = args.width or (256 if args.quick else 512)
     nets = 8 if args.quick else 16
     os.makedirs(args.out, exist_ok=True)
@@ -319,9 +323,8 @@ def main():
     relu_mc, relu_se = mlp0_cosine_mc(L, "relu", width, 256, nets, args.seed)
     tanh_mc, tanh_se = mlp0_cosine_mc(L, "tanh", width, 256, nets, args.seed)
     theory = [mlp0_cosine(l) for l in range(1, L + 1)]
-    print(f"{'L':>3} {'ReLU theory':>12} {'ReLU MC':>16} {'tanh theory':>12} {'tanh MC':>16}")
-    for l in range(L):
-        print(f"{l + 1:>3} {theory[l]:>12.5f} {relu_mc[l]:>9.5f}±{relu_se[l]:.5f} {0.0:>12.5f} {tanh_mc[l]:>9.5f}±{tanh_se[l]:.5f}")
+    print_table([dict(L=l + 1, relu_theory=f"{theory[l]:.5f}", relu_mc=f"{relu_mc[l]:.5f} +- {relu_se[l]:.5f}",
+                      tanh_theory="0", tanh_mc=f"{tanh_mc[l]:.5f} +- {tanh_se[l]:.5f}") for l in range(L)])
     res["prop2"] = dict(theory=theory, relu_mc=relu_mc.tolist(), relu_se=relu_se.tolist(),
                         tanh_mc=tanh_mc.tolist(), tanh_se=tanh_se.tolist(),
                         layer1_finite_width=RHO1 + 5 / (4 * math.pi * width))
@@ -331,9 +334,8 @@ def main():
     t3 = table3_mc(n, width=min(width, 256), n_pairs=64 if args.quick else 128, n_nets=nets // 2, seed=args.seed)
     t3_theory = {"MLP0": RHO1, "MLP0 -> MLP0": float(arccos_map(RHO1)),
                  "MLP0 -> Attn0": float(attn0_last_cosine(n)), "Attn0 -> MLP0": RHO1}
-    print(f"{'setting':<15} {'theory':>8} {'Monte Carlo':>18} {'paper':>6}")
-    for k, paper in zip(t3, ("0.31", "0.49", "0.98", "-")):
-        print(f"{k:<15} {t3_theory[k]:>8.4f} {t3[k][0]:>10.4f}±{t3[k][1]:.4f} {paper:>6}")
+    print_table([dict(setting=k, theory=f"{t3_theory[k]:.4f}", monte_carlo=f"{t3[k][0]:.4f} +- {t3[k][1]:.4f}",
+                      paper=paper) for k, paper in zip(t3, ("0.31", "0.49", "0.98", "-"))])
     n98 = attn0_n_for(0.98)
     print(f"MLP0 -> Attn0 reaches 0.98 at n = 49 (pi - 1) = {n98:.1f}; at n = 128 it is {attn0_last_cosine(128):.4f}.")
     print("Order matters: averaging independent Gaussian tokens leaves two sequences independent, so an MLP0\n"
@@ -342,14 +344,13 @@ def main():
     res["table3"] = dict(n=n, theory=t3_theory, mc=t3, n_for_098=n98)
 
     print("\nFig 6: GELU's asymmetry is engaged only by a wide input (one MLP0 layer, pre-activation std s)")
-    print(f"{'s':>6} {'E[gelu]':>10} {'sd[gelu]':>10} {'mean/sd':>8} {'cos theory':>11} {'cos MC':>16}")
     fig6 = []
     for s in (0.01, 0.02, 0.1, 0.55, 1.0, 3.0):
         m, m2 = gelu_moments(s)
-        sd = math.sqrt(m2 - m * m)
         mc, se = gelu_mlp0_cosine_mc(s, width=1024, n_pairs=500 if args.quick else 2000, seed=args.seed)
-        fig6.append(dict(std=s, mean=m, sd=sd, cos=gelu_mlp0_cosine(s), cos_mc=mc, cos_se=se))
-        print(f"{s:>6} {m:>10.2e} {sd:>10.2e} {m / sd:>8.4f} {gelu_mlp0_cosine(s):>11.5f} {mc:>9.5f}±{se:.5f}")
+        fig6.append(dict(std=s, mean=m, sd=math.sqrt(m2 - m * m), cos=gelu_mlp0_cosine(s), cos_mc=mc, cos_se=se))
+    print_table([dict(s=r["std"], mean=f"{r['mean']:.2e}", sd=f"{r['sd']:.2e}", mean_over_sd=f"{r['mean'] / r['sd']:.4f}",
+                      cos_theory=f"{r['cos']:.5f}", cos_mc=f"{r['cos_mc']:.5f} +- {r['cos_se']:.5f}") for r in fig6])
     print("In gpt2-nano, LayerNorm gives the MLP input unit variance, so the GELU pre-activation has std\n"
           f"0.02 sqrt(768) = {0.02 * math.sqrt(768):.2f}; without it the input keeps the embedding's 0.02 and the\n"
           f"pre-activation std is 0.02 x 0.02 x sqrt(768) = {0.02 * 0.02 * math.sqrt(768):.3f}: GELU is then nearly odd.")
@@ -362,31 +363,28 @@ def main():
         exact = [attn0_intra_cosine(n_tok, l) for l in range(1, L + 1)]
         limit = [attn0_intra_cosine_limit(l) for l in range(1, L + 1)]
         fig8[n_tok] = dict(exact=exact, continuum=limit, mc=mc.tolist(), se=se.tolist())
-        print(f"n = {n_tok}:  {'L':>3} {'exact':>9} {'continuum':>10} {'Monte Carlo':>18}")
-        for l in range(L):
-            print(f"{'':>12}{l + 1:>3} {exact[l]:>9.5f} {limit[l]:>10.5f} {mc[l]:>10.5f}±{se[l]:.5f}")
+        print_table([dict(n=n_tok, L=l + 1, exact=f"{exact[l]:.5f}", continuum=f"{limit[l]:.5f}",
+                          monte_carlo=f"{mc[l]:.5f} +- {se[l]:.5f}") for l in range(L)])
     res["fig8"] = fig8
 
     print("\nWhere the continuum limit fails: 1 - S over all n^2 pairs, exact vs continuum (ln n >> L needed)")
     ns, Ls = (64, 256, 1024, 4096), (1, 2, 4, 8, 12)
-    print(f"{'n':>6} {'ln n':>5} " + " ".join(f"{'L=' + str(l) + ' exact/cont':>18}" for l in Ls))
     limit_table = []
     for n_tok in ns:
-        cells = []
         for l in Ls:
             ex = all_pairs_mean(attn0_intra_cosine(n_tok, l), n_tok)
             co = all_pairs_mean(attn0_intra_cosine_limit(l), n_tok)
             limit_table.append(dict(n=n_tok, layers=l, exact=ex, continuum=co, gap_ratio=(1 - co) / (1 - ex)))
-            cells.append(f"{1 - ex:>8.2e}/{1 - co:>8.2e}")
-        print(f"{n_tok:>6} {math.log(n_tok):>5.2f} " + " ".join(f"{c:>18}" for c in cells))
+    print_table([dict(n=n_tok, ln_n=f"{math.log(n_tok):.2f}", **{f"L={r['layers']}": f"{1 - r['exact']:.2e} / "
+                                                                  f"{1 - r['continuum']:.2e}"
+                                                                  for r in limit_table if r["n"] == n_tok}) for n_tok in ns])
     res["continuum_limit"] = limit_table
 
     print("\nEq. 2 / Fig 9: variance at position t after L Attn0 layers (unit-variance inputs)")
     n_var = 256
     est, se = attn0_variance_mc(n_var, 4, width=64, n_seq=64 if args.quick else 256, seed=args.seed)
-    print(f"{'t':>5} " + " ".join(f"{'L=' + str(l) + ' exact / MC':>22}" for l in (1, 2, 4)))
-    for t in (1, 2, 8, 64, 256):
-        print(f"{t:>5} " + " ".join(f"{attn0_variance(t, l):>10.5f} / {est[l - 1, t - 1]:>9.5f}" for l in (1, 2, 4)))
+    print_table([dict(t=t, **{f"L={l} exact / MC": f"{attn0_variance(t, l):.5f} / {est[l - 1, t - 1]:.5f}"
+                              for l in (1, 2, 4)}) for t in (1, 2, 8, 64, 256)])
     print(f"t = 1024: L=2 {attn0_variance(1024, 2):.4e}, L=4 {attn0_variance(1024, 4):.4e}, L=8 {attn0_variance(1024, 8):.4e} "
           f"(naive 1/t^L: {1024.0 ** -2:.1e}, {1024.0 ** -4:.1e}, {1024.0 ** -8:.1e})")
     res["fig9"] = dict(n=n_var, exact={l: attn0_variance(np.arange(1, n_var + 1), l).tolist() for l in (1, 2, 4)},
@@ -400,26 +398,17 @@ def main():
         print("cos(softmax, Attn0): " + " ".join(f"{c:.3f}" for c in q["cosine"]))
 
     _figures(args.out, res, L)
-    from model import write_json
-    write_json(os.path.join(args.out, "results.json"), res)
+    write_json(os.path.join(args.out, "results.json"), jsonable(res))
     print(f"\nwrote {args.out}/results.json and figures, {time.time() - t_start:.1f} s")
 
 
 def _figures(out, res, L):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from model import figure, save_figure          # the plotting helpers every script shares
     layers = np.arange(1, L + 1)
-
-    def save(fig, name):
-        fig.tight_layout()
-        tmp = os.path.join(out, name + ".tmp.png")
-        fig.savefig(tmp, dpi=120)
-        plt.close(fig)
-        os.replace(tmp, os.path.join(out, name))
+    save = lambda fig, name: save_figure(fig, os.path.join(out, name))
 
     p2 = res["prop2"]
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    plt, fig, ax = figure(figsize=(5.5, 4))
     ax.plot(layers, p2["theory"], "b-", label="ReLU, arc-cosine map (Prop 2)")
     ax.errorbar(layers, p2["relu_mc"], yerr=p2["relu_se"], fmt="bo", ms=4, label=f"ReLU MLP0, MC (d={res['width']})")
     ax.plot(layers, np.zeros(L), "r--", label="tanh, theory (0)")
@@ -430,7 +419,7 @@ def _figures(out, res, L):
     ax.legend(fontsize=8)
     save(fig, "fig5_mlp0_relu_tanh.png")
 
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    plt, fig, ax = figure(figsize=(5.5, 4))
     for n_tok, style in zip(res["fig8"], ("C0", "C1")):
         f8 = res["fig8"][n_tok]
         ax.plot(layers, f8["exact"], "-", color=style, label=f"n={n_tok} exact (A^L)")
@@ -444,7 +433,7 @@ def _figures(out, res, L):
 
     f9 = res["fig9"]
     t = np.arange(1, f9["n"] + 1)
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    plt, fig, ax = figure(figsize=(5.5, 4))
     for l, c in zip((1, 2, 4), ("C0", "C1", "C2")):
         ax.loglog(t, np.sqrt(f9["exact"][l]), "-", color=c, label=f"L={l} exact std")
         ax.loglog(t, np.sqrt(f9["mc"][l]), ".", color=c, ms=3, label=f"L={l} Monte Carlo")
@@ -457,4 +446,5 @@ def _figures(out, res, L):
 
 
 if __name__ == "__main__":
-    main()
+    from model import run_script
+    run_script(main, "theory.py")

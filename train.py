@@ -29,7 +29,6 @@ import json
 import math
 import os
 import re
-import shutil
 import sys
 import tarfile
 import time
@@ -212,8 +211,15 @@ def prepare(sources, out_dir: str, tokenizer: str = "gpt2", val_fraction: float 
         raise ValueError(f"vocab {vocab_size} does not fit uint16")
     files = [corpus_file(f, source=from_dir) if f in CORPORA else f for f in sources]
     text = "\n\n".join(open(f, encoding="utf-8").read() for f in files)
-    tokens = np.array(encode_in_blocks(encode, text, progress=Progress(len(text), f"tokenize ({tokenizer})", "chars")),
-                      dtype=np.uint16)
+    tokens = encode_in_blocks(encode, text, progress=Progress(len(text), f"tokenize ({tokenizer})", "chars"))
+    return save_tokens(tokens, out_dir, tokenizer, vocab_size, [os.path.basename(f) for f in files], val_fraction)
+
+
+def save_tokens(tokens: np.ndarray, out_dir: str, tokenizer: str, vocab_size: int, sources: list,
+                val_fraction: float = 0.1) -> dict:
+    """A token stream as prepared data: train.bin and val.bin (uint16; the last val_fraction is
+    validation), then meta.json."""
+    tokens = np.asarray(tokens, dtype=np.uint16)
     n_val = int(len(tokens) * val_fraction)
     if n_val < 2 or len(tokens) - n_val < 2:
         raise ValueError(f"{len(tokens)} tokens are too few to split with --val_fraction {val_fraction}")
@@ -221,7 +227,7 @@ def prepare(sources, out_dir: str, tokenizer: str = "gpt2", val_fraction: float 
     tokens[:-n_val].tofile(os.path.join(out_dir, "train.bin"))
     tokens[-n_val:].tofile(os.path.join(out_dir, "val.bin"))
     meta = dict(tokenizer=tokenizer, vocab_size=vocab_size, dtype="uint16", train_tokens=len(tokens) - n_val,
-                val_tokens=n_val, sources=[os.path.basename(f) for f in files])
+                val_tokens=n_val, sources=sources)
     write_json(os.path.join(out_dir, "meta.json"), meta)
     return meta
 

@@ -9,7 +9,7 @@ import torch
 
 from init import build, init_weights
 from model import (CHOICES, GPT, GPTConfig, PRESETS, add_config_flags, apply_rope, check_token_ids, config_from_flags,
-                   get_config, rope_tables)
+                   get_config, qkv_sizes, rope_tables)
 
 torch.set_num_threads(2)
 
@@ -80,7 +80,7 @@ def test_uniform_attention_is_a_naive_running_mean_of_values():
         attn = model.transformer.h[0].attn
         H, hd = cfg.n_head, cfg.head_dim
         W, bvec = attn.c_attn.weight, attn.c_attn.bias
-        Wv, bv = W[(H + 1) * hd:], bvec[(H + 1) * hd:]                 # the single kv head's value rows
+        Wv, bv = W.split(qkv_sizes(cfg))[2], bvec.split(qkv_sizes(cfg))[2]       # the single kv head's value rows
         expected = torch.zeros(2, H, 9, hd)
         for b in range(2):
             for t in range(9):
@@ -112,28 +112,30 @@ def test_rope_matches_complex_rotation_and_is_relative():
     assert abs(scores[5, 2] - scores[5, 3]) > 1e-3                     # ... and it does depend on m - n
 
 
-def test_calibration_flattens_positional_std():
-    """Uniform attention on iid inputs: head output at position t has std sigma / sqrt(t) (Eq. 2);
-    amplify multiplies it by sqrt(t) (flat at sigma), attenuate by sqrt(t / T) (flat at sigma / sqrt(T))."""
-    T, B = 32, 512
-    x = torch.randn(B, T, 64, generator=torch.Generator().manual_seed(3))
-    std = {}
-    for calibration in ("none", "amplify", "attenuate"):
-        cfg = GPTConfig(n_layer=1, n_head=4, n_embd=64, vocab_size=8, block_size=T, attention="uniform",
-                        calibration=calibration, sublayers="attn", norm="layernorm", position="none")
-        model = build(cfg, seed=0)                       # same seed: identical weights for all three
-        with torch.no_grad():
-            h = model.trace(embeds=x, head_out=True)["head_out"][0]      # (B, H, T, hd)
-        std[calibration] = h.transpose(1, 2).reshape(B, T, -1).std(dim=(0, 2))  # per position
-    t = torch.arange(1, T + 1).float()
-    sigma = std["none"][0]                               # position 1 averages nothing: the value std
-    # each per-position std pools B * 64 values: relative standard error 1 / sqrt(2 B 64) = 0.0039;
-    # a ratio of two such estimates has sqrt(2) times that; allow 5 sigma
-    tol = 5 * math.sqrt(2) / math.sqrt(2 * B * 64)
-    for name, expected in [("none", sigma / t.sqrt()), ("amplify", sigma.expand(T)),
-                           ("attenuate", (sigma / math.sqrt(T)).expand(T))]:
-        assert (std[name] / expected - 1).abs().max() < tol, (name, std[name] / expected)
-    assert std["none"][-1] / std["none"][0] < 0.25       # uncalibrated, it really does fall
+def test_calibration_scales_each_position_exactly_with_softmax_attention():
+    """Calibration multiplies the head outputs at 1-indexed position t by sqrt(t) (amplify) or
+    sqrt(t / T) (attenuate) after softmax aggregation: the same weights give exactly that ratio in layer 1."""
+    T = 16
+    idx = torch.randint(0, 32, (3, T), generator=torch.Generator().manual_seed(2))
+    heads = {c: build(tiny(block_size=T, calibration=c), seed=4).trace(idx, head_out=True)["head_out"][0]
+             for c in ("none", "amplify", "attenuate")}
+    t = torch.arange(1, T + 1).float().view(T, 1)
+    torch.testing.assert_close(heads["amplify"], heads["none"] * t.sqrt(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(heads["attenuate"], heads["none"] * (t / T).sqrt(), rtol=1e-5, atol=1e-6)
+
+
+def test_head_norm_gives_each_head_unit_rms_times_a_shared_gain():
+    model = build(tiny(head_norm=True, norm="rmsnorm", norm_eps=1e-12), seed=5)     # eps negligible: RMS exactly 1
+    gain = model.transformer.h[0].attn.head_norm.weight
+    assert gain.shape == (model.config.head_dim,)                      # one gain of size head_dim, for all heads
+    idx = torch.randint(0, 32, (2, 9), generator=torch.Generator().manual_seed(3))
+    y = model.trace(idx, head_out=True)["head_out"][0]                 # (B, H, T, hd)
+    rms = y.pow(2).mean(-1).sqrt()
+    torch.testing.assert_close(rms, torch.ones_like(rms), rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        gain.copy_(torch.linspace(0.5, 2.0, len(gain)))
+    y2 = model.trace(idx, head_out=True)["head_out"][0]
+    torch.testing.assert_close(y2, y * torch.linspace(0.5, 2.0, len(gain)), rtol=1e-5, atol=1e-6)
 
 
 def test_learned_positions_and_gqa_shapes():
@@ -222,3 +224,21 @@ def test_attn_mask_equal_to_causal_changes_nothing_and_bad_masks_are_refused(att
         model.trace(x, attn_mask=causal & ~torch.eye(12, dtype=torch.bool))
     with pytest.raises(ValueError, match="bool"):
         model.trace(x, attn_mask=causal.float())
+
+
+@pytest.mark.parametrize("script,argv,message", [
+    ("probe", ["--model", "nope"], "unknown preset 'nope'"),
+    ("probe", ["--n_head", "5"], "not divisible by n_head=5"),
+    ("probe", ["--seq_len", "4096"], "exceeds the model's block_size"),
+    ("init", ["--model", "nope"], "unknown preset 'nope'"),
+    ("seedprint", ["a.pt", "b.pt", "--k", "0"], "at least 2"),
+    ("sink", ["missing.pt"], "no checkpoint file"),
+])
+def test_bad_input_is_one_error_line_before_any_work(script, argv, message, tmp_path):
+    import importlib
+    from model import run_script
+    module = importlib.import_module(script)
+    with pytest.raises(SystemExit) as e:
+        run_script(module.main, f"{script}.py", argv + ["--out", str(tmp_path / "out")])
+    assert str(e.value).startswith(f"{script}.py: error: ") and message in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "out").exists()

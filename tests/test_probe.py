@@ -9,8 +9,8 @@ from scipy.stats import binom
 from init import build
 from model import GPTConfig, get_config
 import theory
-from probe import (PairwiseCosine, log10_binom_tail, log10_bonferroni_p, model_inputs, next_token_counts, probe,
-                   token_preference, uniform_baseline)
+from probe import (PairwiseCosine, log10_binom_tail, log10_bonferroni_p, model_inputs, probe, token_preference,
+                   uniform_baseline)
 
 
 @pytest.mark.parametrize("k,n,V", [(1, 100, 50), (5, 1000, 50257), (12, 10000, 32000), (40, 2000, 1000), (3, 3, 7)])
@@ -48,10 +48,11 @@ def test_counts_are_deterministic_and_seed_dependent():
     # (the residual stream is still mostly that token's embedding), so there is nothing to tell apart
     cfg = get_config("tiny", vocab_size=256, n_layer=4, tie_embeddings=False)
     torch.manual_seed(0)
-    a = next_token_counts(build(cfg, seed=42).eval(), n=64, seq_len=16, batch_size=16)
+    counts = lambda model: probe(model, sequences=64, seq_len=16, batch_size=16)["counts"]
+    a = counts(build(cfg, seed=42).eval())
     torch.manual_seed(1)
-    b = next_token_counts(build(cfg, seed=42).eval(), n=64, seq_len=16, batch_size=16)
-    c = next_token_counts(build(cfg, seed=43).eval(), n=64, seq_len=16, batch_size=16)
+    b = counts(build(cfg, seed=42).eval())
+    c = counts(build(cfg, seed=43).eval())
     assert a.sum() == 64 and np.array_equal(a, b)
     assert not np.array_equal(a, c)
     # an independent per-sequence loop gives the same counts as the batched path
@@ -109,8 +110,7 @@ def test_pairwise_cosine_z_is_standard_normal_under_the_null():
 def test_probe_single_pass_matches_separate_computations():
     cfg = get_config("tiny", vocab_size=128, n_layer=3, tie_embeddings=False, block_size=16)
     model = build(cfg, seed=7).eval()
-    r = probe(model, "tokens", n=40, seq_len=16, batch_size=16, data_seed=5)
-    assert np.array_equal(r["counts"], next_token_counts(model, 40, 16, 16, data_seed=5))
+    r = probe(model, "tokens", sequences=40, seq_len=16, batch_size=16, data_seed=5)
     # independent: all 40 sequences in one batch, states from hidden="all", cosines by a naive loop
     g = torch.Generator().manual_seed(5)
     idx = torch.cat([torch.randint(0, 128, (b, 16), generator=g) for b in (16, 16, 8)])
@@ -145,7 +145,7 @@ def test_mlp0_stack_built_from_model_blocks_matches_theory(activation):
     d, L, seeds = 128, 3, range(8)
     cfg = GPTConfig(n_layer=L, n_head=4, n_embd=d, vocab_size=16, block_size=4, sublayers="mlp",
                     residual=False, norm="none", activation=activation, bias=False, position="none")
-    per_seed = np.array([[c["mean"] for c in probe(build(cfg, seed=s), "gaussian", n=128, seq_len=2)["cosine"][1:L + 1]]
+    per_seed = np.array([[c["mean"] for c in probe(build(cfg, seed=s), "gaussian", sequences=128, seq_len=2)["cosine"][1:L + 1]]
                          for s in seeds])
     mean, se = per_seed.mean(0), per_seed.std(0, ddof=1) / math.sqrt(len(seeds))
     for layer in range(1, L + 1):

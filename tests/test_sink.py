@@ -1,4 +1,6 @@
-"""sink.py: the sink metric against a naive loop and closed forms, the interventions, bad input."""
+"""sink.py: the metric against naive loops and closed forms, the interventions on hand-built models,
+inputs (random, text, ids, BOS), measurements on real-format checkpoints, the testbed's task."""
+import json
 import math
 import os
 
@@ -8,8 +10,10 @@ import torch
 
 import sink
 import theory
+import train
 from init import build
 from model import get_config
+from test_model_hf import llama_family, write_hf
 
 
 def random_causal_attention(shape, T, seed=0):
@@ -37,8 +41,6 @@ def test_uniform_attention_gives_harmonic_over_T_and_all_to_first_gives_one(T):
     to_first[:, 0] = 1
     assert sink.sink_scores(to_first)[0].item() == pytest.approx(1.0)
     assert (sink.sink_scores(to_first)[1:] == 0).all()
-    if T == 64:
-        assert harmonic / T == pytest.approx(0.074, abs=5e-4)     # Gu et al.'s uniform baseline
 
 
 def test_sink_scores_refuse_bad_attention():
@@ -51,30 +53,55 @@ def test_sink_scores_refuse_bad_attention():
         sink.sink_scores(torch.ones(3, 4) / 4)
 
 
-def test_sink_rate_counts_strictly_above_eps():
+def test_sink_rates_count_strictly_above_eps_overall_and_per_layer():
+    alpha = torch.tensor([[[0.31, 0.30], [0.9, 0.1]], [[0.2, 0.5], [0.4, 0.3]]])      # (N=2, L=2, H=2)
+    r = sink.sink_rates(alpha, 0.3)
+    assert r["rate"] == pytest.approx(100 * 4 / 8)
+    assert r["per_layer"] == pytest.approx([100 * 2 / 4, 100 * 2 / 4])
     model = build(get_config("tiny", n_layer=2, n_head=2, n_embd=16, vocab_size=32, attention="uniform"), 0)
+    h8 = sum(1.0 / t for t in range(1, 9)) / 8                                    # 0.3396 for every head
     tokens = torch.randint(0, 32, (3, 8))
-    h8 = sum(1.0 / t for t in range(1, 9)) / 8                        # 0.3396: every head of uniform attention
-    assert sink.sink_rate(model, tokens, eps=h8 - 1e-4) == 100.0
-    assert sink.sink_rate(model, tokens, eps=h8 + 1e-4) == 0.0
+    assert sink.sink_rate(model, tokens, eps=h8 - 1e-4) == 100.0 and sink.sink_rate(model, tokens, eps=h8 + 1e-4) == 0.0
 
 
-# ----------------------------------------------------------------------------- interventions
+def test_attention_mass_of_uniform_attention_in_closed_form():
+    """Uniform attention gives query t (1-indexed, t >= 2) 1/t on each key: the first token and itself take
+    1/t each, its previous token 1/t from t = 3 on (at t = 2 it is the first token), the rest (t - 3)/t."""
+    T = 12
+    model = build(get_config("tiny", n_layer=1, n_head=2, n_embd=16, vocab_size=32, block_size=T, attention="uniform"), 0)
+    row = sink.attention_mass(model, torch.randint(0, 32, (4, T)))[0]
+    ts = np.arange(2, T + 1)
+    assert (row["first"], row["self"], row["previous"], row["rest"]) == pytest.approx(
+        (np.mean(1 / ts), np.mean(1 / ts), np.mean([(t > 2) / t for t in ts]), np.mean([max(t - 3, 0) / t for t in ts])))
 
-def test_mask_edit_makes_token_k_compute_like_a_first_token():
-    """With the edit, token k aggregates nothing in any layer; under RoPE (relative positions) its
-    residual stream is then exactly the first token's of the sequence that starts at k."""
-    cfg = get_config("tiny", n_layer=3, tie_embeddings=False)
-    model = build(cfg, 5)
-    x = torch.randint(0, cfg.vocab_size, (4, 24), generator=torch.Generator().manual_seed(1))
-    k = 10
-    edited = model.trace(x, hidden="all", attn_mask=sink.self_only_mask(24, k))["hidden"]
-    shifted = model.trace(x[:, k - 1:], hidden="all")["hidden"]
-    plain = model.trace(x, hidden="all")["hidden"]
-    for e, s, p in zip(edited[1:], shifted[1:], plain[1:]):
-        assert torch.allclose(e[:, k - 1], s[:, 0], atol=1e-5)
-        assert not torch.allclose(p[:, k - 1], s[:, 0], atol=1e-3)     # without the edit it does not
-        assert torch.allclose(e[:, :k - 1], p[:, :k - 1], atol=1e-6)   # earlier tokens are untouched
+
+def test_a_bf16_model_is_measured_in_float32():
+    """bf16 probabilities would fail the metric's own row-sum check at T = 256; the metric takes them in fp32."""
+    cfg = get_config("tiny", n_layer=2, n_embd=32, n_head=2, vocab_size=64, block_size=256)
+    model = build(cfg, 1).eval()
+    tokens = torch.randint(0, 64, (2, 256))
+    fp32 = sink.key_scores(model, tokens)
+    bf16 = sink.key_scores(model.to(torch.bfloat16), tokens)
+    assert bf16.dtype == torch.float32 and torch.allclose(bf16, fp32, atol=0.02)
+
+
+# ----------------------------------------------------------------------------- where the first token differs
+
+@pytest.mark.parametrize("calibration", ["none", "amplify", "attenuate"])
+def test_calibration_flattens_position_variance(calibration):
+    """Uniform attention on iid token embeddings: var at position t is var(1) / t (theory.attn0_variance);
+    amplification (x sqrt t) and attenuation (x sqrt(t / T)) make it flat."""
+    T = 32
+    cfg = get_config("tiny", n_layer=1, n_head=4, n_embd=64, vocab_size=4096, block_size=T, attention="uniform",
+                     norm="none", position="none", calibration=calibration)
+    model = build(cfg, 3)
+    x = torch.randint(0, 4096, (512, T), generator=torch.Generator().manual_seed(0))
+    var = sink.position_variance(model, x, batch_size=128)[0]
+    rel = 4 * math.sqrt(2 / (512 * 64))          # ~4 standard errors of a variance from 512 x 64 values
+    t = np.arange(1, T + 1)
+    factor = {"none": np.ones(T), "amplify": t, "attenuate": t / T}[calibration]     # scale of the variance
+    expected = theory.attn0_variance(t, 1, sigma2=var[0] / factor[0]) * factor
+    assert np.allclose(var, expected, rtol=rel * 1.5)
 
 
 def planted_sink_model(beta=60.0):
@@ -106,6 +133,53 @@ def planted_sink_model(beta=60.0):
     return model
 
 
+def test_super_neurons_rank_by_weight_norm_and_measure_first_token_firing():
+    model = planted_sink_model()
+    with torch.no_grad():
+        model.transformer.h[0].mlp.c_fc.weight[3] *= 5        # unit 3: the largest input weights
+    x = torch.randint(0, 16, (8, 32), generator=torch.Generator().manual_seed(0))
+    rows = sink.super_neurons(model, x, top=2)
+    assert rows[0]["units"][0] == 3
+    # the independent computation: layer 1's MLP hidden activations, by hand from the residual stream
+    h = model.trace(x, hidden="all")["hidden"][1]                          # after block 1's attention + MLP...
+    a1 = model.transformer.h[0].attn(model.transformer.h[0].ln_1(model.transformer.wte(x)))
+    pre = torch.relu(model.transformer.h[0].mlp.c_fc(model.transformer.wte(x) + a1)).abs()
+    ratio = pre[:, 0, 3].mean() / pre[:, 1:, 3].mean()
+    assert rows[0]["first_over_rest"][0] == pytest.approx(ratio.item(), rel=1e-5) and ratio > 1.5
+    assert h.shape == (8, 32, 10)
+
+
+def test_dimension_disparity_and_massive_activations_against_direct_reads():
+    h = torch.tensor([[1.0, -1.0, 1.0, -9.0]])
+    assert sink.dimension_disparity(h).item() == pytest.approx(9 / 3)
+    model = planted_sink_model()
+    x = torch.randint(0, 16, (2, 8))
+    rows = sink.massive_activations(model, x)
+    states = model.trace(x, hidden="all")["hidden"]
+    for row, s in zip(rows, states):
+        a = s.abs()
+        assert row["top"] == pytest.approx(a.max().item()) and row["median"] == pytest.approx(a.median().item())
+        assert a[:, row["top_position"] - 1].max() == a.max()
+
+
+# ----------------------------------------------------------------------------- interventions
+
+def test_mask_edit_makes_token_k_compute_like_a_first_token():
+    """With the edit, token k aggregates nothing in any layer; under RoPE (relative positions) its
+    residual stream is then exactly the first token's of the sequence that starts at k."""
+    cfg = get_config("tiny", n_layer=3, tie_embeddings=False)
+    model = build(cfg, 5)
+    x = torch.randint(0, cfg.vocab_size, (4, 24), generator=torch.Generator().manual_seed(1))
+    k = 10
+    edited = model.trace(x, hidden="all", attn_mask=sink.self_only_mask(24, k))["hidden"]
+    shifted = model.trace(x[:, k - 1:], hidden="all")["hidden"]
+    plain = model.trace(x, hidden="all")["hidden"]
+    for e, s, p in zip(edited[1:], shifted[1:], plain[1:]):
+        assert torch.allclose(e[:, k - 1], s[:, 0], atol=1e-5)
+        assert not torch.allclose(p[:, k - 1], s[:, 0], atol=1e-3)     # without the edit it does not
+        assert torch.allclose(e[:, :k - 1], p[:, :k - 1], atol=1e-6)   # earlier tokens are untouched
+
+
 def test_mask_edit_turns_token_k_into_a_sink():
     model = planted_sink_model()
     T, k = 64, 40
@@ -117,77 +191,99 @@ def test_mask_edit_turns_token_k_into_a_sink():
     assert (after[:, k - 1] > 0.3).float().mean() > 0.9              # token k becomes one too
 
 
-def test_variance_amplification_hook_edits_only_token_k():
+@pytest.mark.parametrize("mu", ["batch", "sequence", "zero"])
+def test_amplification_hook_edits_only_token_k_around_its_mean(mu):
     model = planted_sink_model()
     x = torch.randint(0, 16, (4, 16))
     seen = {}
     w_o = model.transformer.h[0].attn.c_proj
     w_o.register_forward_pre_hook(lambda m, i: seen.setdefault("o", i[0].clone()))
-    handle = w_o.register_forward_pre_hook(sink.amplify_hook(5, 3.0))
+    handle = w_o.register_forward_pre_hook(sink.amplify_hook(5, 3.0, mu))
     w_o.register_forward_hook(lambda m, i, out: seen.setdefault("edited", i[0].clone()))
-    model(x)
+    model.trace(x)
     handle.remove()
     o, e = seen["o"], seen["edited"]
-    mu = o.mean(dim=1)
-    assert torch.allclose(e[:, 4], mu + 3.0 * (o[:, 4] - mu))
+    m = {"batch": o[:, 4].mean(0), "sequence": o.mean(1), "zero": torch.zeros_like(o[:, 4])}[mu]
+    assert torch.allclose(e[:, 4], m + 3.0 * (o[:, 4] - m))
     assert torch.equal(torch.cat([e[:, :4], e[:, 5:]], 1), torch.cat([o[:, :4], o[:, 5:]], 1))
+    with pytest.raises(ValueError, match="mu"):
+        sink.amplify_hook(5, 3.0, "median")
 
 
-@pytest.mark.parametrize("calibration", ["none", "amplify", "attenuate"])
-def test_calibration_flattens_position_variance(calibration):
-    """Uniform attention on iid token embeddings: var at position t is var(1) / t (theory.attn0_variance);
-    amplification (x sqrt t) and attenuation (x sqrt(t / T)) make it flat."""
-    T = 32
-    cfg = get_config("tiny", n_layer=1, n_head=4, n_embd=64, vocab_size=4096, block_size=T, attention="uniform",
-                     norm="none", position="none", calibration=calibration)
-    model = build(cfg, 3)
-    x = torch.randint(0, 4096, (512, T), generator=torch.Generator().manual_seed(0))
-    var = sink.position_variance(model, x, batch_size=128)[0]
-    rel = 4 * math.sqrt(2 / (512 * 64))          # ~4 standard errors of a variance from 512 x 64 values
-    t = np.arange(1, T + 1)
-    factor = {"none": np.ones(T), "amplify": t, "attenuate": t / T}[calibration]     # scale of the variance
-    expected = theory.attn0_variance(t, 1, sigma2=var[0] / factor[0]) * factor
-    assert np.allclose(var, expected, rtol=rel * 1.5)
-    if calibration == "none":
-        assert var[0] / var[-1] > T / 2
-    else:
-        assert var.max() / var.min() < 1.3
+# ----------------------------------------------------------------------------- inputs
 
-
-def test_dimension_disparity_and_massive_activations():
-    h = torch.tensor([[1.0, -1.0, 1.0, -9.0]])
-    assert sink.dimension_disparity(h).item() == pytest.approx(9 / 3)
-    model = planted_sink_model()
-    rows = sink.massive_activations(model, torch.randint(0, 16, (2, 8)))
-    assert len(rows) == 3 and all(r["top"] >= r["median"] for r in rows)
-
-
-def test_text_windows_and_missing_file(tmp_path):
-    (tmp_path / "t.txt").write_text("abcdefghij" * 10)
-    w = sink.text_windows(str(tmp_path / "t.txt"), "bytes", 10, 5, seed=0)
-    assert w.shape == (5, 10) and all(bytes(r.tolist()) == b"abcdefghij" for r in w)
-    with pytest.raises(FileNotFoundError, match="--text"):
-        sink.text_windows(str(tmp_path / "nope.txt"), "bytes", 10, 5)
+def test_random_tokens_windows_bos_and_id_files(tmp_path):
+    r = sink.random_tokens(50, 4, 10, seed=0, bos=7)
+    assert r.shape == (4, 10) and (r[:, 0] == 7).all() and torch.equal(r[:, 1:], sink.random_tokens(50, 4, 9, seed=0))
+    stream = np.arange(100)
+    w = sink.windows(stream, 10, 5, seed=0)
+    assert w.shape == (5, 10) and all((row.numpy() % 10 == np.arange(10)).all() for row in w)   # aligned slots
+    assert (sink.windows(stream, 10, 5, seed=0, bos=99)[:, 0] == 99).all()
     with pytest.raises(ValueError, match="fewer than one window"):
-        sink.text_windows(str(tmp_path / "t.txt"), "bytes", 1000, 5)
+        sink.windows(stream, 1000, 5)
+    np.save(tmp_path / "ids.npy", np.arange(12).reshape(3, 4))
+    np.arange(7, dtype=np.uint16).tofile(tmp_path / "ids.bin")
+    assert sink.read_ids(str(tmp_path / "ids.npy")).tolist() == list(range(12))
+    assert sink.read_ids(str(tmp_path / "ids.bin")).tolist() == list(range(7))
+    with pytest.raises(FileNotFoundError, match="token-id file"):
+        sink.read_ids(str(tmp_path / "nope.npy"))
 
 
-def test_measure_cli_on_a_checkpoint_and_refusals(tmp_path):
-    import json
-    import train
+def _tokenizer_json(path, words):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token=words[0]))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(os.path.join(path, "tokenizer.json"))
+
+
+def test_measure_a_llama_directory_on_its_own_tokenizer_with_bos(tmp_path):
+    """A Hugging Face LLaMA directory, its tokenizer.json, text and BOS: the command line end to end, the
+    windows checked against the tokenizer's own ids."""
+    spec, cfg, t = llama_family("LlamaForCausalLM")
+    write_hf(tmp_path / "llama", cfg, t)
+    words = ["<unk>", "<s>"] + [f"w{i}" for i in range(60)]
+    _tokenizer_json(tmp_path / "llama", words)
+    (tmp_path / "t.txt").write_text(" ".join(f"w{(i * 7) % 60}" for i in range(3000)))
+    sink.main([str(tmp_path / "llama"), "--text", str(tmp_path / "t.txt"), "--bos", "on", "--sequences", "6",
+               "--lengths", "16", "32", "--out", str(tmp_path / "out")])
+    res = json.load(open(tmp_path / "out" / "results.json"))["measure"]
+    assert set(res["rates"]) == {"16", "32"} and len(res["rates"]["16"]["per_layer"]) == spec["L"]
+    assert len(res["massive_activations"]) == spec["L"] + 1 and len(res["super_neurons"]) == spec["L"]
+
+    class Args:
+        text, ids, tokenizer, bos, sequences, data_seed = str(tmp_path / "t.txt"), None, None, True, 6, 1234
+    from model import GPT
+    tokens = sink.model_inputs(Args, GPT.from_pretrained(str(tmp_path / "llama")), str(tmp_path / "llama"), 16)
+    assert (tokens[:, 0] == cfg["bos_token_id"]).all()
+    assert all(words[int(i)].startswith("w") for i in tokens[:, 1:].flatten())
+
+
+def test_measure_cli_refusals_write_nothing(tmp_path):
     (tmp_path / "t.txt").write_text("the cat sat on the mat. " * 400)
     train.prepare([str(tmp_path / "t.txt")], str(tmp_path / "d"), tokenizer="bytes")
-    train.train(train.parse_args(["--data", str(tmp_path / "d"), "--out_dir", str(tmp_path / "run"), "--n_layer", "2",
-                                  "--block_size", "64", "--max_steps", "1", "--eval_every", "0", "--device", "cpu"]))
+    train.train(train.TrainConfig(data=str(tmp_path / "d"), out_dir=str(tmp_path / "run"), knobs=dict(n_layer=2, block_size=64),
+                                  max_steps=1, eval_every=0, device="cpu"))
     ckpt = train.checkpoint_path(str(tmp_path / "run"), 1)
-    sink.main([ckpt, "--data", str(tmp_path / "t.txt"), "--lengths", "16", "32", "128", "--sequences", "4",
-               "--out", str(tmp_path / "out")])
-    res = json.load(open(tmp_path / "out" / "results.json"))["measure"]
-    assert set(res["sink_rate"]) == {"16", "32"} and len(res["massive_activations"]) == 3   # 128 > context
-    with pytest.raises(SystemExit, match="no checkpoint file"):
-        sink.main([str(tmp_path / "missing.pt"), "--out", str(tmp_path / "o2")])
-    os.makedirs(tmp_path / "llama")
-    json.dump(dict(architectures=["LlamaForCausalLM"]), open(tmp_path / "llama" / "config.json", "w"))
-    with pytest.raises(SystemExit):
-        sink.main([str(tmp_path / "llama"), "--out", str(tmp_path / "o3")])
-    assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
+    for argv, match in (([str(tmp_path / "missing.pt")], "no checkpoint file"),
+                        ([ckpt, "--bos", "on"], "no bos_token_id"),
+                        ([ckpt, "--text", "nowhere"], "train.py prepare"),
+                        ([ckpt, "--ids", str(tmp_path / "t.txt")], ".npy or train.py .bin")):
+        with pytest.raises(SystemExit, match=match):
+            from model import run_script
+            run_script(sink.main, "sink.py", argv + ["--out", str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()
+
+
+# ----------------------------------------------------------------------------- the testbed's task
+
+def test_bigram_backcopy_copies_after_every_trigger():
+    vocab, triggers = 32, 3
+    x = sink.bigram_backcopy(20000, vocab, triggers, seed=1)
+    trig = np.flatnonzero(x[1:-1] >= vocab - triggers) + 1
+    assert len(trig) > 300                                           # triggers are common enough to learn from
+    assert (x[trig + 1] == x[trig - 1]).all()                        # the backcopy rule
+    assert (x[trig - 1] < vocab - triggers).all()                    # a copied token is never a trigger
+    # elsewhere the next token is one of a few successors of the current one
+    rest = np.flatnonzero(x[:-1] < vocab - triggers)
+    pairs = {(a, b) for a, b in zip(x[rest], x[rest + 1]) if b < vocab - triggers}
+    assert len(pairs) <= (vocab - triggers) * 4

@@ -12,7 +12,7 @@ import theory as th
 def test_arccos_map_special_values_and_sequence():
     assert th.arccos_map(0.0) == pytest.approx(1 / math.pi, abs=1e-15)
     assert th.arccos_map(1.0) == pytest.approx(1.0, abs=1e-15)
-    # the sequence of Prop 2, from REFERENCE.md
+    # Prop 2's sequence f(0), f(f(0)), ... as the paper's Appendix A.1 tabulates it
     assert [round(th.mlp0_cosine(l), 5) for l in range(6)] == [0.0, 0.31831, 0.49373, 0.60483, 0.68095, 0.73595]
     rho = np.linspace(-0.99, 0.99, 199)
     assert np.all(th.arccos_map(rho) > rho)                # monotone increase toward the fixed point 1
@@ -109,7 +109,7 @@ def test_attn0_intra_continuum_limit():
         for s, t in [(400, 1600), (1000, 2000), (100, 2000)]:
             corr = P[s - 1] @ P[t - 1] / (np.linalg.norm(P[s - 1]) * np.linalg.norm(P[t - 1]))
             assert corr == pytest.approx(float(th.attn0_intra_corr_limit(s / t, L)), abs=2e-3)
-    # ... and it fails where ln n is not >> L (REFERENCE.md: n = 1024, L = 8, all n^2 pairs)
+    # ... and it fails where ln n is not >> L (n = 1024, L = 8, all n^2 pairs: the paper's example)
     assert th.all_pairs_mean(th.attn0_intra_cosine(1024, 8), 1024) == pytest.approx(0.99533, abs=1e-5)
     assert th.all_pairs_mean(th.attn0_intra_cosine_limit(8), 1024) == pytest.approx(0.98195, abs=1e-5)
 
