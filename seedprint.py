@@ -49,7 +49,7 @@ import torch
 from scipy import stats
 
 from model import (GPT, Progress, add_config_flags, config_overrides, figure, get_config, load_model, print_table,
-                   qkv_sizes, read_checkpoint, run_script, save_figure, update_results)
+                   qkv_sizes, read_checkpoint, read_hf_config, run_script, save_figure, update_results)
 
 ALPHA = 0.01
 EXPERIMENTS = ("table4a", "table4b", "table4c", "table5", "fig11", "fpr", "baselines")
@@ -293,8 +293,7 @@ def _vocab(m):
         return m.config.vocab_size
     if isinstance(m, str):
         if os.path.isdir(m):
-            with open(os.path.join(m, "config.json")) as fh:
-                return json.load(fh)["vocab_size"]
+            return read_hf_config(m)[0].vocab_size      # also refuses an unsupported family, before any work
         return read_checkpoint(m)["config"]["vocab_size"]
     return None
 
