@@ -392,11 +392,18 @@ def _plot_interventions(args, res):
 
 # ----------------------------------------------------------------------------- the emergence testbed
 
-def bigram_backcopy(n: int, vocab: int = 64, triggers: int = 4, successors: int = 4, seed: int = 0) -> np.ndarray:
+def bigram_backcopy(n: int, vocab: int = 64, triggers: int = 4, successors: int = 4, seed: int = 0,
+                    recall: int = 0) -> np.ndarray:
     """A token stream from Guo et al.'s Bigram-Backcopy task (2410.13835), with no BOS: each token has a
     few likely successors (a sparse random bigram chain), except that after a trigger token the next
     token copies the one before the trigger. A head that backcopies is needed only on triggers and must
-    do nothing everywhere else -- an active-dormant head, which is where sinks form."""
+    do nothing everywhere else -- an active-dormant head, which is where sinks form.
+
+    recall > 0 is an induction variant: after a trigger, the next token is the one that followed the
+    same trigger's previous occurrence, if that lies within the last `recall` tokens and is no trigger
+    (else the chain goes on). Its active-dormant head needs a previous-token head below it, so it sits in layer 2 or later,
+    where the first position can already be told apart; plain backcopy can be done by one layer-1 head,
+    which sees token embeddings only."""
     rng = np.random.default_rng(seed)
     succ = np.stack([rng.choice(vocab - triggers, successors, replace=False) for _ in range(vocab)])
     succ[rng.random(succ.shape) < triggers / vocab] = vocab - 1     # triggers (the top ids) occur now and then
@@ -405,13 +412,18 @@ def bigram_backcopy(n: int, vocab: int = 64, triggers: int = 4, successors: int 
     x = np.empty(n, dtype=np.int64)
     x[:2] = rng.integers(0, vocab - triggers, 2)
     draws, picks = rng.random(n), rng.integers(0, triggers, n)
+    last = {}                                                       # trigger -> its latest position
     for t in range(1, n - 1):
-        if x[t] >= vocab - triggers:
+        if x[t] >= vocab - triggers and not recall:
             x[t + 1] = x[t - 1]
+        elif x[t] >= vocab - triggers and t - last.get(x[t], -n) <= recall and x[last[x[t]] + 1] < vocab - triggers:
+            x[t + 1] = x[last[x[t]] + 1]
         else:
             x[t + 1] = succ[x[t], min(np.searchsorted(np.cumsum(prob[x[t]]), draws[t]), successors - 1)]
             if x[t + 1] == vocab - 1:
                 x[t + 1] = trig[picks[t]]
+        if x[t] >= vocab - triggers:
+            last[x[t]] = t
     return x
 
 
@@ -430,17 +442,18 @@ def exp_testbed(args) -> dict:
     calibration amplify and head_norm, for several seeds: sink rate (mean +- std), where the attention
     mass goes instead, and the validation loss."""
     import train
-    data = os.path.join(args.out, "testbed", "data")
+    task = f"induction{args.recall}" if args.recall else "backcopy"
+    data = os.path.join(args.out, "testbed", f"data_{task}")
     if not os.path.isfile(os.path.join(data, "meta.json")):
-        tokens = bigram_backcopy(args.testbed_tokens, args.testbed_vocab, seed=args.data_seed)
+        tokens = bigram_backcopy(args.testbed_tokens, args.testbed_vocab, seed=args.data_seed, recall=args.recall)
         train.save_tokens(tokens, data, "bigram-backcopy", args.testbed_vocab, ["bigram_backcopy"], 0.02)
     knobs = dict(LLAMA_KNOBS, vocab_size=args.testbed_vocab, **args.knobs)
     val = train.load_data(data)["val"]
-    res = dict(knobs=knobs, steps=args.steps, variants={})
+    res = dict(task=task, knobs=knobs, steps=args.steps, variants={})
     for name in args.variants:
         runs = []
         for seed in args.seeds:
-            out_dir = os.path.join(args.out, "testbed", f"{name}_seed{seed}")
+            out_dir = os.path.join(args.out, "testbed", f"{task}_{name}_seed{seed}")
             cfg = train.TrainConfig(data=data, out_dir=out_dir, model=args.model, knobs={**knobs, **VARIANTS[name]},
                                     init_seed=seed, embed_seed=seed, data_seed=args.data_seed, resume=True,
                                     batch_size=args.batch_size, max_steps=args.steps, lr=args.lr,
@@ -573,6 +586,8 @@ def main(argv=None):
     g.add_argument("--lr", type=float, default=3e-3)
     g.add_argument("--testbed_tokens", type=int, default=2_000_000)
     g.add_argument("--testbed_vocab", type=int, default=64)
+    g.add_argument("--recall", type=int, default=0, help="0: Bigram-Backcopy; > 0: its induction variant (see "
+                   "bigram_backcopy)")
     g.add_argument("--train_text", default="shakespeare", help="--exp calibration: training corpus (train.py name)")
     g.add_argument("--data_from", default=None, help="offline: a directory holding the corpora (train.py --from)")
     p.add_argument("--out", default="out/sink")

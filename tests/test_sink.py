@@ -287,3 +287,17 @@ def test_bigram_backcopy_copies_after_every_trigger():
     rest = np.flatnonzero(x[:-1] < vocab - triggers)
     pairs = {(a, b) for a, b in zip(x[rest], x[rest + 1]) if b < vocab - triggers}
     assert len(pairs) <= (vocab - triggers) * 4
+
+
+def test_bigram_induction_copies_what_followed_the_previous_trigger():
+    vocab, triggers, recall = 32, 3, 16
+    x = sink.bigram_backcopy(20000, vocab, triggers, seed=2, recall=recall)
+    copies = 0
+    for t in range(1, len(x) - 1):                                   # a naive backward search per trigger
+        if x[t] < vocab - triggers:
+            continue
+        prev = next((s for s in range(t - 1, max(t - recall, 0) - 1, -1) if x[s] == x[t]), None)
+        if prev is not None and x[prev + 1] < vocab - triggers:
+            assert x[t + 1] == x[prev + 1]
+            copies += 1
+    assert copies > 300

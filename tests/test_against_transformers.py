@@ -1,0 +1,94 @@
+"""GPT.from_pretrained against the Hugging Face transformers library itself, for users who have it.
+
+transformers is never a dependency of this project: without it every test here is skipped, and the
+rest of the suite checks the loader against naive forwards written in tests/test_model_hf.py. With it
+(`pip install transformers`), this file builds a tiny random model of each supported family with
+transformers, saves it, loads it with model.py, and compares logits and the final-norm hidden state
+(fp32, eager attention, T = 40). Each directory is checked as saved (the installed version's config
+spelling) and rewritten into the other spelling (transformers 4.x `rope_theta` / `rope_scaling`, or
+5.x `rope_parameters`). A real checkpoint is compared too when BORN_BIASED_HF_DIR names one (for
+example a SmolLM2-135M directory).
+"""
+import json
+import os
+import shutil
+
+import pytest
+import torch
+
+tf = pytest.importorskip("transformers")
+from model import GPT  # noqa: E402
+
+TOL = 1e-5
+COMMON = dict(vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=3, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5)
+FAMILIES = {   # name: (config class, model class, config fields), each turning a knob the loader must read
+    "llama-llama3-rope": ("LlamaConfig", "LlamaForCausalLM", dict(
+        COMMON, head_dim=16, attention_bias=True, mlp_bias=True, tie_word_embeddings=False,
+        rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                          original_max_position_embeddings=32), rope_theta=50000.0)),
+    "llama-linear-rope-tied": ("LlamaConfig", "LlamaForCausalLM", dict(
+        COMMON, tie_word_embeddings=True, rope_scaling=dict(rope_type="linear", factor=4.0), rope_theta=20000.0)),
+    "mistral-window-8": ("MistralConfig", "MistralForCausalLM", dict(COMMON, sliding_window=8, rope_theta=1e6)),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(COMMON, tie_word_embeddings=True, use_sliding_window=False,
+                                                       rope_theta=1e6)),
+    "qwen3-head-dim-24": ("Qwen3Config", "Qwen3ForCausalLM", dict(COMMON, head_dim=24, tie_word_embeddings=False,
+                                                                   rope_theta=1e6)),
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", dict(vocab_size=97, n_embd=48, n_layer=3, n_head=4, n_positions=64,
+                                                   activation_function="gelu_new")),
+}
+
+
+def other_spelling(cfg: dict) -> dict:
+    """The same RoPE settings in the other transformers generation's config.json spelling."""
+    cfg = dict(cfg)
+    if "rope_parameters" in cfg:                                        # 5.x -> 4.x
+        p = dict(cfg.pop("rope_parameters"))
+        cfg["rope_theta"], kind = p.pop("rope_theta"), p.pop("rope_type")
+        cfg["rope_scaling"] = None if kind == "default" else dict(p, rope_type=kind)
+    elif "rope_theta" in cfg:                                           # 4.x -> 5.x
+        scaling = dict(cfg.pop("rope_scaling", None) or {})
+        kind = scaling.pop("rope_type", scaling.pop("type", "default"))
+        cfg["rope_parameters"] = dict(scaling, rope_type=kind, rope_theta=cfg.pop("rope_theta"))
+    return cfg
+
+
+def compare(path: str, reference, ids) -> None:
+    ours = GPT.from_pretrained(path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits, _ = ours(ids, ids)
+        hidden = ours.trace(ids, hidden="all", logits=False)["hidden"][-1]
+        ref = reference(input_ids=ids)
+        ref_hidden = reference.base_model(input_ids=ids).last_hidden_state
+    rel = lambda a, b: ((a - b).abs().max() / b.abs().max()).item()
+    assert rel(logits, ref.logits) <= TOL and rel(hidden, ref_hidden) <= TOL, (path, rel(logits, ref.logits))
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_tiny_random_model_of_each_family_matches_transformers(name, tmp_path):
+    config_cls, model_cls, fields = FAMILIES[name]
+    torch.manual_seed(0)
+    config = getattr(tf, config_cls)(**fields)
+    config._attn_implementation = "eager"
+    reference = getattr(tf, model_cls)(config).eval()
+    with torch.no_grad():   # random gains and biases too, so that a misread norm or bias shows
+        for n, p in reference.named_parameters():
+            is_gain = ("norm" in n or ".ln" in n) and n.endswith("weight")
+            p.copy_(torch.randn_like(p) * (0.3 if p.dim() > 1 else 0.2) + (1.0 if is_gain else 0.0))
+    saved = tmp_path / "saved"
+    reference.save_pretrained(saved)
+    ids = torch.randint(0, 97, (2, 40), generator=torch.Generator().manual_seed(0))   # 40 > Mistral's window
+    compare(str(saved), reference, ids)
+    respelled = tmp_path / "respelled"
+    shutil.copytree(saved, respelled)
+    cfg = json.loads((saved / "config.json").read_text())
+    (respelled / "config.json").write_text(json.dumps(other_spelling(cfg)))
+    compare(str(respelled), reference, ids)
+
+
+@pytest.mark.skipif(not os.environ.get("BORN_BIASED_HF_DIR"), reason="set BORN_BIASED_HF_DIR to a checkpoint")
+def test_real_checkpoint_matches_transformers():
+    path = os.environ["BORN_BIASED_HF_DIR"]
+    reference = tf.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
+    ids = torch.randint(0, reference.config.vocab_size, (2, 64), generator=torch.Generator().manual_seed(0))
+    compare(path, reference, ids)
