@@ -535,6 +535,7 @@ def exp_fpr(args):
     pairs += [(final[a], inits[b], "trained vs another init", False) for a in trained_seeds for b in seeds if b != a]
     for s in trained_seeds:
         pairs += [(_ckpts(runs[s])[0][1], p, "init vs its checkpoint", True) for _, p in _ckpts(runs[s])[1:]]
+    for s in trained_seeds[:args.fpr_descendants]:
         child = _ckpts(_run(args, f"seed{s}_on_{args.corpus2}", s, data2, steps=args.steps // 2, init_from=final[s]))[-1][1]
         pairs += [(final[s], child, "base vs continual descendant", True), (inits[s], child, "init vs continual descendant", True)]
     tests = ("p", "p_perm", "p_overlap", "p_base", "p_t", "p_u", "p_z")
@@ -634,6 +635,8 @@ def main(argv=None):
     g.add_argument("--top", type=int, default=16, help="top-k biased dimensions of --exp fig11")
     g.add_argument("--fpr_inits", type=int, default=12, help="--exp fpr: inits (seeds from --fpr_seed0)")
     g.add_argument("--fpr_trained", type=int, default=4, help="--exp fpr: how many of them are trained")
+    g.add_argument("--fpr_descendants", type=int, default=None,
+                   help="--exp fpr: how many trained models get a continual descendant (default: all)")
     g.add_argument("--fpr_seed0", type=int, default=100)
     args = p.parse_args(argv)
     check_options(args.k, args.rank_by, args.set_mode)          # before any model is loaded or trained

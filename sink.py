@@ -17,8 +17,8 @@ triples that are sink heads. Uniform attention gives alpha_1 = H_T / T (0.074 at
     python sink.py MODEL                            # any model: 100 random-token sequences of 64, no BOS
     python sink.py MODEL --text wikitext2 --bos on  # text through the model's own tokenizer, BOS prepended
     python sink.py MODEL --exp interventions        # mask edit and variance amplification at position k
-    python sink.py --exp testbed                    # a first-position sink forms on a CPU in minutes: does
-                                                    #   calibration stop it? (baseline vs attenuate/amplify/head_norm)
+    python sink.py --exp testbed                    # Bigram-Backcopy, no BOS: does a first-position sink form
+                                                    #   on a CPU, and does calibration stop it? (4 variants x 3 seeds)
     python sink.py --exp calibration                # Fig 12 / Table 7 on natural text, small scale
 """
 import argparse
@@ -29,8 +29,8 @@ import os
 import numpy as np
 import torch
 
-from model import (GPT, Progress, add_config_flags, check_token_ids, config_overrides, figure, get_tokenizer,
-                   load_model, print_table, read_checkpoint, run_script, save_figure, update_results)
+from model import (GPT, Progress, add_config_flags, check_token_ids, config_overrides, figure, get_config,
+                   get_tokenizer, load_model, print_table, read_checkpoint, run_script, save_figure, update_results)
 
 EPS = 0.3
 
@@ -437,17 +437,21 @@ LLAMA_KNOBS = dict(norm="rmsnorm", activation="swiglu", bias=False, tie_embeddin
 
 
 def exp_testbed(args) -> dict:
-    """A synthetic setting where a no-BOS first-position sink forms within minutes on a CPU (Bigram-
-    Backcopy, LLaMA-style blocks with RoPE), trained as baseline and with each of calibration attenuate,
-    calibration amplify and head_norm, for several seeds: sink rate (mean +- std), where the attention
-    mass goes instead, and the validation loss."""
+    """A synthetic task with active-dormant heads and no BOS (Bigram-Backcopy or its induction variant;
+    LLaMA-style blocks with RoPE, context 64 unless --block_size says otherwise), trained as baseline and
+    with each of calibration attenuate, calibration amplify and head_norm, for several seeds: sink rate
+    (mean +- std), where the attention mass goes instead, and the validation loss. Whether a first-position
+    sink forms here at all is the first thing it reports."""
     import train
+    if "vocab_size" in args.knobs:
+        raise ValueError("the testbed's vocabulary is --testbed_vocab, not --vocab_size")
+    knobs = {**LLAMA_KNOBS, "block_size": 64, **args.knobs, "vocab_size": args.testbed_vocab}
+    get_config(args.model, **knobs)                               # a bad knob fails here, before any work
     task = f"induction{args.recall}" if args.recall else "backcopy"
     data = os.path.join(args.out, "testbed", f"data_{task}")
     if not os.path.isfile(os.path.join(data, "meta.json")):
         tokens = bigram_backcopy(args.testbed_tokens, args.testbed_vocab, seed=args.data_seed, recall=args.recall)
         train.save_tokens(tokens, data, "bigram-backcopy", args.testbed_vocab, ["bigram_backcopy"], 0.02)
-    knobs = dict(LLAMA_KNOBS, vocab_size=args.testbed_vocab, **args.knobs)
     val = train.load_data(data)["val"]
     res = dict(task=task, knobs=knobs, steps=args.steps, variants={})
     for name in args.variants:
