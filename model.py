@@ -121,6 +121,8 @@ PRESETS: dict[str, GPTConfig] = {
     "gpt2-1.2b": GPTConfig(n_layer=24, n_head=32, n_embd=2048),
     "tiny": GPTConfig(n_layer=4, n_head=4, n_embd=64, vocab_size=512, block_size=256),
 }
+# The LLaMA-style block (paper Table 13) on top of any preset's sizes: what the paper's toy experiments train.
+LLAMA_KNOBS = dict(norm="rmsnorm", activation="swiglu", bias=False, tie_embeddings=False)
 
 
 def get_config(name: str, **overrides) -> GPTConfig:

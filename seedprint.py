@@ -48,8 +48,8 @@ import numpy as np
 import torch
 from scipy import stats
 
-from model import (GPT, Progress, add_config_flags, config_overrides, figure, get_config, load_model, print_table,
-                   qkv_sizes, read_checkpoint, read_hf_config, run_script, save_figure, update_results)
+from model import (GPT, LLAMA_KNOBS, Progress, add_config_flags, config_overrides, figure, get_config, load_model,
+                   print_table, qkv_sizes, read_checkpoint, read_hf_config, run_script, save_figure, update_results)
 
 ALPHA = 0.01
 EXPERIMENTS = ("table4a", "table4b", "table4c", "table5", "fig11", "fpr", "baselines")
@@ -378,9 +378,6 @@ BASELINES = {"PCS": pcs, "ICS": ics, "Intrinsic": intrinsic, "REEF": reef}
 # ----------------------------------------------------------------------------- experiments
 # Small models trained here from known seeds on known data: the paper's Tables 4a-4c and 5, Fig 11, the
 # false-positive study and the baselines. Each trains what it needs with train.py (reused when present).
-
-LLAMA_KNOBS = dict(norm="rmsnorm", activation="swiglu", bias=False, tie_embeddings=False)   # the paper's toys
-
 
 def _run(args, name, seed, data, steps=None, init_from=None, data_seed=None):
     """The directory of a train.py run, trained (or resumed to completion) on first use."""

@@ -29,7 +29,7 @@ import os
 import numpy as np
 import torch
 
-from model import (GPT, Progress, add_config_flags, check_token_ids, config_overrides, figure, get_config,
+from model import (GPT, LLAMA_KNOBS, Progress, add_config_flags, check_token_ids, config_overrides, figure, get_config,
                    get_tokenizer, load_model, print_table, read_checkpoint, run_script, save_figure, update_results)
 
 EPS = 0.3
@@ -433,7 +433,6 @@ VARIANTS = {   # Section 6.2.1 and head-wise RMSNorm: the knobs each variant set
     "amplify": dict(calibration="amplify"),
     "head_norm": dict(head_norm=True),
 }
-LLAMA_KNOBS = dict(norm="rmsnorm", activation="swiglu", bias=False, tie_embeddings=False)
 
 
 def exp_testbed(args) -> dict:
