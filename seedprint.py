@@ -231,7 +231,11 @@ def fingerprint(model, sequences: int = 2000, seq_len: int = 64, inputs: str = "
             else:   # drawn on the CPU in float32, so every device and dtype sees the same inputs
                 x = torch.randn(b, seq_len, model.config.n_embd, generator=g) * std + mean
                 h = model.trace(embeds=x.to(device, param.dtype), hidden="last")["hidden"][-1]
-            out.append(torch.as_tensor(h).float().cpu())
+            h = torch.as_tensor(h)
+            if h.dim() != 2 or h.shape[0] != b:
+                raise ValueError(f"{name}: the model must map ids {tuple(ids.shape)} to last-token states (B, d), "
+                                 f"got shape {tuple(h.shape)}")
+            out.append(h.float().cpu())
             if bar:
                 bar.update(b)
     H = torch.cat(out).numpy()

@@ -158,6 +158,9 @@ def test_a_callable_fingerprints_like_the_model_it_wraps():
     a = seedprint.fingerprint(model, sequences=20, seq_len=8)
     b = seedprint.fingerprint(states, sequences=20, seq_len=8, vocab=model.config.vocab_size)
     assert np.array_equal(a, b)
+    every_position = lambda ids: model.trace(ids, hidden="all")["hidden"][-1]          # (B, T, d): a user's slip
+    with pytest.raises(ValueError, match=r"to last-token states \(B, d\), got shape \(20, 8, 64\)"):
+        seedprint.fingerprint(every_position, sequences=20, seq_len=8, vocab=model.config.vocab_size, batch_size=20)
 
 
 # ----------------------------------------------------------------------------- lineage on tiny trained models
