@@ -19,6 +19,7 @@ Weights are NOT initialized here: init.py owns that (GPT-2 scheme, seeded).
     GPT.from_pretrained(dir)  -> a Hugging Face LLaMA / Mistral / Qwen2 / Qwen3 / GPT-2 directory
 
     python model.py           # table of presets with parameter counts -> out/model/presets.json
+    python model.py DIR       # load a checkpoint; report its config, load time and peak memory
 """
 import argparse
 import dataclasses
@@ -874,9 +875,15 @@ def config_from_flags(args: argparse.Namespace) -> GPTConfig:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="List the presets with their parameter counts.")
-    parser.add_argument("--out", default="out/model", help="directory for presets.json")
+    parser = argparse.ArgumentParser(description="List the presets with their parameter counts, or load one model "
+                                                 "and report what loading it cost.")
+    parser.add_argument("model", nargs="?", help="a train.py checkpoint or a Hugging Face directory to load")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
+                        help="load in this dtype (default: the checkpoint's own)")
+    parser.add_argument("--out", default="out/model", help="directory for presets.json / load.json")
     args = parser.parse_args(argv)
+    if args.model:
+        return report_load(args.model, args.dtype, args.out)
     rows = {}
     for name, cfg in PRESETS.items():
         with torch.device("meta"):   # shapes only: no memory, no init
@@ -888,6 +895,27 @@ def main(argv=None):
     path = os.path.join(args.out, "presets.json")
     write_json(path, {name: dict(config=dataclasses.asdict(PRESETS[name]), **row) for name, row in rows.items()})
     print(f"wrote {path}")
+
+
+def report_load(path: str, dtype: Optional[str], out: str) -> dict:
+    """Load one model and report its config, parameter count, load time and the growth of the process's
+    peak resident memory against the size of the weight files (Unix: resource.getrusage)."""
+    import resource
+    kib = 1 if sys.platform == "darwin" else 1024          # ru_maxrss is bytes on macOS, KiB on Linux
+    files = [os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors")] \
+        if os.path.isdir(path) else [path]
+    size = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
+    before, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * kib, time.time()
+    model = load_model(path, dtype=getattr(torch, dtype) if dtype else None)
+    seconds, grown = time.time() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * kib - before
+    p = next(model.parameters())
+    res = dict(model=path, params=model.num_params(), dtype=str(p.dtype).replace("torch.", ""), seconds=seconds,
+               file_bytes=size, peak_rss_growth_bytes=grown, ratio=grown / size if size else None,
+               config=dataclasses.asdict(model.config))
+    print(f"{path}: {res['params']:,} parameters in {res['dtype']}, loaded in {seconds:.1f} s; peak memory grew by "
+          f"{grown / 2**30:.2f} GiB for {size / 2**30:.2f} GiB of weight files ({res['ratio']:.3f}x)")
+    write_json(os.path.join(out, "load.json"), res)
+    return res
 
 
 # ----------------------------------------------------------------------------- plumbing shared by the scripts

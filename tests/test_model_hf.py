@@ -417,3 +417,10 @@ def test_loading_a_bf16_checkpoint_peaks_near_its_own_size(tmp_path):
     assert out.returncode == 0, out.stderr
     grown = int(out.stdout.split()[-1])
     assert grown <= 1.5 * size, (grown / 2 ** 20, size / 2 ** 20)
+    # `python model.py DIR` reports the same kind of number from its own measurement (getrusage)
+    out = subprocess.run([sys.executable, "model.py", str(tmp_path), "--out", str(tmp_path / "out")], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    report = json.loads((tmp_path / "out" / "load.json").read_text())
+    assert report["params"] == sum(math.prod(shape) for shape in names.values())
+    assert report["file_bytes"] == size and report["dtype"] == "bfloat16" and report["ratio"] <= 1.5
