@@ -4,7 +4,7 @@ transformers is never a dependency of this project: without it every test here i
 rest of the suite checks the loader against naive forwards written in tests/test_model_hf.py. With it
 (`pip install transformers`), this file builds a tiny random model of each supported family with
 transformers, saves it, loads it with model.py, and compares logits and the final-norm hidden state
-(fp32, eager attention, T = 40). Each directory is checked as saved (the installed version's config
+(fp32, eager attention, T = 40); `pytest -s` prints the errors. Each directory is checked as saved (the installed version's config
 spelling) and rewritten into the other spelling (transformers 4.x `rope_theta` / `rope_scaling`, or
 5.x `rope_parameters`). A real checkpoint is compared too when BORN_BIASED_HF_DIR names one (for
 example a SmolLM2-135M directory).
@@ -61,7 +61,9 @@ def compare(path: str, reference, ids) -> None:
         ref = reference(input_ids=ids)
         ref_hidden = reference.base_model(input_ids=ids).last_hidden_state
     rel = lambda a, b: ((a - b).abs().max() / b.abs().max()).item()
-    assert rel(logits, ref.logits) <= TOL and rel(hidden, ref_hidden) <= TOL, (path, rel(logits, ref.logits))
+    errors = rel(logits, ref.logits), rel(hidden, ref_hidden)
+    print(f"\n{path}: max relative error, logits {errors[0]:.1e}, final hidden {errors[1]:.1e}")   # pytest -s
+    assert max(errors) <= TOL, (path, errors)
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))
