@@ -427,6 +427,15 @@ def bigram_backcopy(n: int, vocab: int = 64, triggers: int = 4, successors: int 
     return x
 
 
+def context2_entropy(x: np.ndarray, vocab: int) -> float:
+    """Empirical entropy (nats) of the next token given the two before it, H(x[t+1] | x[t-1], x[t]): the
+    loss floor of Bigram-Backcopy (for the induction variant, an upper bound of it)."""
+    counts = np.bincount((x[:-2] * vocab + x[1:-1]) * vocab + x[2:], minlength=vocab ** 3).reshape(-1, vocab)
+    counts = counts[counts.sum(1) > 0].astype(np.float64)
+    p = counts / counts.sum(1, keepdims=True)
+    return float(-(counts * np.log(np.where(counts > 0, p, 1.0))).sum() / counts.sum())
+
+
 VARIANTS = {   # Section 6.2.1 and head-wise RMSNorm: the knobs each variant sets on top of the baseline
     "baseline": {},
     "attenuate": dict(calibration="attenuate"),
@@ -452,7 +461,8 @@ def exp_testbed(args) -> dict:
         tokens = bigram_backcopy(args.testbed_tokens, args.testbed_vocab, seed=args.data_seed, recall=args.recall)
         train.save_tokens(tokens, data, "bigram-backcopy", args.testbed_vocab, ["bigram_backcopy"], 0.02)
     val = train.load_data(data)["val"]
-    res = dict(task=task, knobs=knobs, steps=args.steps, variants={})
+    floor = context2_entropy(np.asarray(train.load_data(data)["train"], dtype=np.int64), args.testbed_vocab)
+    res = dict(task=task, knobs=knobs, steps=args.steps, loss_floor=floor, variants={})
     for name in args.variants:
         runs = []
         for seed in args.seeds:
@@ -486,6 +496,7 @@ def exp_testbed(args) -> dict:
                          val_loss=f"{v['loss_mean']:.4f}", layer=sinkiest + 1,
                          **{f"to_{k}": f"{m:.2f}" for k, m in mass.items()}))
     print_table(rows)
+    print(f"loss floor of the task (entropy of the next token given the two before it): {floor:.4f}")
     res["table"] = rows
     _plot_testbed(args, res)
     return res

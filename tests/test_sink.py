@@ -289,6 +289,24 @@ def test_bigram_backcopy_copies_after_every_trigger():
     assert len(pairs) <= (vocab - triggers) * 4
 
 
+def test_context2_entropy_matches_closed_forms():
+    rng = np.random.default_rng(0)
+    assert sink.context2_entropy(np.tile(np.arange(5), 1000), 5) == pytest.approx(0.0, abs=1e-12)     # periodic
+    iid = rng.integers(0, 4, 400_000)
+    assert sink.context2_entropy(iid, 4) == pytest.approx(np.log(4), abs=2e-3)                        # uniform
+    # a first-order chain with a known transition matrix: the entropy rate sum_i pi_i H(P[i])
+    P = np.array([[0.9, 0.1, 0.0], [0.2, 0.5, 0.3], [0.5, 0.0, 0.5]])
+    x = np.zeros(300_000, dtype=np.int64)
+    u = rng.random(len(x))
+    for t in range(1, len(x)):
+        x[t] = np.searchsorted(np.cumsum(P[x[t - 1]]), u[t])
+    w, v = np.linalg.eig(P.T)
+    pi = np.real(v[:, np.argmin(abs(w - 1))])
+    pi /= pi.sum()
+    rate = -sum(pi[i] * sum(p * np.log(p) for p in P[i] if p > 0) for i in range(3))
+    assert sink.context2_entropy(x, 3) == pytest.approx(rate, abs=5e-3)
+
+
 def test_bigram_induction_copies_what_followed_the_previous_trigger():
     vocab, triggers, recall = 32, 3, 16
     x = sink.bigram_backcopy(20000, vocab, triggers, seed=2, recall=recall)
