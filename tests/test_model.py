@@ -2,7 +2,6 @@
 loop, RoPE vs complex-number rotation, calibration vs the 1/sqrt(t) law, hand-counted parameters."""
 import argparse
 import itertools
-import math
 
 import pytest
 import torch

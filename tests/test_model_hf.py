@@ -115,7 +115,7 @@ def naive_inv_freq(rope: dict, hd: int) -> list:
 
 def naive_llama_family(spec: dict, t: dict, ids: torch.Tensor):
     """(logits, final-norm hidden) of LLaMA / Mistral / Qwen2 / Qwen3, float64, head by head."""
-    d, H, Hkv, hd, eps, T = spec["d"], spec["H"], spec["Hkv"], spec["hd"], spec["eps"], ids.shape[1]
+    H, Hkv, hd, eps, T = spec["H"], spec["Hkv"], spec["hd"], spec["eps"], ids.shape[1]
     w = {k: v.double() for k, v in t.items()}
     rms = lambda x, g: x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * g
     inv = torch.tensor(naive_inv_freq(spec["rope"], hd), dtype=torch.float64)
