@@ -170,7 +170,10 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
     C = kendall_tau_matrix(softmax_rows(HA[:, S], temperature), softmax_rows(HB[:, S], temperature))
     z, p_perm = permutation_test(C)
     p_over = overlap_p(len(S), d, k) if set_mode == "coset" else 1.0
-    p = float(stats.combine_pvalues([p_perm, p_over], method="fisher").pvalue) if set_mode == "coset" else p_perm
+    # Fisher's method, -2 sum(log p) ~ chi2(4), from log p: a related pair's p underflows to 0 in linear space
+    log_perm = math.log(p_perm) if p_perm > 0 else stats.norm.logsf(z)
+    fisher = -2 * (log_perm + stats.hypergeom.logsf(len(S) - 1, d, k, k))
+    p = float(stats.chi2.sf(fisher, 4)) if set_mode == "coset" else p_perm
     taus = np.diag(C)
     r = SeedPrintResult(related=bool(p < alpha), p=p, p_perm=p_perm, p_overlap=p_over,
                         mean_tau=float(taus.mean()) if len(S) else 0.0, z_perm=z, n_identity=len(S), k=k, n_inputs=N)

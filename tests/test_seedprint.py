@@ -54,6 +54,19 @@ def test_overlap_p_is_the_hypergeometric_tail_of_random_subsets():
         assert seedprint.overlap_p(s, d, k) == pytest.approx((overlaps >= s).mean(), abs=0.01)
 
 
+def test_verdict_is_fishers_combination_even_where_p_underflows():
+    import warnings
+    rng = np.random.default_rng(5)
+    HA, HB = rng.standard_normal((2, 300, 40))
+    r = seedprint.seedprint_test(HA, HB, k=10, reference=False)
+    assert r.p == pytest.approx(stats.combine_pvalues([r.p_perm, r.p_overlap], method="fisher").pvalue, rel=1e-9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                    # no log(0) on the way
+        wide = rng.standard_normal((300, 200))
+        same = seedprint.seedprint_test(wide, wide, k=100, reference=False)        # z ~ 170: sf underflows
+    assert same.related and same.p_perm == 0.0 and same.p == 0.0 and same.mean_tau == pytest.approx(1.0)
+
+
 def _unrelated_pair(rng, Z, d=48, noise=0.3):
     """Two independent random functions of the same inputs: coordinates exchangeable, aligned by chance."""
     out = []
