@@ -480,13 +480,14 @@ def load_model(path: str, device="cpu", dtype: Optional[torch.dtype] = None) -> 
 
 # ----------------------------------------------------------------------------- train.py checkpoints
 
-def read_checkpoint(path: str) -> dict:
+def read_checkpoint(path: str, mmap: bool = False) -> dict:
     """A train.py checkpoint as a dict: config, model (state dict), optimizer, step, seeds,
-    tokenizer, args, ... Loaded with weights_only=True: a checkpoint is data, never code."""
+    tokenizer, args, ... Loaded with weights_only=True: a checkpoint is data, never code.
+    mmap=True maps the tensors instead of reading them: cheap when only the config is wanted."""
     if not os.path.isfile(path):
         hint = " (a Hugging Face directory? use GPT.from_pretrained)" if os.path.isdir(path) else ""
         raise FileNotFoundError(f"no checkpoint file at {path!r}{hint}")
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     if not isinstance(ckpt, dict) or "config" not in ckpt or "model" not in ckpt:
         raise ValueError(f"{path} is not a train.py checkpoint (it has no 'config' and 'model' entries)")
     known = {f.name for f in dataclasses.fields(GPTConfig)}

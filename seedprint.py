@@ -123,10 +123,10 @@ def permutation_test(C: np.ndarray):
     return float(z), float(stats.norm.sf(z))
 
 
-def overlap_p(overlap: int, d: int, k: int) -> float:
+def overlap_p(overlap: int, d: int, k: int, log: bool = False) -> float:
     """P(|S| >= overlap) when B's k identity dimensions are a uniformly random k-subset of d, as H0's
-    exchangeability makes them: hypergeometric."""
-    return float(stats.hypergeom.sf(overlap - 1, d, k, k))
+    exchangeability makes them: hypergeometric. log=True: its logarithm, exact where p underflows."""
+    return float((stats.hypergeom.logsf if log else stats.hypergeom.sf)(overlap - 1, d, k, k))
 
 
 @dataclass
@@ -169,11 +169,12 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
     S, k = identity_set(HA, HB, k, rank_by, set_mode)
     C = kendall_tau_matrix(softmax_rows(HA[:, S], temperature), softmax_rows(HB[:, S], temperature))
     z, p_perm = permutation_test(C)
-    p_over = overlap_p(len(S), d, k) if set_mode == "coset" else 1.0
-    # Fisher's method, -2 sum(log p) ~ chi2(4), from log p: a related pair's p underflows to 0 in linear space
-    log_perm = math.log(p_perm) if p_perm > 0 else stats.norm.logsf(z)
-    fisher = -2 * (log_perm + stats.hypergeom.logsf(len(S) - 1, d, k, k))
-    p = float(stats.chi2.sf(fisher, 4)) if set_mode == "coset" else p_perm
+    p_over, p = 1.0, p_perm
+    if set_mode == "coset":
+        # Fisher's method, -2 sum(log p) ~ chi2(4), from log p: a related pair's p underflows to 0 when linear
+        log_perm = math.log(p_perm) if p_perm > 0 else float(stats.norm.logsf(z))
+        log_over = overlap_p(len(S), d, k, log=True)
+        p_over, p = math.exp(log_over), float(stats.chi2.sf(-2 * (log_perm + log_over), 4))
     taus = np.diag(C)
     r = SeedPrintResult(related=bool(p < alpha), p=p, p_perm=p_perm, p_overlap=p_over,
                         mean_tau=float(taus.mean()) if len(S) else 0.0, z_perm=z, n_identity=len(S), k=k, n_inputs=N)
@@ -301,7 +302,7 @@ def _vocab(m):
     if isinstance(m, str):
         if os.path.isdir(m):
             return read_hf_config(m)[0].vocab_size      # also refuses an unsupported family, before any work
-        return read_checkpoint(m)["config"]["vocab_size"]
+        return read_checkpoint(m, mmap=True)["config"]["vocab_size"]    # the config only: no weights read
     return None
 
 

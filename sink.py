@@ -284,7 +284,7 @@ def model_tokenizer(path: str) -> str:
     ships tokenizer.json."""
     if os.path.isdir(path):
         return path
-    return read_checkpoint(path)["tokenizer"]
+    return read_checkpoint(path, mmap=True)["tokenizer"]       # the metadata only: no weights read
 
 
 def bos_token_id(path: str) -> int:
@@ -456,12 +456,15 @@ def exp_testbed(args) -> dict:
     knobs = {**LLAMA_KNOBS, "block_size": 64, **args.knobs, "vocab_size": args.testbed_vocab}
     get_config(args.model, **knobs)                               # a bad knob fails here, before any work
     task = f"induction{args.recall}" if args.recall else "backcopy"
-    data = os.path.join(args.out, "testbed", f"data_{task}")
+    # the directory is named by everything the stream depends on, so a changed flag never reuses stale data
+    data = os.path.join(args.out, "testbed",
+                        f"data_{task}_vocab{args.testbed_vocab}_seed{args.data_seed}_{args.testbed_tokens}")
     if not os.path.isfile(os.path.join(data, "meta.json")):
         tokens = bigram_backcopy(args.testbed_tokens, args.testbed_vocab, seed=args.data_seed, recall=args.recall)
         train.save_tokens(tokens, data, "bigram-backcopy", args.testbed_vocab, ["bigram_backcopy"], 0.02)
-    val = train.load_data(data)["val"]
-    floor = context2_entropy(np.asarray(train.load_data(data)["train"], dtype=np.int64), args.testbed_vocab)
+    splits = train.load_data(data)
+    val = splits["val"]
+    floor = context2_entropy(np.asarray(splits["train"], dtype=np.int64), args.testbed_vocab)
     res = dict(task=task, knobs=knobs, steps=args.steps, loss_floor=floor, variants={})
     for name in args.variants:
         runs = []

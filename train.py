@@ -363,7 +363,7 @@ def resolve_run(args: TrainConfig) -> dict:
     overrides = dict(args.knobs)
     base = None
     if args.init_from:
-        base = read_checkpoint(args.init_from)
+        base = read_checkpoint(args.init_from, mmap=True)      # checks only: the weights are read below
         config = GPTConfig(**base["config"])
         asked = get_config(args.model, **overrides) if args.model else dataclasses.replace(config, **overrides)
         differ = [f"{k}: flags {getattr(asked, k)!r}, checkpoint {getattr(config, k)!r}"
