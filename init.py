@@ -10,7 +10,6 @@ their top-1 token ids can be compared.
 
     python init.py --model gpt2-nano --seed 42      # per-group std table -> out/init/init_stats.json
 """
-import argparse
 import dataclasses
 import hashlib
 import math
@@ -18,7 +17,8 @@ import os
 
 import torch
 
-from model import GPT, GPTConfig, add_config_flags, config_from_flags, print_table, run_script, write_json
+from model import (GPT, ArgumentParser, GPTConfig, add_config_flags, config_from_flags, lock_dir, print_table, run_script,
+                   write_json)
 
 STD = 0.02
 EMBEDDING_PARAMS = ("transformer.wte.weight", "transformer.wpe.weight", "lm_head.weight")
@@ -96,7 +96,7 @@ def weight_stats(model: GPT) -> dict:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Initialize a preset and report each weight group's std.")
+    parser = ArgumentParser(prog="init.py", description="Initialize a preset and report each weight group's std.")
     add_config_flags(parser)
     parser.add_argument("--seed", type=int, default=42, help="seed of the transformer blocks")
     parser.add_argument("--embed_seed", type=int, default=0, help="seed of embeddings and LM head")
@@ -117,7 +117,8 @@ def main(argv=None):
     print_table([dict(group=key, std=f"{r['std']:.5f}", target=f"{r['target']:.5f}", ratio=f"{r['std'] / r['target']:.4f}")
                  for key, r in table.items()])
     path = os.path.join(args.out, "init_stats.json")
-    write_json(path, dict(config=dataclasses.asdict(config), seed=args.seed, embed_seed=args.embed_seed, groups=table))
+    with lock_dir(args.out):
+        write_json(path, dict(config=dataclasses.asdict(config), seed=args.seed, embed_seed=args.embed_seed, groups=table))
     print(f"wrote {path}")
 
 

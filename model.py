@@ -22,15 +22,22 @@ Weights are NOT initialized here: init.py owns that (GPT-2 scheme, seeded).
     python model.py DIR       # load a checkpoint; report its config, load time and peak memory
 """
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
+import numbers
 import os
+import re
 import struct
 import sys
 import time
 from dataclasses import dataclass
 from typing import Optional
+try:
+    import fcntl                      # POSIX file locks: one run per output directory (lock_dir)
+except ImportError:                   # Windows has none: runs there are not locked, and lock_dir says so
+    fcntl = None
 
 import torch
 import torch.nn as nn
@@ -81,23 +88,35 @@ class GPTConfig:
     tie_embeddings: bool = True       # LM head = token embedding (GPT-2); False: own matrix
 
     def __post_init__(self):
-        for knob, allowed in CHOICES.items():
-            if getattr(self, knob) not in allowed:
-                raise ValueError(f"unknown {knob}={getattr(self, knob)!r}; choose one of {allowed}")
-        for knob in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd"):
-            if int(getattr(self, knob)) < 1:
-                raise ValueError(f"{knob} must be a positive integer, got {getattr(self, knob)}")
-        for knob in ("n_kv_head", "head_size", "mlp_hidden", "sliding_window"):
-            if getattr(self, knob) is not None and getattr(self, knob) < 1:
-                raise ValueError(f"{knob} must be a positive integer or unset, got {getattr(self, knob)}")
+        """Every knob checked by type and range, each error naming the knob: a config that cannot describe
+        a model is refused here, before any weight exists."""
+        for f in dataclasses.fields(self):
+            value, optional = getattr(self, f.name), f.type is Optional[int]
+            if f.name in CHOICES:
+                if value not in CHOICES[f.name]:
+                    raise ValueError(f"unknown {f.name}={value!r}; choose one of {CHOICES[f.name]}")
+            elif f.type is bool:
+                if not isinstance(value, bool):
+                    raise ValueError(f"{f.name} must be true or false, got {value!r}")
+            elif f.type is float:
+                if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
+                        or value <= 0:
+                    raise ValueError(f"{f.name} must be a finite number > 0, got {value!r}")
+                object.__setattr__(self, f.name, float(value))      # 10000 and 10000.0 are one config
+            elif not (optional and value is None):
+                if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                    raise ValueError(f"{f.name} must be an integer >= 1{' or unset' if optional else ''}, "
+                                     f"got {value!r}")
+                object.__setattr__(self, f.name, int(value))
         if self.head_size is None and self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head} (or set head_size)")
         if self.n_head % self.kv_heads:
             raise ValueError(f"n_head={self.n_head} is not a multiple of n_kv_head={self.kv_heads}")
         if self.position == "rope" and self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head_dim, got {self.head_dim}")
-        if self.rope_factor <= 0 or not 0 < self.rope_low_freq_factor < self.rope_high_freq_factor:
-            raise ValueError("RoPE scaling needs rope_factor > 0 and 0 < rope_low_freq_factor < rope_high_freq_factor")
+        if not self.rope_low_freq_factor < self.rope_high_freq_factor:
+            raise ValueError(f"RoPE llama3 scaling needs rope_low_freq_factor < rope_high_freq_factor, got "
+                             f"{self.rope_low_freq_factor} and {self.rope_high_freq_factor}")
 
     @property
     def head_dim(self) -> int:
@@ -363,14 +382,20 @@ class GPT(nn.Module):
             attn_mask = check_attn_mask(attn_mask, T).to(x.device)
         keep = (lambda h: h) if hidden == "all" else (lambda h: h[:, -1])
         rope = self._rope(x)
-        states, per_layer = [keep(x)], []
+        states, per_layer, finite = [keep(x)], [], [torch.isfinite(x).all()]
         for block in self.transformer.h:
             rec = {k: None for k, wanted in (("attn_probs", attn_probs), ("head_out", head_out)) if wanted}
             x = block(x, rope, attn_mask, rec)
             states.append(keep(x))
             per_layer.append(rec)
+            finite.append(torch.isfinite(x).all())
         x = self.transformer.ln_f(x)
         states.append(keep(x))
+        finite.append(torch.isfinite(x).all())
+        last_logits = self.unembed(x[:, -1]) if logits else None
+        if logits:
+            finite.append(torch.isfinite(last_logits).all())
+        raise_if_nonfinite(torch.stack(finite), self.config.n_layer)
         out = {}
         if hidden:
             out["hidden"] = states
@@ -378,7 +403,7 @@ class GPT(nn.Module):
             if wanted:     # MLP-only blocks have no attention: they add nothing
                 out[key] = [rec[key] for rec in per_layer if rec[key] is not None]
         if logits:
-            out["logits"] = self.unembed(x[:, -1])
+            out["logits"] = last_logits
         return out
 
     def unembed(self, x):
@@ -427,6 +452,8 @@ class GPT(nn.Module):
             model = cls(GPTConfig(**ckpt["config"]))
         model = model.to_empty(device=device)
         expected, got = model.state_dict(), ckpt["model"]
+        if not all(isinstance(v, torch.Tensor) for v in got.values()):
+            raise ValueError(f"{path}: its 'model' entry holds something other than weight tensors")
         wrong = sorted(set(expected) ^ set(got)) + sorted(
             k for k in set(expected) & set(got) if expected[k].shape != got[k].shape)
         if wrong:
@@ -451,6 +478,19 @@ class GPT(nn.Module):
         return model
 
 
+def raise_if_nonfinite(finite: torch.Tensor, n_layer: int) -> None:
+    """NaN/inf activations are an error, never a result. `finite` holds one flag per state of a pass (the
+    input, each block, the final norm, then the logits if computed), gathered on the device, so the check
+    costs one host sync per pass; the error names the first state that went bad."""
+    if bool(finite.all()):
+        return
+    first = int((~finite).nonzero()[0])
+    where = ("the input embeddings" if first == 0 else f"block {first} of {n_layer}" if first <= n_layer
+             else "the final norm" if first == n_layer + 1 else "the LM head (logits)")
+    raise FloatingPointError(f"non-finite activations (NaN/inf), first in {where}: no result is computed from "
+                             f"them. Check the config's knobs and the weights, or run in float32 (--dtype float32)")
+
+
 def check_attn_mask(mask: torch.Tensor, T: int) -> torch.Tensor:
     """An edited attention mask must be (T, T) bool, causal, and give every query a key."""
     if mask.shape != (T, T) or mask.dtype != torch.bool:
@@ -470,12 +510,60 @@ def check_token_ids(idx: torch.Tensor, vocab_size: int, where: str = "the input"
     return idx
 
 
-def load_model(path: str, device="cpu", dtype: Optional[torch.dtype] = None) -> GPT:
-    """Any model this project reads: a train.py checkpoint file or a Hugging Face directory."""
+def read_model_config(path: str) -> GPTConfig:
+    """The GPTConfig of any model this project reads, without reading its weights: for the checks a
+    script makes before any work (context length, vocabulary, layer indices). The weight files are checked
+    as far as that costs nothing: a Hugging Face directory's tensor names, shapes and sizes against its
+    config.json; a checkpoint's file structure (memory-mapped)."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no model at {path!r}: give a train.py checkpoint (.pt) or a Hugging Face directory")
     if os.path.isdir(path):
-        return GPT.from_pretrained(path, device=device, dtype=dtype)
-    model = GPT.from_checkpoint(path, device=device)
-    return model.to(dtype) if dtype is not None else model
+        config, hf = read_hf_config(path)
+        with torch.device("meta"):      # shapes only: the weight files' headers are checked against them
+            plan_hf_weights(GPT(config), {f: read_safetensors_header(f) for f in hf_shards(path)},
+                            hf["architectures"][0], path)
+        return config
+    return GPTConfig(**read_checkpoint(path, mmap=True)["config"])
+
+
+def check_weights_finite(path: str) -> None:
+    """Stream every weight of the model at `path` once, tensor by tensor (memory: the largest tensor), and
+    refuse one that holds NaN or inf, naming it. For scripts that read several models: all are checked
+    before the work on any begins."""
+    if os.path.isdir(path):
+        for file in hf_shards(path):
+            with open(file, "rb") as fh:
+                for name, (kind, shape, offset, nbytes) in read_safetensors_header(file).items():
+                    dtype = SAFETENSORS_DTYPES.get(kind)
+                    if dtype is None or not dtype.is_floating_point:
+                        continue
+                    fh.seek(offset)
+                    t = torch.frombuffer(bytearray(fh.read(nbytes)), dtype=dtype) if nbytes else torch.zeros(0)
+                    if not torch.isfinite(t).all():
+                        raise ValueError(f"{path}: tensor {name} holds {int((~torch.isfinite(t)).sum())} NaN/inf "
+                                         f"value(s); the checkpoint is damaged or came from a diverged run")
+        return
+    for name, t in read_checkpoint(path, mmap=True)["model"].items():
+        if t.is_floating_point() and not torch.isfinite(t).all():
+            raise ValueError(f"{path}: weight {name} holds {int((~torch.isfinite(t)).sum())} NaN/inf value(s); "
+                             f"the checkpoint is damaged or came from a diverged run")
+
+
+def load_model(path: str, device="cpu", dtype: Optional[torch.dtype] = None) -> GPT:
+    """Any model this project reads: a train.py checkpoint file or a Hugging Face directory. A weight
+    that holds NaN or inf is an error naming it: such a model can only produce fake results."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no model at {path!r}: give a train.py checkpoint (.pt) or a Hugging Face directory")
+    if os.path.isdir(path):
+        model = GPT.from_pretrained(path, device=device, dtype=dtype)
+    else:
+        model = GPT.from_checkpoint(path, device=device)
+        model = model.to(dtype) if dtype is not None else model
+    for name, p in model.named_parameters():
+        if not torch.isfinite(p).all():
+            raise ValueError(f"{path}: weight {name} holds {int((~torch.isfinite(p)).sum())} NaN/inf value(s); "
+                             f"the checkpoint is damaged or came from a diverged run")
+    return model
 
 
 # ----------------------------------------------------------------------------- train.py checkpoints
@@ -487,13 +575,22 @@ def read_checkpoint(path: str, mmap: bool = False) -> dict:
     if not os.path.isfile(path):
         hint = " (a Hugging Face directory? use GPT.from_pretrained)" if os.path.isdir(path) else ""
         raise FileNotFoundError(f"no checkpoint file at {path!r}{hint}")
-    ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-    if not isinstance(ckpt, dict) or "config" not in ckpt or "model" not in ckpt:
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except Exception as e:     # torch raises many kinds (zip, pickle, EOF) for an empty, cut or foreign file
+        why = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{path} is not a readable train.py checkpoint: empty, truncated, or another format "
+                         f"({why})") from None
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("config"), dict) or not isinstance(ckpt.get("model"), dict):
         raise ValueError(f"{path} is not a train.py checkpoint (it has no 'config' and 'model' entries)")
     known = {f.name for f in dataclasses.fields(GPTConfig)}
     unknown = sorted(set(ckpt["config"]) - known)
     if unknown:
         raise ValueError(f"{path} has config knobs this model.py does not know: {unknown}")
+    try:
+        GPTConfig(**ckpt["config"])
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path}: its config is invalid: {e}") from None
     return ckpt
 
 
@@ -547,6 +644,52 @@ GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "
                     "gelu_python": "gelu", "relu": "relu", "silu": "silu", "swish": "silu", "tanh": "tanh"}
 
 
+# The type of every field the loader reads (null always means "absent"): a value of another type is refused
+# by name before it is interpreted, so "12", 12.5, true or -4 never becomes a model.
+POSITIVE_INT, NONNEGATIVE_INT, POSITIVE_FLOAT, BOOL, STR = "an integer >= 1", "an integer >= 0", \
+    "a finite number > 0", "true or false", "a string"
+HF_FIELD_TYPES = {
+    **dict.fromkeys(("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                     "intermediate_size", "max_position_embeddings", "head_dim", "sliding_window", "n_positions",
+                     "n_layer", "n_head", "n_embd", "n_inner", "original_max_position_embeddings"), POSITIVE_INT),
+    "max_window_layers": NONNEGATIVE_INT,
+    **dict.fromkeys(("rms_norm_eps", "layer_norm_epsilon", "rope_theta", "factor", "low_freq_factor",
+                     "high_freq_factor", "partial_rotary_factor"), POSITIVE_FLOAT),
+    **dict.fromkeys(("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "scale_attn_weights",
+                     "scale_attn_by_inverse_layer_idx"), BOOL),
+    **dict.fromkeys(("hidden_act", "activation_function", "rope_type", "type"), STR),
+}
+
+
+def _type_ok(value, kind: str) -> bool:
+    if kind == BOOL:
+        return isinstance(value, bool)
+    if kind == STR:
+        return isinstance(value, str)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if kind == POSITIVE_FLOAT:
+        return math.isfinite(value) and value > 0
+    return isinstance(value, int) and value >= (1 if kind == POSITIVE_INT else 0)
+
+
+def check_hf_field_types(hf: dict) -> None:
+    """Refuse, by name, any read field (also inside rope_scaling / rope_parameters) of the wrong type or range."""
+    for where, fields in [("", hf)] + [(f"{key}.", hf[key]) for key in ("rope_scaling", "rope_parameters")
+                                       if isinstance(hf.get(key), dict)]:
+        for key, value in fields.items():
+            kind = HF_FIELD_TYPES.get(key)
+            if kind and value is not None and not _type_ok(value, kind):
+                raise ValueError(f"field {where}{key} must be {kind}, got {value!r}")
+    for key in ("rope_scaling", "rope_parameters"):
+        if hf.get(key) is not None and not isinstance(hf[key], dict):
+            raise ValueError(f"field {key} must be an object or null, got {hf[key]!r}")
+    for key in ("architectures", "layer_types"):
+        value = hf.get(key, [] if key == "layer_types" else None)
+        if value is not None and (not isinstance(value, list) or not all(isinstance(a, str) for a in value)):
+            raise ValueError(f"field {key} must be a list of names, got {value!r}")
+
+
 def _need(fields: dict, key: str, where: str = "config.json"):
     if key not in fields or fields[key] is None:
         raise ValueError(f"{where} lacks the field {key!r}")
@@ -556,6 +699,9 @@ def _need(fields: dict, key: str, where: str = "config.json"):
 def hf_config(hf: dict) -> GPTConfig:
     """The GPTConfig of a Hugging Face config.json dict. Raises ValueError naming any field, value or
     architecture this model cannot reproduce exactly."""
+    if not isinstance(hf, dict):
+        raise ValueError(f"config.json must hold a JSON object, got {type(hf).__name__}")
+    check_hf_field_types(hf)
     arch = (hf.get("architectures") or [None])[0]
     if arch not in HF_FAMILIES:
         raise ValueError(f"unsupported architecture {arch!r}; model.py loads exactly {', '.join(HF_FAMILIES)}. "
@@ -671,21 +817,40 @@ def _hf_sliding_window(f: dict, arch: str, defaults: dict, n_layer: int) -> Opti
     return windows.pop()
 
 
+def read_json(path: str, what: str = "JSON"):
+    """A JSON file's content; a missing, unreadable or malformed file is one error naming it."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: {'is a directory, not' if os.path.isdir(path) else 'no'} {what} file")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path} is not valid {what} ({e})") from None
+
+
 def read_hf_config(path: str):
     """(GPTConfig, the raw config.json dict) of a Hugging Face directory."""
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{path!r} is not a Hugging Face model directory (config.json + *.safetensors): "
+                                f"{'a file; a train.py checkpoint is read by read_checkpoint' if os.path.isfile(path) else 'no such directory'}")
     cfg_path = os.path.join(path, "config.json")
-    if not os.path.isfile(cfg_path):
+    if not os.path.exists(cfg_path):
         raise FileNotFoundError(f"{path!r} is not a Hugging Face model directory (no config.json)")
-    with open(cfg_path) as fh:
-        hf = json.load(fh)
-    return hf_config(hf), hf
+    hf = read_json(cfg_path, "config.json")
+    try:
+        return hf_config(hf), hf
+    except ValueError as e:
+        raise ValueError(f"{cfg_path}: {str(e).removeprefix('config.json ')}") from None
 
 
 def hf_shards(path: str) -> list:
     index = os.path.join(path, "model.safetensors.index.json")
-    if os.path.isfile(index):
-        with open(index) as fh:
-            names = sorted(set(json.load(fh)["weight_map"].values()))
+    if os.path.exists(index):
+        weight_map = read_json(index, "safetensors index")
+        weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise ValueError(f"{index} has no weight_map object of tensor name -> shard file")
+        names = sorted(set(weight_map.values()))
     else:
         names = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
     if not names:
@@ -705,13 +870,39 @@ SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.f
 
 
 def read_safetensors_header(file: str) -> dict:
-    """{tensor name: (dtype name, shape, absolute byte offset, byte length)} of one .safetensors file."""
+    """{tensor name: (dtype name, shape, absolute byte offset, byte length)} of one .safetensors file.
+    An empty, truncated or foreign file is one error naming it, found here, before any weight is read."""
+    if not os.path.isfile(file):
+        raise FileNotFoundError(f"{file}: {'is a directory, not' if os.path.isdir(file) else 'no'} .safetensors file")
+    size = os.path.getsize(file)
+    bad = lambda why: ValueError(f"{file} is not a valid .safetensors file ({why})")
     with open(file, "rb") as fh:
-        (n,) = struct.unpack("<Q", fh.read(8))
-        header = json.loads(fh.read(n))
+        head = fh.read(8)
+        if len(head) < 8:
+            raise bad(f"{size} bytes, shorter than its 8-byte header length")
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8:
+            raise bad(f"its header claims {n} bytes, the file holds {size - 8}; truncated, or not safetensors")
+        try:
+            header = json.loads(fh.read(n))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise bad("its header is not JSON") from None
+    if not isinstance(header, dict):
+        raise bad("its header is not a JSON object")
     header.pop("__metadata__", None)
-    return {name: (e["dtype"], tuple(e["shape"]), 8 + n + e["data_offsets"][0],
-                   e["data_offsets"][1] - e["data_offsets"][0]) for name, e in header.items()}
+    out = {}
+    for name, e in header.items():
+        ok = isinstance(e, dict) and isinstance(e.get("dtype"), str) and isinstance(e.get("shape"), list) \
+            and all(isinstance(s, int) and s >= 0 for s in e["shape"]) and isinstance(e.get("data_offsets"), list) \
+            and len(e["data_offsets"]) == 2 and all(isinstance(o, int) for o in e["data_offsets"]) \
+            and 0 <= e["data_offsets"][0] <= e["data_offsets"][1]
+        if not ok:
+            raise bad(f"tensor {name!r} has no valid dtype, shape and data_offsets")
+        if 8 + n + e["data_offsets"][1] > size:
+            raise bad(f"tensor {name!r} ends at byte {8 + n + e['data_offsets'][1]} of a {size}-byte file; truncated")
+        out[name] = (e["dtype"], tuple(e["shape"]), 8 + n + e["data_offsets"][0],
+                     e["data_offsets"][1] - e["data_offsets"][0])
+    return out
 
 
 def widest_float_dtype(headers: dict) -> torch.dtype:
@@ -769,48 +960,65 @@ def _hf_skipped(name: str, config: GPTConfig) -> bool:
         name.endswith("rotary_emb.inv_freq") or (name == "lm_head.weight" and config.tie_embeddings)
 
 
-@torch.no_grad()
-def load_hf_weights(model: GPT, headers: dict, arch: str, where: str) -> None:
-    """Fill every parameter of `model` from the safetensors files, one tensor at a time; a missing,
-    unknown, or misshapen tensor is an error naming it."""
+def plan_hf_weights(model: GPT, headers: dict, arch: str, where: str) -> list:
+    """Check every tensor of the safetensors headers against `model` (which may live on the meta device)
+    before any weight is read: a missing, unknown, misshapen or mis-sized tensor is an error naming it.
+    Returns the reads: (file, HF name, parameter name, rows, transpose, dtype, offset, nbytes)."""
     config = model.config
     targets = hf_tensor_targets(config, arch)
     params = dict(model.named_parameters())
     rows_filled = {name: 0 for name in params}
     prefix = "transformer." if arch == "GPT2LMHeadModel" else "model."
+    plan = []
     for file, header in headers.items():
-        with open(file, "rb") as fh:
-            for hf_name, (kind, shape, offset, nbytes) in header.items():
-                name = hf_name[len(prefix):] if hf_name.startswith(prefix) else hf_name
-                if _hf_skipped(name, config):
-                    continue
-                if name not in targets:
-                    raise ValueError(f"{where}: tensor {hf_name!r} is not part of a {arch} with this config.json")
-                if kind not in SAFETENSORS_DTYPES or not SAFETENSORS_DTYPES[kind].is_floating_point:
-                    raise ValueError(f"{where}: tensor {hf_name!r} has dtype {kind}; only F64/F32/BF16/F16 load")
-                param_name, rows, transpose = targets[name]
-                dest = params[param_name][rows] if rows is not None else params[param_name]
-                want = tuple(dest.shape[::-1] if transpose else dest.shape)
-                if shape != want:
-                    raise ValueError(f"{where}: tensor {hf_name!r} has shape {list(shape)}, config.json implies {list(want)}")
-                dtype = SAFETENSORS_DTYPES[kind]
-                if math.prod(shape) * dtype.itemsize != nbytes:
-                    raise ValueError(f"{where}: the header of {file} gives tensor {hf_name!r} {nbytes} bytes for "
-                                     f"{kind} {list(shape)}; the file is damaged")
-                fh.seek(offset)
-                if dtype == dest.dtype and not transpose and dest.device.type == "cpu" and dest.is_contiguous():
-                    buf = dest                                   # read straight into the parameter
-                else:
-                    buf = torch.empty(shape, dtype=dtype)
-                if fh.readinto(memoryview(buf.view(torch.uint8).numpy()).cast("B")) != nbytes:
-                    raise ValueError(f"{where}: {file} ends inside tensor {hf_name!r}; the file is truncated")
-                if buf is not dest:
-                    dest.copy_(buf.T if transpose else buf)
-                rows_filled[param_name] += dest.shape[0]
+        for hf_name, (kind, shape, offset, nbytes) in header.items():
+            name = hf_name[len(prefix):] if hf_name.startswith(prefix) else hf_name
+            if _hf_skipped(name, config):
+                continue
+            if name not in targets:
+                raise ValueError(f"{where}: tensor {hf_name!r} is not part of a {arch} with this config.json")
+            if kind not in SAFETENSORS_DTYPES or not SAFETENSORS_DTYPES[kind].is_floating_point:
+                raise ValueError(f"{where}: tensor {hf_name!r} has dtype {kind}; only F64/F32/BF16/F16 load")
+            param_name, rows, transpose = targets[name]
+            dest = params[param_name][rows] if rows is not None else params[param_name]
+            want = tuple(dest.shape[::-1] if transpose else dest.shape)
+            if shape != want:
+                raise ValueError(f"{where}: tensor {hf_name!r} has shape {list(shape)}, config.json implies {list(want)}")
+            dtype = SAFETENSORS_DTYPES[kind]
+            if math.prod(shape) * dtype.itemsize != nbytes:
+                raise ValueError(f"{where}: the header of {file} gives tensor {hf_name!r} {nbytes} bytes for "
+                                 f"{kind} {list(shape)}; the file is damaged")
+            rows_filled[param_name] += dest.shape[0]
+            plan.append((file, hf_name, param_name, rows, transpose, dtype, offset, nbytes))
     missing = [n for n, p in params.items() if rows_filled[n] != p.shape[0]]
     if missing:
         raise ValueError(f"{where}: the tensors for {missing[:5]}{' ...' if len(missing) > 5 else ''} of a {arch} "
                          f"are missing from the checkpoint (or stored twice)")
+    return plan
+
+
+@torch.no_grad()
+def load_hf_weights(model: GPT, headers: dict, arch: str, where: str) -> None:
+    """Fill every parameter of `model` from the safetensors files, one tensor at a time, after
+    plan_hf_weights has checked them all."""
+    params = dict(model.named_parameters())
+    handles = {}
+    try:
+        for file, hf_name, param_name, rows, transpose, dtype, offset, nbytes in plan_hf_weights(model, headers, arch, where):
+            fh = handles.get(file) or handles.setdefault(file, open(file, "rb"))
+            dest = params[param_name][rows] if rows is not None else params[param_name]
+            fh.seek(offset)
+            if dtype == dest.dtype and not transpose and dest.device.type == "cpu" and dest.is_contiguous():
+                buf = dest                                   # read straight into the parameter
+            else:
+                buf = torch.empty(tuple(dest.shape[::-1]) if transpose else tuple(dest.shape), dtype=dtype)
+            if fh.readinto(memoryview(buf.view(torch.uint8).numpy()).cast("B")) != nbytes:
+                raise ValueError(f"{where}: {file} ends inside tensor {hf_name!r}; the file is truncated")
+            if buf is not dest:
+                dest.copy_(buf.T if transpose else buf)
+    finally:
+        for fh in handles.values():
+            fh.close()
 
 
 # ----------------------------------------------------------------------------- tokenizers
@@ -832,9 +1040,13 @@ def get_tokenizer(name: str):
         return (lambda text: enc.encode_ordinary(text)), enc.decode, enc.n_vocab
     file = os.path.join(name, "tokenizer.json") if os.path.isdir(name) else name
     if not os.path.isfile(file):
-        raise FileNotFoundError(f"no tokenizer {name!r}: give bytes, gpt2, or a directory with tokenizer.json")
+        raise FileNotFoundError(f"no tokenizer {name!r}: give bytes, gpt2, or a directory with tokenizer.json"
+                                + (f" ({name} has none)" if os.path.isdir(name) else ""))
     from tokenizers import Tokenizer       # optional dependency: pip install tokenizers
-    tok = Tokenizer.from_file(file)
+    try:
+        tok = Tokenizer.from_file(file)
+    except Exception as e:                 # the Rust library raises its own exception type
+        raise ValueError(f"{file} is not a readable tokenizer.json ({str(e)[:120]})") from None
     return ((lambda text: tok.encode(text, add_special_tokens=False).ids), tok.decode,
             tok.get_vocab_size(with_added_tokens=True))
 
@@ -876,15 +1088,22 @@ def config_from_flags(args: argparse.Namespace) -> GPTConfig:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="List the presets with their parameter counts, or load one model "
-                                                 "and report what loading it cost.")
+    parser = ArgumentParser(prog="model.py", description="List the presets with their parameter counts, or load "
+                            "one model and report what loading it cost.")
     parser.add_argument("model", nargs="?", help="a train.py checkpoint or a Hugging Face directory to load")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default=None,
                         help="load in this dtype (default: the checkpoint's own)")
     parser.add_argument("--out", default="out/model", help="directory for presets.json / load.json")
     args = parser.parse_args(argv)
     if args.model:
-        return report_load(args.model, args.dtype, args.out)
+        if not os.path.exists(args.model):
+            raise FileNotFoundError(f"no model at {args.model!r}: give a train.py checkpoint or a Hugging Face directory")
+        if args.dtype:
+            check_dtype_runs(torch.device("cpu"), DTYPES[args.dtype])
+        res = report_load(args.model, args.dtype)
+        with lock_dir(args.out):
+            write_json(os.path.join(args.out, "load.json"), res)
+        return res
     rows = {}
     for name, cfg in PRESETS.items():
         with torch.device("meta"):   # shapes only: no memory, no init
@@ -894,11 +1113,12 @@ def main(argv=None):
                           params_non_embedding=model.num_params(include_embeddings=False))
     print_table([dict(preset=name, **row) for name, row in rows.items()])
     path = os.path.join(args.out, "presets.json")
-    write_json(path, {name: dict(config=dataclasses.asdict(PRESETS[name]), **row) for name, row in rows.items()})
+    with lock_dir(args.out):
+        write_json(path, {name: dict(config=dataclasses.asdict(PRESETS[name]), **row) for name, row in rows.items()})
     print(f"wrote {path}")
 
 
-def report_load(path: str, dtype: Optional[str], out: str) -> dict:
+def report_load(path: str, dtype: Optional[str]) -> dict:
     """Load one model and report its config, parameter count, load time and the growth of the process's
     peak resident memory against the size of the weight files (Unix: resource.getrusage)."""
     import resource
@@ -915,7 +1135,6 @@ def report_load(path: str, dtype: Optional[str], out: str) -> dict:
                config=dataclasses.asdict(model.config))
     print(f"{path}: {res['params']:,} parameters in {res['dtype']}, loaded in {seconds:.1f} s; peak memory grew by "
           f"{grown / 2**30:.2f} GiB for {size / 2**30:.2f} GiB of weight files ({res['ratio']:.3f}x)")
-    write_json(os.path.join(out, "load.json"), res)
     return res
 
 
@@ -938,12 +1157,18 @@ def peak_flops(device) -> Optional[float]:
 
 
 def atomic_write(path: str, write) -> None:
-    """write(tmp) to a temp file beside `path`, then rename it into place: a crash never leaves half a
-    file. For what must never be half-written: checkpoints and results."""
+    """write(tmp) to a temp file beside `path`, flush it to disk, then rename it into place: a run killed
+    at any moment leaves the old file or the new one, never half a file. For everything a script saves."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}"
-    write(tmp)
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def write_json(path: str, obj) -> None:
@@ -985,9 +1210,8 @@ def figure(*subplots, figsize=(5, 3.5)):
 
 def save_figure(fig, path: str) -> None:
     import matplotlib.pyplot as plt
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format=os.path.splitext(path)[1][1:] or "png"))
     plt.close(fig)
     print(f"wrote {path}")
 
@@ -1023,13 +1247,127 @@ class Progress:
                   f"{int(eta // 60)}:{int(eta % 60):02d})", file=sys.stderr, flush=True)
 
 
+# ----------------------------------------------------------------------------- one convention for every script
+# Bad input is refused before any work, in one line on stderr that says what is wrong and what to do,
+# with exit code 2; a traceback only when BORN_BIASED_DEBUG=1 asks for one. An error that is not bad input
+# (a bug) is one line too, exit code 1, and says how to get its traceback.
+
+DEBUG_ENV = "BORN_BIASED_DEBUG"
+
+
+def one_line(message) -> str:
+    return " ".join(str(message).split())
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (no usage block) and exit code 2, as every other refusal."""
+
+    def error(self, message):
+        sys.stderr.write(f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+        sys.exit(2)
+
+
 def run_script(main_fn, name: str, argv=None):
-    """Run a script's main; bad input (a missing file, a wrong option value) is one error line, not a
-    traceback."""
+    """Run a script's main under the convention above."""
+    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
         return main_fn(argv)
-    except (OSError, ValueError, FloatingPointError) as e:
-        sys.exit(f"{name}: error: {e}")
+    except (OSError, ValueError, FloatingPointError) as e:     # bad input, a missing file, NaN activations
+        if debug:
+            raise
+        sys.stderr.write(f"{name}: error: {one_line(e)}\n")
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{name}: interrupted\n")
+        sys.exit(130)
+    except Exception as e:
+        if debug:
+            raise
+        sys.stderr.write(f"{name}: internal error {type(e).__name__}: {one_line(e)} (a bug: rerun with "
+                         f"{DEBUG_ENV}=1 for the traceback and report it)\n")
+        sys.exit(1)
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def add_device_flags(parser: argparse.ArgumentParser, dtype_help: str, dtype_default: Optional[str] = None) -> None:
+    """--device and --dtype with one vocabulary in every script."""
+    parser.add_argument("--device", default="auto", help="auto (cuda if available, else cpu), cpu, cuda, cuda:N, mps")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default=dtype_default, help=dtype_help)
+
+
+def resolve_device(name: Optional[str] = "auto") -> torch.device:
+    """The torch.device a --device flag names; one that is unknown or absent on this machine is refused."""
+    name = name or "auto"
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {name}: this machine has no CUDA device that torch {torch.__version__} can "
+                             f"use; run with --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) here")
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"--device {name}: MPS is not available here; run with --device cpu")
+    elif device.type != "cpu":
+        raise ValueError(f"unsupported device {name!r}; use auto, cpu, cuda, cuda:N or mps")
+    return device
+
+
+def check_dtype_runs(device: torch.device, dtype: torch.dtype) -> None:
+    """Refuse a dtype the device cannot run, by running the ops a forward pass uses once on tiny tensors."""
+    try:
+        x = torch.ones(1, 2, 4, 8, device=device, dtype=dtype)
+        y = F.scaled_dot_product_attention(x, x, x, is_causal=True)
+        F.softmax(F.linear(y, torch.ones(8, 8, device=device, dtype=dtype)).float(), dim=-1)
+        torch.rsqrt(x.float().pow(2).mean(-1)).to(dtype).cumsum(-1)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"{device} cannot run {str(dtype).replace('torch.', '')} ({one_line(e)[:100]}); "
+                         f"choose another --dtype") from None
+
+
+@contextlib.contextmanager
+def lock_dir(path: str, flag: str = "--out"):
+    """Hold an exclusive lock on the output directory `path` (created if needed) while a run writes there:
+    a second run into it is refused at once, and the first run's files stay as they are. The lock is an
+    flock on the directory itself, so it creates no file and dies with its process, however it ends.
+    Temp files that a killed run left behind (atomic_write's *.tmpPID) are removed once the lock is held;
+    directories made here and still empty when the run stops (it failed before writing) are removed."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise FileExistsError(f"{flag} {path} is a file, not a directory")
+    made, parent = [], os.path.abspath(path)
+    while not os.path.exists(parent):
+        made.append(parent)
+        parent = os.path.dirname(parent)
+    os.makedirs(path, exist_ok=True)
+    fd = None
+    try:
+        if fcntl is None:
+            print(f"note: {path} is not locked (no POSIX file locks on this system); run one job per {flag}",
+                  file=sys.stderr)
+        else:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                raise OSError(f"{path} is in use by another run that holds its lock; wait for it to finish, or "
+                              f"choose another {flag}") from None
+        for f in os.listdir(path):
+            if re.fullmatch(r".+\.tmp\d+", f) and os.path.isfile(os.path.join(path, f)):
+                os.remove(os.path.join(path, f))
+        yield path
+    finally:
+        if fd is not None:
+            os.close(fd)                 # closing the descriptor releases the lock
+        for d in made:                   # innermost first
+            if os.path.isdir(d) and not os.listdir(d):
+                os.rmdir(d)
 
 
 if __name__ == "__main__":

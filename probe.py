@@ -21,7 +21,7 @@ All of it comes from one pass per model, accumulated batch by batch in memory in
     python probe.py --sequences 10000 --seq_len 64 256 1024 --device cuda         # the paper's size
     torchrun --nproc_per_node 8 probe.py --exp direction --models 100 --sequences 2000 --seq_len 1024
 """
-import argparse
+import contextlib
 import dataclasses
 import math
 import os
@@ -35,7 +35,8 @@ from scipy.stats import binom, norm
 
 import theory
 from init import build
-from model import (GPT, Progress, add_config_flags, config_from_flags, figure, peak_flops, print_table, run_script,
+from model import (DTYPES, GPT, ArgumentParser, Progress, add_config_flags, add_device_flags, check_dtype_runs,
+                   config_from_flags, figure, lock_dir, peak_flops, print_table, resolve_device, run_script,
                    save_figure, update_results)
 
 
@@ -534,7 +535,7 @@ EXPERIMENTS = tuple(PER_SEED) + tuple(WHOLE)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="What a transformer is born with: token preference and contraction "
+    parser = ArgumentParser(prog="probe.py", description="What a transformer is born with: token preference and contraction "
                                                  "on random inputs (paper Sections 3-5).")
     add_config_flags(parser)
     parser.add_argument("--exp", nargs="+", default=["table1"], choices=EXPERIMENTS + ("all",),
@@ -546,20 +547,42 @@ def main(argv=None):
     parser.add_argument("--seq_len", type=int, nargs="+", default=[64])
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--data_seed", type=int, default=1234, help="seed of the random inputs")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    add_device_flags(parser, "dtype of the weights (bfloat16: the paper's GPU setting)", dtype_default="float32")
     parser.add_argument("--out", default="out/probe")
     args = parser.parse_args(argv)
     config = config_from_flags(args)                       # a bad preset or knob is one line, before any work
-    if max(args.seq_len) > config.block_size:
-        raise ValueError(f"--seq_len {max(args.seq_len)} exceeds the model's block_size {config.block_size}")
-    if args.sequences < 2 or args.batch_size < 1:
-        raise ValueError("--sequences must be at least 2 (pairwise statistics) and --batch_size at least 1")
+    check_args(args, config)
+    device = resolve_device(args.device)
+    check_dtype_runs(device, DTYPES[args.dtype])
+    args.device = str(device)
     rank, world = _distributed()
-    if args.device == "cuda":
+    if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         if world > 1:
             args.device = f"cuda:{torch.cuda.current_device()}"
+    with lock_dir(args.out) if rank == 0 else contextlib.nullcontext():
+        run_experiments(args, config, rank, world)
+    if world > 1:
+        dist.destroy_process_group()
+
+
+def check_args(args, config) -> None:
+    """Every count and range of the command line, against the model it will run on, before any work."""
+    positive = dict(sequences=args.sequences, batch_size=args.batch_size, models=args.models)
+    for name, value in positive.items():
+        if value < 1:
+            raise ValueError(f"--{name} must be at least 1, got {value}")
+    if args.sequences < 2:
+        raise ValueError("--sequences must be at least 2: the cosines are between pairs of sequences")
+    bad = [T for T in args.seq_len if not 1 <= T <= config.block_size]
+    if bad:
+        raise ValueError(f"--seq_len {bad[0]} is outside [1, the model's block_size {config.block_size}]")
+    exps = list(EXPERIMENTS) if "all" in args.exp else args.exp
+    if "table3" in exps and min(args.seq_len) < 2:
+        raise ValueError("--exp table3 compares two positions: --seq_len must be at least 2")
+
+
+def run_experiments(args, config, rank: int, world: int) -> None:
     exps = list(EXPERIMENTS) if "all" in args.exp else args.exp
     results = dict(config=dataclasses.asdict(config), args=vars(args))
     t0 = time.time()
@@ -585,8 +608,6 @@ def main(argv=None):
     if rank == 0:
         update_results(os.path.join(args.out, "results.json"), results)
         print(f"figures in {args.out}/ ({time.time() - t0:.0f} s)")
-    if world > 1:
-        dist.destroy_process_group()
 
 
 def _distributed():

@@ -34,7 +34,6 @@ alpha (README).
     python seedprint.py A B                  # two train.py checkpoints or Hugging Face directories
     python seedprint.py --exp table4a        # also table4b, table4c, table5, fig11, fpr, baselines, all
 """
-import argparse
 import dataclasses
 import functools
 import hashlib
@@ -48,8 +47,9 @@ import numpy as np
 import torch
 from scipy import stats
 
-from model import (GPT, LLAMA_KNOBS, Progress, add_config_flags, config_overrides, figure, get_config, load_model,
-                   print_table, qkv_sizes, read_checkpoint, read_hf_config, run_script, save_figure, update_results)
+from model import (DTYPES, GPT, LLAMA_KNOBS, ArgumentParser, Progress, add_config_flags, add_device_flags,
+                   atomic_write, check_dtype_runs, check_weights_finite, config_overrides, figure, get_config, load_model, lock_dir, print_table, qkv_sizes,
+                   read_model_config, resolve_device, run_script, save_figure, update_results)
 
 ALPHA = 0.01
 EXPERIMENTS = ("table4a", "table4b", "table4c", "table5", "fig11", "fpr", "baselines")
@@ -264,17 +264,39 @@ def weights_identity(path: str) -> list:
 def fingerprint_cached(path: str, cache_dir: str = None, device="cpu", dtype: str = None, **options) -> np.ndarray:
     """fingerprint() of the model at `path`, saved under cache_dir, keyed on the identity of its weights
     and on every option (device and dtype included): comparing M models costs M forward passes."""
-    key = json.dumps(dict(weights=weights_identity(path), device=str(device), dtype=str(dtype), options=options,
-                          autocast="bf16" if str(device).startswith("cuda") else None, version=2), sort_keys=True)
-    file = os.path.join(cache_dir, hashlib.sha256(key.encode()).hexdigest()[:20] + ".npz") if cache_dir else None
-    if file and os.path.isfile(file):
-        return np.load(file)["H"]
-    model = load_model(path, device, getattr(torch, dtype) if dtype else None).eval()
-    H = fingerprint(model, name=path, progress=True, **options)
-    if file:
-        os.makedirs(cache_dir, exist_ok=True)
-        np.savez(file, H=H, key=key)
-    return H
+    return fingerprint_all([path], cache_dir, device, dtype, options)[0]
+
+
+def fingerprint_all(models: list, cache_dir: str = None, device="cpu", dtype: str = None, options: dict = None) -> list:
+    """The fingerprint of each model (a GPT, a path, a callable, or a fingerprint array). Paths are read from
+    and saved to the cache, but only once every fingerprint is computed: a run that fails on one model
+    (a damaged file, NaN activations) writes nothing."""
+    options, out, new = dict(options or {}), [], []
+    for m in models:
+        if isinstance(m, np.ndarray):
+            out.append(m)
+        elif isinstance(m, str):
+            key = json.dumps(dict(weights=weights_identity(m), device=str(device), dtype=str(dtype), options=options,
+                                  autocast="bf16" if str(device).startswith("cuda") else None, version=2), sort_keys=True)
+            file = os.path.join(cache_dir, hashlib.sha256(key.encode()).hexdigest()[:20] + ".npz") if cache_dir else None
+            if file and os.path.isfile(file):
+                out.append(np.load(file)["H"])
+                continue
+            model = load_model(m, device, getattr(torch, dtype) if dtype else None).eval()
+            out.append(fingerprint(model, name=m, progress=True, **options))
+            del model
+            if file:
+                new.append((file, out[-1], key))
+        elif callable(m):
+            out.append(fingerprint(m.eval() if hasattr(m, "eval") else m, **options))
+        else:
+            raise TypeError(f"expected a GPT, a path, a callable or a fingerprint array, got {type(m).__name__}")
+    for file, H, key in new:
+        def save(tmp, H=H, key=key):
+            with open(tmp, "wb") as fh:
+                np.savez(fh, H=H, key=key)
+        atomic_write(file, save)
+    return out
 
 
 def compare(model_a, model_b, k: int = 400, rank_by: str = "smallest", set_mode: str = "coset",
@@ -285,35 +307,28 @@ def compare(model_a, model_b, k: int = 400, rank_by: str = "smallest", set_mode:
     inputs use ids below the smaller of the two vocabularies. Options are checked before any work."""
     check_options(k, rank_by, set_mode, temperature, alpha)
     opts = dict(fingerprint_options)
-    if opts.get("inputs", "tokens") == "tokens" and "vocab" not in opts:
-        vocabs = [v for v in (_vocab(m) for m in (model_a, model_b)) if v]
-        if vocabs:
-            opts["vocab"] = min(vocabs)
-    HA, HB = (_fingerprint(m, cache_dir, device, dtype, opts) for m in (model_a, model_b))
+    configs = [c for c in (_config(m) for m in (model_a, model_b)) if c is not None]   # configs only: no weights
+    seq_len = opts.get("seq_len", 64)
+    for c in configs:
+        if seq_len > c.block_size:
+            raise ValueError(f"seq_len {seq_len} exceeds a model's context of {c.block_size} tokens; lower --seq_len")
+    if opts.get("inputs", "tokens") == "tokens" and "vocab" not in opts and configs:
+        opts["vocab"] = min(c.vocab_size for c in configs)
+    HA, HB = fingerprint_all([model_a, model_b], cache_dir, device, dtype, opts)
     if HA.shape[1] != HB.shape[1]:
         raise ValueError(f"the models differ in width ({HA.shape[1]} vs {HB.shape[1]}): SeedPrint compares models "
                          f"of one architecture")
     return seedprint_test(HA, HB, k, rank_by, set_mode, temperature, alpha)
 
 
-def _vocab(m):
+def _config(m):
+    """The config of a GPT or a model path (also refuses an unsupported family, before any work); None for a
+    callable or a fingerprint array."""
     if isinstance(m, GPT):
-        return m.config.vocab_size
+        return m.config
     if isinstance(m, str):
-        if os.path.isdir(m):
-            return read_hf_config(m)[0].vocab_size      # also refuses an unsupported family, before any work
-        return read_checkpoint(m, mmap=True)["config"]["vocab_size"]    # the config only: no weights read
+        return read_model_config(m)
     return None
-
-
-def _fingerprint(m, cache_dir, device, dtype, options):
-    if isinstance(m, np.ndarray):
-        return m
-    if isinstance(m, str):
-        return fingerprint_cached(m, cache_dir, device, dtype, **options)
-    if callable(m):
-        return fingerprint(m.eval() if hasattr(m, "eval") else m, **options)
-    raise TypeError(f"expected a GPT, a path, a callable or a fingerprint array, got {type(m).__name__}")
 
 
 # ----------------------------------------------------------------------------- baselines (threshold 0.8)
@@ -394,12 +409,10 @@ def _run(args, name, seed, data, steps=None, init_from=None, data_seed=None):
     cfg = train.TrainConfig(data=data, out_dir=out_dir, model=None if init_from else args.model,
                             knobs={} if init_from else {**LLAMA_KNOBS, **args.knobs}, init_seed=seed,
                             embed_seed=seed, data_seed=args.data_seed if data_seed is None else data_seed,
-                            init_from=init_from, resume=True, batch_size=args.batch_size, max_steps=steps or args.steps,
+                            init_from=init_from, batch_size=args.batch_size, max_steps=steps or args.steps,
                             lr=args.lr, warmup=min(30, (steps or args.steps) // 10), ckpt_every=args.ckpt_every,
                             eval_every=0, log_every=50, device=args.device)
-    if not (train.list_checkpoints(out_dir) and train.list_checkpoints(out_dir)[-1][0] == cfg.max_steps):
-        print(f"--- training {name} ({cfg.max_steps} steps)")
-        train.train(cfg)
+    train.ensure(cfg)
     return out_dir
 
 
@@ -612,7 +625,7 @@ def exp_baselines(args):
 # ----------------------------------------------------------------------------- command line
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="SeedPrint: do two models share an initialization?")
+    p = ArgumentParser(prog="seedprint.py", description="SeedPrint: do two models share an initialization?")
     p.add_argument("models", nargs="*", help="two train.py checkpoints or Hugging Face directories (base first)")
     p.add_argument("--exp", choices=EXPERIMENTS + ("all",), default=None)
     p.add_argument("--sequences", type=int, default=2000, help="random input sequences N")
@@ -621,9 +634,7 @@ def main(argv=None):
     p.add_argument("--k", type=int, default=400, help="identity dimensions per model (capped at half the width)")
     p.add_argument("--rank_by", choices=("smallest", "largest", "abs"), default="smallest")
     p.add_argument("--set_mode", choices=("coset", "base"), default="coset")
-    p.add_argument("--device", default=None)
-    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
-                   help="load Hugging Face weights in this dtype (default: the checkpoint's; float32 on CPU is exact)")
+    add_device_flags(p, "load the models in this dtype (default: each checkpoint's own; float32 on CPU is exact)")
     p.add_argument("--out", default="out/seedprint")
     g = p.add_argument_group("experiments (small models trained here)")
     add_config_flags(p, default_model="tiny")
@@ -647,13 +658,40 @@ def main(argv=None):
     check_options(args.k, args.rank_by, args.set_mode)          # before any model is loaded or trained
     if args.exp is None and len(args.models) != 2:
         p.error("give two models (base first), or --exp NAME")
+    if args.exp is not None and args.models:
+        p.error("give models to compare, or --exp NAME, not both")
     if args.sequences < 10 or args.seq_len < 1:
         p.error("--sequences must be at least 10 and --seq_len at least 1")
+    for name in ("steps", "ckpt_every", "batch_size", "top", "fpr_inits"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if not 0 <= args.fpr_trained <= args.fpr_inits or len(set(args.seeds)) < 2:
+        p.error("need 0 <= --fpr_trained <= --fpr_inits and at least two distinct --seeds")
     args.knobs = config_overrides(args)
+    device = resolve_device(args.device)
+    args.device = str(device)
+    if args.dtype:
+        check_dtype_runs(device, DTYPES[args.dtype])
+    if args.exp is None:
+        for path in args.models:                                 # every refusal before any work
+            if args.seq_len > read_model_config(path).block_size:
+                raise ValueError(f"--seq_len {args.seq_len} exceeds the context of {path} "
+                                 f"({read_model_config(path).block_size} tokens)")
+        for path in args.models:
+            check_weights_finite(path)
+    else:
+        cfg = get_config(args.model, **{**LLAMA_KNOBS, **args.knobs})
+        if args.seq_len > cfg.block_size:
+            raise ValueError(f"--seq_len {args.seq_len} exceeds the experiments' block_size {cfg.block_size}")
+    with lock_dir(args.out):
+        run(args)
+
+
+def run(args) -> None:
     if args.exp is None:
         t0 = time.time()
         r = compare(args.models[0], args.models[1], k=args.k, rank_by=args.rank_by, set_mode=args.set_mode,
-                    cache_dir=os.path.join(args.out, "fingerprints"), device=args.device or "cpu", dtype=args.dtype,
+                    cache_dir=os.path.join(args.out, "fingerprints"), device=args.device, dtype=args.dtype,
                     sequences=args.sequences, seq_len=args.seq_len, seed=args.input_seed)
         print(f"|S| = {r.n_identity} identity dimensions (k = {r.k}), N = {r.n_inputs}, mean tau {r.mean_tau:+.4f}\n"
               f"p_perm {r.p_perm:.3g} | p_overlap {r.p_overlap:.3g} | combined p {r.p:.3g}   "

@@ -21,16 +21,18 @@ triples that are sink heads. Uniform attention gives alpha_1 = H_T / T (0.074 at
                                                     #   on a CPU, and does calibration stop it? (4 variants x 3 seeds)
     python sink.py --exp calibration                # Fig 12 / Table 7 on natural text, small scale
 """
-import argparse
-import json
 import math
 import os
 
 import numpy as np
 import torch
 
-from model import (GPT, LLAMA_KNOBS, Progress, add_config_flags, check_token_ids, config_overrides, figure, get_config,
-                   get_tokenizer, load_model, print_table, read_checkpoint, run_script, save_figure, update_results)
+import train
+
+from model import (DTYPES, GPT, LLAMA_KNOBS, ArgumentParser, Progress, add_config_flags, add_device_flags,
+                   check_dtype_runs, check_token_ids, config_overrides, figure, get_config, get_tokenizer, load_model,
+                   lock_dir, one_line, parse_bool, print_table, read_checkpoint, read_json, read_model_config, resolve_device, run_script,
+                   save_figure, update_results)
 
 EPS = 0.3
 
@@ -240,13 +242,19 @@ def _with_bos(ids, bos):
 def read_ids(path: str) -> np.ndarray:
     """A file of token ids: .npy (any integer array, flattened to a stream) or a train.py .bin (uint16)."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"no token-id file {path!r} (.npy, or a train.py .bin)")
+        kind = "is a directory, not a token-id file" if os.path.isdir(path) else "no token-id file"
+        raise FileNotFoundError(f"{path}: {kind} (.npy, or a train.py .bin)")
     if path.endswith(".npy"):
-        ids = np.load(path)
+        try:
+            ids = np.load(path, allow_pickle=False)      # a pickle could run code: refused
+        except (ValueError, OSError, EOFError) as e:
+            raise ValueError(f"{path} is not a readable .npy array ({one_line(e)[:100]})") from None
         if not np.issubdtype(ids.dtype, np.integer):
             raise ValueError(f"{path} holds {ids.dtype}, not integer token ids")
         return ids.reshape(-1).astype(np.int64)
     if path.endswith(".bin"):
+        if os.path.getsize(path) % 2:
+            raise ValueError(f"{path} has an odd number of bytes: not a train.py .bin of uint16 token ids")
         return np.fromfile(path, dtype=np.uint16).astype(np.int64)
     raise ValueError(f"{path}: token ids are read from .npy or train.py .bin files")
 
@@ -257,8 +265,7 @@ def model_inputs(args, model: GPT, path: str, T: int) -> torch.Tensor:
     bos = bos_token_id(path) if args.bos else None
     if args.text:
         encode = get_tokenizer(args.tokenizer or model_tokenizer(path))[0]
-        with open(text_file(args.text), encoding="utf-8") as fh:
-            tokens = windows(np.array(encode(fh.read())), T, args.sequences, args.data_seed, bos)
+        tokens = windows(np.array(encode(train.read_text(text_file(args.text)))), T, args.sequences, args.data_seed, bos)
     elif args.ids:
         tokens = windows(read_ids(args.ids), T, args.sequences, args.data_seed, bos)
     else:
@@ -284,17 +291,19 @@ def model_tokenizer(path: str) -> str:
     ships tokenizer.json."""
     if os.path.isdir(path):
         return path
-    return read_checkpoint(path, mmap=True)["tokenizer"]       # the metadata only: no weights read
+    name = read_checkpoint(path, mmap=True).get("tokenizer")   # the metadata only: no weights read
+    if not isinstance(name, str):
+        raise ValueError(f"{path} does not record its tokenizer; pass --tokenizer (bytes, gpt2, or a tokenizer.json dir)")
+    return name
 
 
 def bos_token_id(path: str) -> int:
-    bos = None
-    if os.path.isdir(path):
-        with open(os.path.join(path, "config.json")) as fh:
-            bos = json.load(fh).get("bos_token_id")
+    bos = read_json(os.path.join(path, "config.json"), "config.json").get("bos_token_id") if os.path.isdir(path) else None
     if bos is None:
         raise ValueError(f"{path} names no bos_token_id (config.json); run with --bos off")
-    return int(bos)
+    if isinstance(bos, bool) or not isinstance(bos, int) or bos < 0:
+        raise ValueError(f"{path}/config.json: bos_token_id must be a token id, got {bos!r}")
+    return bos
 
 
 # ----------------------------------------------------------------------------- measuring a model
@@ -304,9 +313,7 @@ def measure(args) -> dict:
     length the first token's dimension disparity, the massive activations and the super neurons."""
     model = load_model(args.model_path, args.device, getattr(torch, args.dtype) if args.dtype else None).eval()
     res = dict(model=args.model_path, inputs=_describe(args), rates={})
-    lengths = [T for T in args.lengths if T <= model.config.block_size]
-    if not lengths:
-        raise ValueError(f"every --lengths exceeds the model's context {model.config.block_size}")
+    lengths = args.lengths
     for T in lengths:
         tokens = model_inputs(args, model, args.model_path, T)
         alpha = key_scores(model, tokens)
@@ -450,7 +457,6 @@ def exp_testbed(args) -> dict:
     with each of calibration attenuate, calibration amplify and head_norm, for several seeds: sink rate
     (mean +- std), where the attention mass goes instead, and the validation loss. Whether a first-position
     sink forms here at all is the first thing it reports."""
-    import train
     if "vocab_size" in args.knobs:
         raise ValueError("the testbed's vocabulary is --testbed_vocab, not --vocab_size")
     knobs = {**LLAMA_KNOBS, "block_size": 64, **args.knobs, "vocab_size": args.testbed_vocab}
@@ -471,15 +477,11 @@ def exp_testbed(args) -> dict:
         for seed in args.seeds:
             out_dir = os.path.join(args.out, "testbed", f"{task}_{name}_seed{seed}")
             cfg = train.TrainConfig(data=data, out_dir=out_dir, model=args.model, knobs={**knobs, **VARIANTS[name]},
-                                    init_seed=seed, embed_seed=seed, data_seed=args.data_seed, resume=True,
+                                    init_seed=seed, embed_seed=seed, data_seed=args.data_seed,
                                     batch_size=args.batch_size, max_steps=args.steps, lr=args.lr,
                                     warmup=min(100, args.steps // 10), ckpt_every=args.steps, eval_every=args.steps,
                                     eval_sequences=64, log_every=max(args.steps // 4, 1), device=args.device)
-            if not train.list_checkpoints(out_dir) or train.list_checkpoints(out_dir)[-1][0] < args.steps:
-                log = train.train(cfg)
-            else:
-                with open(os.path.join(out_dir, "log.json")) as fh:
-                    log = json.load(fh)
+            log = train.ensure(cfg)
             model = load_model(train.list_checkpoints(out_dir)[-1][1]).eval()
             T = model.config.block_size
             tokens = windows(np.asarray(val, dtype=np.int64), T, args.sequences, 0)
@@ -531,7 +533,6 @@ def _plot_testbed(args, res):
 def exp_calibration(args) -> dict:
     """Fig 12 / Table 7 at small scale: the variants trained from one init on one data order (natural
     text), their sink rate at each length on the evaluation text, and its perplexity."""
-    import train
     data = os.path.join(args.out, "calibration", f"{args.train_text}_{args.tokenizer}")
     if not os.path.isfile(os.path.join(data, "meta.json")):
         train.prepare([args.train_text], data, tokenizer=args.tokenizer, from_dir=args.data_from)
@@ -539,18 +540,16 @@ def exp_calibration(args) -> dict:
     for name in args.variants:
         out_dir = os.path.join(args.out, "calibration", name)
         cfg = train.TrainConfig(data=data, out_dir=out_dir, model=args.model, knobs={**LLAMA_KNOBS, **args.knobs,
-                                **VARIANTS[name]}, init_seed=args.seeds[0], data_seed=args.data_seed, resume=True,
+                                **VARIANTS[name]}, init_seed=args.seeds[0], data_seed=args.data_seed,
                                 batch_size=args.batch_size, max_steps=args.steps, lr=args.lr, ckpt_every=args.steps,
                                 eval_every=args.steps, log_every=50, device=args.device)
-        if not train.list_checkpoints(out_dir) or train.list_checkpoints(out_dir)[-1][0] < args.steps:
-            train.train(cfg)
+        train.ensure(cfg)
         path = train.list_checkpoints(out_dir)[-1][1]
         model = load_model(path).eval()
         encode = get_tokenizer(args.tokenizer)[0]
-        with open(text_file(args.text or "wikitext2"), encoding="utf-8") as fh:
-            stream = np.array(encode(fh.read()))
+        stream = np.array(encode(train.read_text(text_file(args.text or "wikitext2"))))
         rates = {T: sink_rate(model, windows(stream, T, args.sequences, args.data_seed), args.eps)
-                 for T in args.lengths if T <= model.config.block_size}
+                 for T in args.lengths}
         T = max(rates)
         x = windows(stream, T, args.sequences, 1)
         with torch.no_grad():
@@ -570,8 +569,8 @@ def exp_calibration(args) -> dict:
 # ----------------------------------------------------------------------------- command line
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="Attention sinks: the metric on any model, the causal interventions, "
-                                "and a testbed where calibration can be put to the test.")
+    p = ArgumentParser(prog="sink.py", description="Attention sinks: the metric on any model, the causal "
+                       "interventions, and a testbed where calibration can be put to the test.")
     p.add_argument("model_path", nargs="?", metavar="MODEL", help="a train.py checkpoint or Hugging Face directory")
     p.add_argument("--exp", choices=("interventions", "testbed", "calibration"), default=None)
     g = p.add_argument_group("inputs (Gu et al.: 100 sequences of 64, eps 0.3)")
@@ -579,15 +578,13 @@ def main(argv=None):
                    "own tokenizer; default: random tokens")
     g.add_argument("--ids", default=None, help="a file of token ids (.npy or train.py .bin) instead of text")
     g.add_argument("--tokenizer", default=None, help="override the tokenizer: bytes, gpt2, or a tokenizer.json dir")
-    g.add_argument("--bos", type=lambda s: {"on": True, "off": False}[s], default=False, metavar="on|off",
+    g.add_argument("--bos", type=parse_bool, default=False, metavar="on|off",
                    help="prepend the model's bos_token_id (config.json)")
     g.add_argument("--sequences", type=int, default=100)
     g.add_argument("--lengths", type=int, nargs="+", default=[64])
     g.add_argument("--eps", type=float, default=EPS)
     g.add_argument("--data_seed", type=int, default=1234)
-    g.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
-                   help="load the model in this dtype (default: its own); the metric is float32 either way")
-    g.add_argument("--device", default="cpu")
+    add_device_flags(g, "load the model in this dtype (default: its own); the metric is float32 either way")
     g = p.add_argument_group("--exp interventions")
     g.add_argument("--k", type=int, nargs="+", default=None, help="1-indexed positions (default T/8, T/4, T/2)")
     g.add_argument("--layer", type=int, default=1, help="layer (0-indexed) of the variance amplification")
@@ -610,21 +607,65 @@ def main(argv=None):
     p.add_argument("--out", default="out/sink")
     args = p.parse_args(argv)
     args.knobs = config_overrides(args)
+    if args.tokenizer is None and args.exp == "calibration":
+        args.tokenizer = "bytes"
+    check_args(p, args)
+    device = resolve_device(args.device)
+    if args.dtype:
+        check_dtype_runs(device, DTYPES[args.dtype])
+    args.device = str(device)
+    with lock_dir(args.out):
+        results = {}
+        if args.exp is None:
+            results["measure"] = measure(args)
+        else:
+            results[args.exp] = dict(interventions=exp_interventions, testbed=exp_testbed,
+                                     calibration=exp_calibration)[args.exp](args)
+        update_results(os.path.join(args.out, "results.json"), results)
+
+
+def check_args(p, args) -> None:
+    """Every count, range and file of the command line, against the model it will run on (its config only),
+    before any work."""
     if args.sequences < 1 or min(args.lengths) < 2 or not 0 < args.eps < 1:
         p.error("need --sequences >= 1, --lengths >= 2 and 0 < --eps < 1")
     if args.text and args.ids:
         p.error("give --text or --ids, not both")
-    if args.exp is None and not args.model_path:
-        p.error("give a MODEL to measure, or --exp NAME")
-    if args.tokenizer is None and args.exp == "calibration":
-        args.tokenizer = "bytes"
-    results = {}
-    if args.exp is None:
-        results["measure"] = measure(args)
-    else:
-        results[args.exp] = dict(interventions=exp_interventions, testbed=exp_testbed,
-                                 calibration=exp_calibration)[args.exp](args)
-    update_results(os.path.join(args.out, "results.json"), results)
+    if args.exp in (None, "interventions") and not args.model_path:
+        p.error("give a MODEL to measure" + (", or --exp NAME" if args.exp is None else " (--exp interventions)"))
+    if args.exp in ("testbed", "calibration") and args.model_path:
+        p.error(f"--exp {args.exp} trains its own models; drop MODEL")
+    for name in ("steps", "batch_size", "testbed_tokens", "testbed_vocab"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if not math.isfinite(args.lr) or args.lr <= 0 or args.recall < 0:
+        p.error("need --lr > 0 and --recall >= 0")
+    if args.exp == "calibration":
+        cfg = get_config(args.model, **{**LLAMA_KNOBS, **args.knobs})
+        if max(args.lengths) > cfg.block_size:
+            raise ValueError(f"--lengths {max(args.lengths)} exceeds the trained models' block_size {cfg.block_size}")
+        get_tokenizer(args.tokenizer)
+    if args.model_path:
+        cfg = read_model_config(args.model_path)
+        too_long = [T for T in args.lengths if T > cfg.block_size]
+        if too_long:
+            raise ValueError(f"--lengths {too_long[0]} exceeds the context of {args.model_path} ({cfg.block_size} tokens)")
+        if args.bos:
+            bos_token_id(args.model_path)                   # refuses a model that names no BOS
+        if args.text:
+            text_file(args.text)
+            get_tokenizer(args.tokenizer or model_tokenizer(args.model_path))
+        if args.ids:
+            read_ids(args.ids)
+        if args.exp == "interventions":
+            T = args.lengths[0]
+            ks = args.k or [T // 8, T // 4, T // 2]
+            if any(not 2 <= k <= T for k in ks):
+                raise ValueError(f"--k positions must lie in [2, T={T}] (1-indexed; 1 is the first token), got {ks}")
+            if not 0 <= args.layer < cfg.n_layer or cfg.sublayers == "mlp":
+                raise ValueError(f"--layer must index an attention layer in [0, {cfg.n_layer - 1}], got {args.layer}")
+            if any(not math.isfinite(lam) or lam < 0 for lam in args.lambdas):
+                raise ValueError(f"--lambdas must be finite and >= 0, got {args.lambdas}")
 
 
 if __name__ == "__main__":

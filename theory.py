@@ -19,7 +19,6 @@ Expected cosine = (uncentred) correlation as the width d -> inf; finite width ad
     python theory.py            # every table, and figures under out/theory/ (< 1 min on 2 CPU cores)
     python theory.py --quick    # smaller Monte Carlo
 """
-import argparse
 import math
 import os
 import time
@@ -305,17 +304,27 @@ def attn0_quality_at_init(preset: str = "gpt2-nano", seq_len: int = 256, batch: 
 # ----------------------------------------------------------------------------- the script
 
 def main(argv=None):
-    from model import jsonable, print_table, write_json      # the scripts' shared plumbing; the maths needs none
-    parser = argparse.ArgumentParser(description="Every closed form of the paper beside Monte Carlo; figures under --out.")
+    from model import ArgumentParser, jsonable, lock_dir, print_table, write_json   # the scripts' shared plumbing
+    parser = ArgumentParser(prog="theory.py", description="Every closed form of the paper beside Monte Carlo; "
+                            "figures under --out.")
     parser.add_argument("--quick", action="store_true", help="smaller Monte Carlo, no GPT-2 init check")
     parser.add_argument("--width", type=int, default=None, help="Monte Carlo width (default 512, quick 256)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="out/theory")
     args = parser.parse_args(argv)
+    if args.width is not None and args.width < 2:
+        parser.error(f"--width must be at least 2, got {args.width}")
+    t_start = time.time()
+    with lock_dir(args.out):
+        res = run_all(args, print_table)
+        write_json(os.path.join(args.out, "results.json"), jsonable(res))
+    print(f"\nwrote {args.out}/results.json and figures, {time.time() - t_start:.1f} s")
+
+
+def run_all(args, print_table) -> dict:
+    """Every table of the script, printed and returned; figures under args.out."""
     width = args.width or (256 if args.quick else 512)
     nets = 8 if args.quick else 16
-    os.makedirs(args.out, exist_ok=True)
-    t_start = time.time()
     res = {"width": width}
 
     L = 12
@@ -398,8 +407,7 @@ def main(argv=None):
         print("cos(softmax, Attn0): " + " ".join(f"{c:.3f}" for c in q["cosine"]))
 
     _figures(args.out, res, L)
-    write_json(os.path.join(args.out, "results.json"), jsonable(res))
-    print(f"\nwrote {args.out}/results.json and figures, {time.time() - t_start:.1f} s")
+    return res
 
 
 def _figures(out, res, L):

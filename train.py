@@ -20,12 +20,10 @@ In code, experiments call the same function as the command line: train(TrainConf
 A checkpoint (out_dir/ckpt_STEP.pt, step 0 = the init) holds the config, seeds, step, tokenizer
 and optimizer state; GPT.from_checkpoint(path) in model.py rebuilds the model from it alone.
 """
-import argparse
 import contextlib
 import dataclasses
 import hashlib
 import io
-import json
 import math
 import os
 import re
@@ -43,8 +41,9 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from init import build
-from model import (GPT, GPTConfig, Progress, add_config_flags, atomic_write, config_overrides, figure, get_config,
-                   get_tokenizer, parse_bool, peak_flops, read_checkpoint, run_script, save_figure, write_json)
+from model import (DTYPES, GPT, GPTConfig, ArgumentParser, Progress, add_config_flags, add_device_flags, atomic_write,
+                   check_dtype_runs, config_overrides, figure, get_config, get_tokenizer, lock_dir, parse_bool,
+                   peak_flops, read_checkpoint, read_json, resolve_device, run_script, save_figure, write_json)
 
 
 @dataclass
@@ -73,17 +72,37 @@ class TrainConfig:
     eval_every: int = 100                  # 0 = never
     eval_sequences: int = 64
     log_every: int = 10                    # 0 = only at the end
-    device: Optional[str] = None           # default: cuda if available
-    dtype: str = "bf16"                    # autocast dtype on CUDA: bf16 or fp32
+    device: str = "auto"                   # auto: cuda if available, else cpu
+    dtype: Optional[str] = None            # autocast dtype: None = bfloat16 on CUDA, float32 (none) elsewhere
     compile: bool = False
     peak_tflops: Optional[float] = None    # bf16 peak per GPU for MFU (default: model.BF16_PEAK_FLOPS)
 
     def __post_init__(self):
-        for name in ("batch_size", "max_steps", "ckpt_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.dtype not in ("bf16", "fp32"):
-            raise ValueError(f"dtype must be bf16 or fp32, got {self.dtype!r}")
+        """Every number in range, each refusal naming its flag."""
+        def need(name, ok, what):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not ok(value):
+                raise ValueError(f"--{name} must be {what}, got {value!r}")
+        for name in ("batch_size", "max_steps", "ckpt_every", "eval_sequences"):
+            need(name, lambda v: v == int(v) and v >= 1, "an integer >= 1")
+        for name in ("warmup", "eval_every", "log_every"):
+            need(name, lambda v: v == int(v) and v >= 0, "an integer >= 0")
+        need("lr", lambda v: v > 0, "a finite number > 0")
+        for name in ("min_lr", "weight_decay", "grad_clip"):
+            need(name, lambda v: v >= 0, "a finite number >= 0")
+        for name in ("beta1", "beta2"):
+            need(name, lambda v: 0 <= v < 1, "a number in [0, 1)")
+        if self.micro_batch is not None:
+            need("micro_batch", lambda v: v == int(v) and v >= 1, "an integer >= 1")
+        if self.peak_tflops is not None:
+            need("peak_tflops", lambda v: v > 0, "a finite number > 0")
+        if self.min_lr > self.lr:
+            raise ValueError(f"--min_lr {self.min_lr} is above the peak --lr {self.lr}")
+        if self.dtype not in (None, *DTYPES):
+            raise ValueError(f"--dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
+        if self.resume and self.init_from:
+            raise ValueError("--resume continues the run in --out_dir, whose checkpoints already say where it started; "
+                             "drop --init_from")
 
 
 # Settings that define a run: resume refuses to continue a run under different ones, since the
@@ -205,40 +224,71 @@ def prepare(sources, out_dir: str, tokenizer: str = "gpt2", val_fraction: float 
         raise ValueError(f"--val_fraction must lie in (0, 1), got {val_fraction}")
     missing = [f for f in sources if f not in CORPORA and not os.path.isfile(f)]
     if missing:
-        raise FileNotFoundError(f"no such text file(s) or named corpus: {missing}; named corpora: {sorted(CORPORA)}")
+        kind = "is a directory, not a text file" if os.path.isdir(missing[0]) else "no such text file or named corpus"
+        raise FileNotFoundError(f"{missing[0]}: {kind}; give UTF-8 text files or named corpora {sorted(CORPORA)}")
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise FileExistsError(f"--out {out_dir} is a file, not a directory")
     encode, _, vocab_size = get_tokenizer(tokenizer)
     if vocab_size > 2 ** 16:
         raise ValueError(f"vocab {vocab_size} does not fit uint16")
     files = [corpus_file(f, source=from_dir) if f in CORPORA else f for f in sources]
-    text = "\n\n".join(open(f, encoding="utf-8").read() for f in files)
+    text = "\n\n".join(read_text(f) for f in files)
     tokens = encode_in_blocks(encode, text, progress=Progress(len(text), f"tokenize ({tokenizer})", "chars"))
     return save_tokens(tokens, out_dir, tokenizer, vocab_size, [os.path.basename(f) for f in files], val_fraction)
+
+
+def read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text (byte {e.start}); convert it, or tokenize it yourself") from None
 
 
 def save_tokens(tokens: np.ndarray, out_dir: str, tokenizer: str, vocab_size: int, sources: list,
                 val_fraction: float = 0.1) -> dict:
     """A token stream as prepared data: train.bin and val.bin (uint16; the last val_fraction is
-    validation), then meta.json."""
-    tokens = np.asarray(tokens, dtype=np.uint16)
+    validation), then meta.json with the sha256 of each, written last (so a directory with meta.json is
+    complete, and a run can tell when its data changed). Holds out_dir's lock while writing."""
+    tokens = np.asarray(tokens)
+    if len(tokens) and (tokens.min() < 0 or tokens.max() >= vocab_size):
+        raise ValueError(f"token ids must lie in [0, {vocab_size}), got [{tokens.min()}, {tokens.max()}]")
+    tokens = tokens.astype(np.uint16)
     n_val = int(len(tokens) * val_fraction)
     if n_val < 2 or len(tokens) - n_val < 2:
         raise ValueError(f"{len(tokens)} tokens are too few to split with --val_fraction {val_fraction}")
-    os.makedirs(out_dir, exist_ok=True)
-    tokens[:-n_val].tofile(os.path.join(out_dir, "train.bin"))
-    tokens[-n_val:].tofile(os.path.join(out_dir, "val.bin"))
-    meta = dict(tokenizer=tokenizer, vocab_size=vocab_size, dtype="uint16", train_tokens=len(tokens) - n_val,
-                val_tokens=n_val, sources=sources)
-    write_json(os.path.join(out_dir, "meta.json"), meta)
+    parts = dict(train=tokens[:-n_val], val=tokens[-n_val:])
+    meta = dict(tokenizer=tokenizer, vocab_size=vocab_size, dtype="uint16", train_tokens=len(parts["train"]),
+                val_tokens=len(parts["val"]), sources=sources,
+                sha256={k: hashlib.sha256(v.tobytes()).hexdigest() for k, v in parts.items()})
+    with lock_dir(out_dir):
+        for name, part in parts.items():
+            atomic_write(os.path.join(out_dir, f"{name}.bin"), lambda tmp: part.tofile(tmp))
+        write_json(os.path.join(out_dir, "meta.json"), meta)
     return meta
 
 
+META_FIELDS = dict(tokenizer=str, vocab_size=int, train_tokens=int, val_tokens=int)
+
+
 def load_data(data_dir: str) -> dict:
-    """meta.json plus np.memmap views of train.bin and val.bin (nothing read into memory)."""
+    """meta.json plus np.memmap views of train.bin and val.bin (nothing read into memory). Whatever is
+    missing, malformed or of the wrong size is one error naming the file."""
+    if not os.path.isdir(data_dir):
+        raise FileNotFoundError(f"no prepared data in {data_dir!r} ({'a file, not a directory' if os.path.exists(data_dir) else 'no such directory'}). "
+                                f"Make it with: python train.py prepare shakespeare --tokenizer bytes --out {data_dir}")
     meta_path = os.path.join(data_dir, "meta.json")
-    if not os.path.isfile(meta_path):
+    if not os.path.exists(meta_path):
         raise FileNotFoundError(f"no prepared data in {data_dir!r} (no meta.json). Make it with: python train.py "
                                 f"prepare shakespeare --tokenizer bytes (or a text file) --out {data_dir}")
-    meta = json.load(open(meta_path))
+    meta = read_json(meta_path, "meta.json")
+    bad = [k for k, kind in META_FIELDS.items() if not isinstance(meta, dict) or not isinstance(meta.get(k), kind)
+           or isinstance(meta.get(k), bool) or (kind is int and meta[k] < 1)]
+    if bad:
+        raise ValueError(f"{meta_path} lacks valid {', '.join(bad)} (a {META_FIELDS[bad[0]].__name__}); "
+                         f"run prepare again")
+    if meta["vocab_size"] > 2 ** 16:
+        raise ValueError(f"{meta_path}: vocab_size {meta['vocab_size']} does not fit the uint16 token files")
     data = dict(meta=meta)
     for name in ("train", "val"):
         path = os.path.join(data_dir, f"{name}.bin")
@@ -316,7 +366,6 @@ def train_flops_per_token(model: GPT, T: int) -> float:
 def evaluate(model: GPT, val: np.ndarray, T: int, n_seq: int, micro_batch: int, rank: int, world: int,
              device, autocast) -> float:
     """Mean next-token loss on the first n_seq non-overlapping windows of val.bin, split over ranks."""
-    n_seq = min(n_seq, (len(val) - 1) // T)
     mine = list(range(rank, n_seq, world))
     total = torch.zeros(2, device=device, dtype=torch.float64)   # sum of losses, number of windows
     model.eval()
@@ -355,9 +404,18 @@ def save_checkpoint(path: str, state: dict) -> None:
 # ----------------------------------------------------------------------------- set-up (checks first)
 
 def resolve_run(args: TrainConfig) -> dict:
-    """Every check that can fail, before anything is written: the data, the config, --init_from,
-    --resume, the batch split. Returns what the run needs."""
+    """Every check that can fail, before anything is written: the device and dtype, the data, the config,
+    --init_from, the batch split. (--resume is checked against out_dir under its lock: resume_state.)
+    Returns what the run needs."""
     world = int(os.environ.get("WORLD_SIZE", 1))
+    device = resolve_device(args.device)
+    autocast_dtype = DTYPES[args.dtype or ("bfloat16" if device.type == "cuda" else "float32")]
+    check_dtype_runs(device, autocast_dtype)
+    if os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
+        raise FileExistsError(f"--out_dir {args.out_dir} is a file, not a directory")
+    if args.resume and not list_checkpoints(args.out_dir):
+        raise FileNotFoundError(f"--resume: {args.out_dir} holds no checkpoint to resume; drop --resume to start "
+                                f"a new run there")
     data = load_data(args.data)
     meta = data["meta"]
     overrides = dict(args.knobs)
@@ -385,54 +443,89 @@ def resolve_run(args: TrainConfig) -> dict:
     if meta["train_tokens"] <= T + 1:
         raise ValueError(f"train.bin has {meta['train_tokens']} tokens, too few for windows of block_size={T}; "
                          f"lower --block_size or prepare more text")
-    if args.eval_every and meta["val_tokens"] <= T:
-        raise ValueError(f"val.bin has {meta['val_tokens']} tokens, fewer than one window of {T + 1}; "
-                         f"raise prepare's --val_fraction or pass --eval_every 0")
+    if args.eval_every and (meta["val_tokens"] - 1) // T < args.eval_sequences:
+        raise ValueError(f"--eval_sequences {args.eval_sequences} needs that many windows of {T} tokens, but val.bin "
+                         f"holds {meta['val_tokens']} tokens ({(meta['val_tokens'] - 1) // T} windows); lower "
+                         f"--eval_sequences, raise prepare's --val_fraction, or pass --eval_every 0")
     micro = args.micro_batch or args.batch_size // world
     if micro < 1 or args.batch_size % (micro * world):
         raise ValueError(f"--batch_size {args.batch_size} (sequences per step) must be a multiple of "
                          f"--micro_batch {micro} x {world} processes")
-    resume = None
+    return dict(data=data, config=config, base=base, micro=micro, accum=args.batch_size // (micro * world),
+                device=device, autocast_dtype=autocast_dtype)
+
+
+def resume_state(args: TrainConfig, config: GPTConfig, meta: dict) -> Optional[dict]:
+    """The last checkpoint of the run in out_dir to continue, or None for a new run; read under the lock.
+    A run is continued only when asked (--resume) and only under the settings, config and data it began with."""
     existing = list_checkpoints(args.out_dir)
     if existing and not args.resume:
         raise ValueError(f"{args.out_dir} already holds checkpoints; pass --resume to continue that run, "
                          f"or choose another --out_dir")
-    if existing:
-        resume = read_checkpoint(existing[-1][1])
-        saved = resume.get("args", {})
-        differ = [f"--{k} {getattr(args, k)!r} (checkpoint: {saved.get(k)!r})" for k in RUN_DEFINING
-                  if saved.get(k) != getattr(args, k)]
-        if resume["config"] != dataclasses.asdict(config):
-            differ.append("the model config")
-        if differ:
-            raise ValueError(f"--resume: this command differs from the run in {args.out_dir}: "
-                             + ", ".join(differ) + ". Resume with the same settings, or use another --out_dir")
-    return dict(data=data, config=config, base=base, resume=resume, micro=micro,
-                accum=args.batch_size // (micro * world))
+    if not existing:
+        if args.resume:
+            raise FileNotFoundError(f"--resume: {args.out_dir} holds no checkpoint to resume; drop --resume to start "
+                                    f"a new run there")
+        return None
+    state = read_checkpoint(existing[-1][1])
+    saved = state.get("args", {})
+    differ = [f"--{k} {getattr(args, k)!r} (checkpoint: {saved.get(k)!r})" for k in RUN_DEFINING
+              if saved.get(k) != getattr(args, k)]
+    if state["config"] != dataclasses.asdict(config):
+        differ.append("the model config")
+    old = state.get("data_meta")
+    if old is not None and {k: old.get(k) for k in ("train_tokens", "val_tokens", "sha256", "tokenizer")} != \
+            {k: meta.get(k) for k in ("train_tokens", "val_tokens", "sha256", "tokenizer")}:
+        differ.append(f"the data in {args.data} (changed since the run began)")
+    if differ:
+        raise ValueError(f"--resume: this command differs from the run in {args.out_dir}: "
+                         + ", ".join(differ) + ". Resume with the same settings, or use another --out_dir")
+    return state
+
+
+def ensure(args: TrainConfig) -> dict:
+    """Train the run `args` describes unless out_dir already holds it finished; continue it if it stopped
+    part-way. Returns its log. How experiments get a trained model: one call, never a second training."""
+    steps = [s for s, _ in list_checkpoints(args.out_dir)]
+    log_path = os.path.join(args.out_dir, "log.json")
+    if steps and steps[-1] >= args.max_steps and os.path.isfile(log_path):
+        return read_json(log_path, "training log")
+    return train(dataclasses.replace(args, resume=bool(steps)))
 
 
 # ----------------------------------------------------------------------------- training
 
 def train(args: TrainConfig) -> dict:
-    """Train one run; returns its log (train and validation records)."""
+    """Train one run; returns its log (train and validation records). The run holds a lock on out_dir
+    while it works (rank 0 under torchrun): a second run into the same directory is refused."""
     run = resolve_run(args)        # raises before anything is written or any process group exists
+    master = int(os.environ.get("RANK", 0)) == 0
+    with lock_dir(args.out_dir, "--out_dir") if master else contextlib.nullcontext():
+        run["resume"] = resume_state(args, run["config"], run["data"]["meta"]) if master else None
+        return _train(args, run)
+
+
+def _train(args: TrainConfig, run: dict) -> dict:
     config, data, micro, accum = run["config"], run["data"], run["micro"], run["accum"]
     ddp = int(os.environ.get("WORLD_SIZE", 1)) > 1
     rank, world, local = 0, 1, 0
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = str(run["device"])
     if ddp:
         rank, world, local = (int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
         if device.startswith("cuda"):
             device = f"cuda:{local}"
             torch.cuda.set_device(device)
         dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+        if rank:      # every rank continues from the checkpoint rank 0 chose under the lock
+            existing = list_checkpoints(args.out_dir) if args.resume else []
+            run["resume"] = read_checkpoint(existing[-1][1]) if existing else None
     master = rank == 0
     device_type = torch.device(device).type
     if device_type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True     # fp32 matmuls outside autocast use tensor cores
         torch.backends.cudnn.allow_tf32 = True
-    use_bf16 = device_type == "cuda" and args.dtype == "bf16"
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
+    use_amp = run["autocast_dtype"] != torch.float32
+    autocast = torch.autocast(device_type, dtype=run["autocast_dtype"]) if use_amp else contextlib.nullcontext()
     T = config.block_size
 
     # the model: a fresh seeded init, or the weights of --init_from; then --resume's state on top
@@ -453,7 +546,7 @@ def train(args: TrainConfig) -> dict:
         start = state["step"]
         old = os.path.join(args.out_dir, "log.json")
         if os.path.isfile(old):
-            old = json.load(open(old))
+            old = read_json(old, "training log")
             log = {k: [r for r in old.get(k, []) if r["step"] <= start] for k in log}
         if master:
             print(f"resuming {args.out_dir} at step {start}")
@@ -468,10 +561,12 @@ def train(args: TrainConfig) -> dict:
             save_checkpoint(checkpoint_path(args.out_dir, step), dict(
                 config=dataclasses.asdict(config), model=raw.state_dict(), optimizer=optimizer.state_dict(),
                 step=step, seeds=seeds, tokenizer=data["meta"]["tokenizer"], args=dataclasses.asdict(args),
-                rng=dict(cpu=torch.get_rng_state()), init_from=args.init_from))
+                rng=dict(cpu=torch.get_rng_state()), init_from=args.init_from, data_meta=data["meta"]))
 
     def validate(step):
         loss = evaluate(raw, data["val"], T, args.eval_sequences, micro, rank, world, device, autocast)
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"non-finite validation loss at step {step}; stopped without saving it")
         log["val"].append(dict(step=step, val_loss=loss, val_ppl=math.exp(min(loss, 50.0))))
         if master:
             print(f"step {step:>6} | val loss {loss:.4f} | val ppl {math.exp(min(loss, 50.0)):.2f}")
@@ -494,7 +589,8 @@ def train(args: TrainConfig) -> dict:
         n = raw.num_params()
         print(f"{n:,} parameters | {world} process(es) x {micro} sequences x {accum} micro-steps = "
               f"{args.batch_size} x {T} = {args.batch_size * T:,} tokens/step | {device}"
-              f"{' bf16' if use_bf16 else ''}{' compiled' if args.compile else ''}")
+              f"{' autocast ' + str(run['autocast_dtype']).replace('torch.', '') if use_amp else ''}"
+              f"{' compiled' if args.compile else ''}")
     if start == 0:
         checkpoint(0)                  # the init itself: the root of the lineage
         if args.eval_every:
@@ -576,7 +672,7 @@ def plot_log(log: dict, path: str) -> None:
 
 def parse_args(argv=None) -> TrainConfig:
     d = TrainConfig()
-    p = argparse.ArgumentParser(description="Train a model from a seeded init on prepared data (prepare it first: "
+    p = ArgumentParser(prog="train.py", description="Train a model from a seeded init on prepared data (prepare it first: "
                                 "python train.py prepare --help). --model defaults to tiny, or to the --init_from "
                                 "checkpoint's architecture.")
     p.add_argument("--data", default=d.data, help="directory made by `train.py prepare`")
@@ -602,8 +698,8 @@ def parse_args(argv=None) -> TrainConfig:
     p.add_argument("--eval_every", type=int, default=d.eval_every, help="validation interval (0 = never)")
     p.add_argument("--eval_sequences", type=int, default=d.eval_sequences, help="validation windows of block_size tokens")
     p.add_argument("--log_every", type=int, default=d.log_every)
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
-    p.add_argument("--dtype", default=d.dtype, choices=("bf16", "fp32"), help="autocast dtype on CUDA")
+    add_device_flags(p, "autocast dtype of the forward pass (weights and optimizer stay float32); default "
+                        "bfloat16 on CUDA, float32 elsewhere")
     p.add_argument("--compile", type=parse_bool, default=False, metavar="on|off", help="torch.compile")
     p.add_argument("--peak_tflops", type=float, default=None, help="bf16 peak per GPU for MFU (default: a table)")
     a = p.parse_args(argv)
@@ -615,7 +711,7 @@ def parse_args(argv=None) -> TrainConfig:
 
 
 def prepare_main(argv):
-    p = argparse.ArgumentParser(prog="train.py prepare", description="Tokenize corpora into train.bin / val.bin "
+    p = ArgumentParser(prog="train.py prepare", description="Tokenize corpora into train.bin / val.bin "
                                 "(uint16) and meta.json. Named corpora are fetched from their canonical URL and "
                                 "checked against a sha256: " + ", ".join(f"{k} ({v['url']})" for k, v in CORPORA.items()))
     p.add_argument("sources", nargs="+", help=f"named corpora ({', '.join(CORPORA)}) or UTF-8 text files, "

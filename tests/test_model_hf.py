@@ -15,139 +15,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import assert_matches, llama_family, naive_llama_family, write_hf
 from model import GPT, hf_config
 
 ROOT = Path(__file__).resolve().parents[1]
 torch.set_num_threads(2)
-
-
-# ----------------------------------------------------------------------------- writing a checkpoint
-
-def write_hf(path, config: dict, tensors: dict, shards: int = 2):
-    from safetensors.torch import save_file      # an independent writer of the format
-    os.makedirs(path, exist_ok=True)
-    with open(os.path.join(path, "config.json"), "w") as fh:
-        json.dump(config, fh)
-    names = sorted(tensors)
-    parts = [names[i::shards] for i in range(shards)]
-    files = {f"model-{i + 1:05d}-of-{shards:05d}.safetensors": keys for i, keys in enumerate(parts)}
-    for file, keys in files.items():
-        save_file({k: tensors[k].contiguous() for k in keys}, os.path.join(path, file))
-    with open(os.path.join(path, "model.safetensors.index.json"), "w") as fh:
-        json.dump({"weight_map": {k: f for f, keys in files.items() for k in keys}}, fh)
-
-
-def rope_fields(spec: dict, spelling: str) -> dict:
-    """RoPE as config.json spells it: 4.x rope_theta + rope_scaling (older key "type"), 5.x rope_parameters."""
-    rope = dict(spec["rope"])
-    kind, theta = rope.pop("kind"), rope.pop("theta")
-    if spelling == "4.x":
-        return dict(rope_theta=theta, rope_scaling=None if kind == "default" else dict(rope, type=kind))
-    return dict(rope_parameters=dict(rope, rope_type=kind, rope_theta=theta))
-
-
-def llama_family(arch, spelling="5.x", rope=None, window=None, head_dim=None, tie=False, attention_bias=False,
-                 mlp_bias=False, dtype=torch.float32, seed=0):
-    """(spec, config.json dict, HF tensors) of a small random model of one family."""
-    spec = dict(arch=arch, d=32, L=2, H=4, Hkv=2, hd=head_dim or 8, ff=48, V=100, eps=1e-6, window=window, tie=tie,
-                rope=rope or dict(kind="default", theta=5000.0), qkv_bias=attention_bias or arch == "Qwen2ForCausalLM",
-                o_bias=attention_bias, mlp_bias=mlp_bias, qk_norm=arch == "Qwen3ForCausalLM")
-    g = torch.Generator().manual_seed(seed)
-    r = lambda *s: (torch.randn(*s, generator=g) * 0.2).to(dtype)
-    d, H, Hkv, hd, ff, V = spec["d"], spec["H"], spec["Hkv"], spec["hd"], spec["ff"], spec["V"]
-    t = {"model.embed_tokens.weight": r(V, d), "model.norm.weight": 1 + r(d)}
-    if not tie:
-        t["lm_head.weight"] = r(V, d)
-    for i in range(spec["L"]):
-        p = f"model.layers.{i}."
-        t.update({p + "self_attn.q_proj.weight": r(H * hd, d), p + "self_attn.k_proj.weight": r(Hkv * hd, d),
-                  p + "self_attn.v_proj.weight": r(Hkv * hd, d), p + "self_attn.o_proj.weight": r(d, H * hd),
-                  p + "mlp.gate_proj.weight": r(ff, d), p + "mlp.up_proj.weight": r(ff, d),
-                  p + "mlp.down_proj.weight": r(d, ff), p + "input_layernorm.weight": 1 + r(d),
-                  p + "post_attention_layernorm.weight": 1 + r(d)})
-        if spec["qkv_bias"]:
-            t.update({p + f"self_attn.{x}_proj.bias": r(n) for x, n in (("q", H * hd), ("k", Hkv * hd), ("v", Hkv * hd))})
-        if spec["o_bias"]:
-            t[p + "self_attn.o_proj.bias"] = r(d)
-        if mlp_bias:
-            t.update({p + f"mlp.{x}_proj.bias": r(n) for x, n in (("gate", ff), ("up", ff), ("down", d))})
-        if spec["qk_norm"]:
-            t.update({p + "self_attn.q_norm.weight": 1 + r(hd), p + "self_attn.k_norm.weight": 1 + r(hd)})
-    cfg = dict(architectures=[arch], hidden_size=d, num_hidden_layers=spec["L"], num_attention_heads=H,
-               num_key_value_heads=Hkv, intermediate_size=ff, vocab_size=V, rms_norm_eps=spec["eps"],
-               max_position_embeddings=64, tie_word_embeddings=tie, hidden_act="silu", torch_dtype="float32",
-               bos_token_id=1, eos_token_id=2, **rope_fields(spec, spelling))
-    if head_dim:
-        cfg["head_dim"] = head_dim
-    if arch in ("LlamaForCausalLM", "Qwen3ForCausalLM"):
-        cfg["attention_bias"] = attention_bias
-    if arch == "LlamaForCausalLM":
-        cfg["mlp_bias"] = mlp_bias
-    if arch == "MistralForCausalLM":
-        cfg["sliding_window"] = window
-    if arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
-        cfg.update(use_sliding_window=False, sliding_window=4096, max_window_layers=28)
-    return spec, cfg, t
-
-
-# ----------------------------------------------------------------------------- naive forward passes
-
-def naive_inv_freq(rope: dict, hd: int) -> list:
-    """RoPE inverse frequencies in float64, one by one; llama3 as Meta's reference loop writes it."""
-    out = []
-    for i in range(0, hd, 2):
-        f = rope["theta"] ** (-i / hd)
-        if rope["kind"] == "linear":
-            f /= rope["factor"]
-        elif rope["kind"] == "llama3":
-            old = rope["original_max_position_embeddings"]
-            wavelen = 2 * math.pi / f
-            if wavelen < old / rope["high_freq_factor"]:
-                pass
-            elif wavelen > old / rope["low_freq_factor"]:
-                f /= rope["factor"]
-            else:
-                s = (old / wavelen - rope["low_freq_factor"]) / (rope["high_freq_factor"] - rope["low_freq_factor"])
-                f = (1 - s) * f / rope["factor"] + s * f
-        out.append(f)
-    return out
-
-
-def naive_llama_family(spec: dict, t: dict, ids: torch.Tensor):
-    """(logits, final-norm hidden) of LLaMA / Mistral / Qwen2 / Qwen3, float64, head by head."""
-    H, Hkv, hd, eps, T = spec["H"], spec["Hkv"], spec["hd"], spec["eps"], ids.shape[1]
-    w = {k: v.double() for k, v in t.items()}
-    rms = lambda x, g: x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * g
-    inv = torch.tensor(naive_inv_freq(spec["rope"], hd), dtype=torch.float64)
-    ang = torch.arange(T).double()[:, None] * inv[None]
-
-    def rotate(x):                   # pairs (i, i + hd/2) rotate by angle t * inv_freq_i
-        a, b = x[..., :hd // 2], x[..., hd // 2:]
-        return torch.cat([a * ang.cos() - b * ang.sin(), b * ang.cos() + a * ang.sin()], -1)
-
-    window = spec["window"] or T
-    visible = torch.tensor([[s <= q and q - s < window for s in range(T)] for q in range(T)])
-    x = w["model.embed_tokens.weight"][ids]
-    for i in range(spec["L"]):
-        p = f"model.layers.{i}."
-        h = rms(x, w[p + "input_layernorm.weight"])
-        proj = lambda n: h @ w[p + f"self_attn.{n}_proj.weight"].T + w.get(p + f"self_attn.{n}_proj.bias", 0)
-        q, k, v = proj("q"), proj("k"), proj("v")
-        heads = []
-        for j in range(H):
-            kv = j // (H // Hkv)
-            qj, kj = q[..., j * hd:(j + 1) * hd], k[..., kv * hd:(kv + 1) * hd]
-            if spec["qk_norm"]:
-                qj, kj = rms(qj, w[p + "self_attn.q_norm.weight"]), rms(kj, w[p + "self_attn.k_norm.weight"])
-            s = (rotate(qj) @ rotate(kj).transpose(-1, -2) / math.sqrt(hd)).masked_fill(~visible, -math.inf)
-            heads.append(s.softmax(-1) @ v[..., kv * hd:(kv + 1) * hd])
-        x = x + torch.cat(heads, -1) @ w[p + "self_attn.o_proj.weight"].T + w.get(p + "self_attn.o_proj.bias", 0)
-        h = rms(x, w[p + "post_attention_layernorm.weight"])
-        lin = lambda n, z: z @ w[p + f"mlp.{n}_proj.weight"].T + w.get(p + f"mlp.{n}_proj.bias", 0)
-        gate = lin("gate", h)
-        x = x + lin("down", gate * torch.sigmoid(gate) * lin("up", h))
-    hidden = rms(x, w["model.norm.weight"])
-    return hidden @ w["lm_head.weight" if "lm_head.weight" in w else "model.embed_tokens.weight"].T, hidden
 
 
 def gpt2_checkpoint(seed=0):
@@ -193,15 +65,6 @@ def naive_gpt2(cfg, t, ids):
             @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
     hidden = ln(x, "transformer.ln_f")
     return hidden @ w["transformer.wte.weight"].T, hidden          # tied head
-
-
-def assert_matches(model, naive_logits, naive_hidden, ids):
-    with torch.no_grad():
-        logits, _ = model(ids, ids)
-        hidden = model.trace(ids, hidden="all")["hidden"][-1]
-    for got, ref in ((logits, naive_logits), (hidden, naive_hidden)):
-        rel = ((got.double() - ref).abs().max() / ref.abs().max()).item()
-        assert rel <= 1e-5, rel
 
 
 # ----------------------------------------------------------------------------- every family, both spellings

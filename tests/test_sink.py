@@ -10,10 +10,9 @@ import torch
 
 import sink
 import theory
-import train
 from init import build
 from model import get_config
-from test_model_hf import llama_family, write_hf
+from conftest import llama_family, write_hf
 
 
 def random_causal_attention(shape, T, seed=0):
@@ -256,22 +255,6 @@ def test_measure_a_llama_directory_on_its_own_tokenizer_with_bos(tmp_path):
     tokens = sink.model_inputs(Args, GPT.from_pretrained(str(tmp_path / "llama")), str(tmp_path / "llama"), 16)
     assert (tokens[:, 0] == cfg["bos_token_id"]).all()
     assert all(words[int(i)].startswith("w") for i in tokens[:, 1:].flatten())
-
-
-def test_measure_cli_refusals_write_nothing(tmp_path):
-    (tmp_path / "t.txt").write_text("the cat sat on the mat. " * 400)
-    train.prepare([str(tmp_path / "t.txt")], str(tmp_path / "d"), tokenizer="bytes")
-    train.train(train.TrainConfig(data=str(tmp_path / "d"), out_dir=str(tmp_path / "run"), knobs=dict(n_layer=2, block_size=64),
-                                  max_steps=1, eval_every=0, device="cpu"))
-    ckpt = train.checkpoint_path(str(tmp_path / "run"), 1)
-    for argv, match in (([str(tmp_path / "missing.pt")], "no checkpoint file"),
-                        ([ckpt, "--bos", "on"], "no bos_token_id"),
-                        ([ckpt, "--text", "nowhere"], "train.py prepare"),
-                        ([ckpt, "--ids", str(tmp_path / "t.txt")], ".npy or train.py .bin")):
-        with pytest.raises(SystemExit, match=match):
-            from model import run_script
-            run_script(sink.main, "sink.py", argv + ["--out", str(tmp_path / "o")])
-    assert not (tmp_path / "o").exists()
 
 
 # ----------------------------------------------------------------------------- the testbed's task

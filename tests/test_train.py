@@ -16,11 +16,12 @@ import torch
 
 import train
 import model
+from conftest import cli_error
 from model import GPT, read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "It was the best of times, it was the worst of times; naïve café, 東京 ✓.\n" * 60
-TINY = ["--n_layer", "2", "--n_embd", "32", "--n_head", "2", "--block_size", "16", "--device", "cpu"]
+TINY = ["--n_layer", "2", "--n_embd", "32", "--n_head", "2", "--block_size", "16", "--device", "cpu", "--eval_sequences", "8"]
 
 
 @pytest.fixture(scope="module")
@@ -220,15 +221,13 @@ def test_init_from_continues_the_lineage(data_dir, tmp_path):
 # ----------------------------------------------------------------------------- bad input
 
 def error_of(argv):
-    with pytest.raises(SystemExit) as e:
-        model.run_script(train.main, "train.py", argv)     # the script's own error handling
-    return str(e.value)
+    return cli_error(train.main, "train.py", argv)          # the script's own error handling: one line, exit 2
 
 
 def test_missing_data_dir_is_one_clear_error(tmp_path):
     msg = error_of(["--data", str(tmp_path / "nope"), "--out_dir", str(tmp_path / "out")])
     assert "prepare" in msg and not (tmp_path / "out").exists()
-    assert "no such text file(s) or named corpus" in error_of(["prepare", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "d")])
+    assert "no such text file or named corpus" in error_of(["prepare", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "d")])
     assert not (tmp_path / "d").exists()
 
 

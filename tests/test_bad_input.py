@@ -1,0 +1,305 @@
+"""Bad input, across all seven scripts and the loaders: each case is refused with exit code 2 and one stderr
+line that names the culprit, and nothing is written anywhere (the fixtures' files are unchanged and no
+output directory appears). Then the process-boundary cases (a second run into a locked directory, a run
+killed while it writes checkpoints) and a field-by-field mutation of a valid Hugging Face config.json."""
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import train
+from conftest import assert_matches, cli_error, llama_family, naive_llama_family, write_hf
+from model import GPT, read_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--n_layer", "2", "--n_embd", "32", "--n_head", "2", "--block_size", "64"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """A tiny valid world (prepared data, a checkpoint, a Hugging Face directory) and damaged copies of it."""
+    root = tmp_path_factory.mktemp("inputs")
+    f = {"root": root}
+    (root / "text.txt").write_text("the cat sat on the mat. " * 300)
+    f["text"] = root / "text.txt"
+    f["data"] = root / "data"
+    train.prepare([str(f["text"])], str(f["data"]), tokenizer="bytes")
+    run = root / "run"
+    train.train(train.parse_args(["--data", str(f["data"]), "--out_dir", str(run), *TINY, "--max_steps", "1",
+                                  "--eval_every", "0", "--log_every", "0", "--device", "cpu"]))
+    f["ckpt"] = Path(train.checkpoint_path(str(run), 1))
+    state = read_checkpoint(str(f["ckpt"]))
+    state["model"]["transformer.h.1.mlp.c_fc.weight"][0, 0] = float("nan")
+    f["nan_ckpt"] = root / "nan.pt"
+    torch.save(state, f["nan_ckpt"])
+    state = read_checkpoint(str(f["ckpt"]))
+    state["config"]["n_layer"] = "2"
+    f["typo_ckpt"] = root / "typo.pt"
+    torch.save(state, f["typo_ckpt"])
+    raw = f["ckpt"].read_bytes()
+    (root / "empty.pt").write_bytes(b"")
+    (root / "cut.pt").write_bytes(raw[:len(raw) // 2])
+    (root / "foreign.pt").write_text("just some text, not a checkpoint\n")
+    f.update(empty_pt=root / "empty.pt", cut_pt=root / "cut.pt", foreign_pt=root / "foreign.pt")
+
+    spec, cfg, t = llama_family("LlamaForCausalLM")
+    f["hf"] = root / "hf"
+    write_hf(f["hf"], cfg, t, shards=1)
+    weights = (f["hf"] / "model-00001-of-00001.safetensors").read_bytes()
+    for name, mutate in {"hf_cut": lambda d: (d / "model-00001-of-00001.safetensors").write_bytes(weights[:-100]),
+                         "hf_empty": lambda d: (d / "model-00001-of-00001.safetensors").write_bytes(b""),
+                         "hf_foreign": lambda d: (d / "model-00001-of-00001.safetensors").write_bytes(b"\x89PNG" * 64),
+                         "hf_list": lambda d: (d / "config.json").write_text("[1, 2, 3]"),
+                         "hf_badjson": lambda d: (d / "config.json").write_text("{\"hidden_size\": 32,"),
+                         "hf_types": lambda d: (d / "config.json").write_text(json.dumps(dict(cfg, num_hidden_layers="2"))),
+                         "hf_nan": None, "hf_gemma": None}.items():
+        d = root / name
+        write_hf(d, cfg, t, shards=1)
+        if mutate:
+            mutate(d)
+    nan_t = dict(t)
+    nan_t["model.layers.0.mlp.up_proj.weight"] = t["model.layers.0.mlp.up_proj.weight"].clone()
+    nan_t["model.layers.0.mlp.up_proj.weight"][3, 3] = float("inf")
+    write_hf(root / "hf_nan", cfg, nan_t, shards=1)
+    (root / "hf_gemma" / "config.json").write_text(json.dumps(dict(cfg, architectures=["GemmaForCausalLM"])))
+    f.update({k: root / k for k in ("hf_cut", "hf_empty", "hf_foreign", "hf_list", "hf_badjson", "hf_types",
+                                     "hf_nan", "hf_gemma")})
+
+    (root / "ids.npy").write_bytes(b"not an npy file at all")
+    (root / "odd.bin").write_bytes(b"\x01\x02\x03")
+    (root / "latin1.txt").write_bytes("caf\xe9 au lait\n".encode("latin-1") * 20)
+    f.update(bad_npy=root / "ids.npy", odd_bin=root / "odd.bin", latin1=root / "latin1.txt")
+    f["broken_meta"] = root / "broken_meta"
+    f["broken_meta"].mkdir()
+    (f["broken_meta"] / "meta.json").write_text(json.dumps({"tokenizer": "bytes", "vocab_size": "256"}))
+    f["a_dir"] = root / "a_dir"
+    f["a_dir"].mkdir()
+    f["resume_empty"] = root / "resume_empty"
+    f["resume_empty"].mkdir()
+    return f
+
+
+def snapshot(root: Path) -> dict:
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))}
+
+
+NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+CASES = [
+    # script, argv ({name} = a fixture path, OUT = a fresh output directory), what the line must name
+    ("model", ["{missing}"], "no model at"),
+    ("model", ["{empty_pt}"], "empty.pt is not a readable train.py checkpoint"),
+    ("model", ["{cut_pt}"], "cut.pt is not a readable train.py checkpoint"),
+    ("model", ["{foreign_pt}"], "foreign.pt is not a readable train.py checkpoint"),
+    ("model", ["{typo_ckpt}"], "n_layer must be an integer"),
+    ("model", ["{nan_ckpt}"], "transformer.h.1.mlp.c_fc.weight holds 1 NaN/inf"),
+    ("model", ["{hf_cut}"], "model-00001-of-00001.safetensors is not a valid .safetensors file"),
+    ("model", ["{hf_empty}"], "shorter than its 8-byte header"),
+    ("model", ["{hf_foreign}"], "model-00001-of-00001.safetensors is not a valid .safetensors file"),
+    ("model", ["{hf_list}"], "config.json: must hold a JSON object"),
+    ("model", ["{hf_badjson}"], "config.json is not valid config.json"),
+    ("model", ["{hf_types}"], "num_hidden_layers must be an integer >= 1, got '2'"),
+    ("model", ["{hf_nan}"], "mlp.c_fc.weight holds 1 NaN/inf"),
+    ("model", ["{hf}", "--dtype", "float64"], "invalid choice: 'float64'"),
+    ("init", ["--model", "nope"], "unknown preset 'nope'"),
+    ("init", ["--model", "tiny", "--n_layer", "0"], "n_layer must be an integer >= 1"),
+    ("init", ["--model", "tiny", "--norm_eps=-1e-5"], "norm_eps must be a finite number > 0"),
+    ("init", ["--model", "tiny", "--n_head", "5"], "not divisible by n_head=5"),
+    ("init", ["--model", "tiny", "--n_layer", "two"], "invalid int value: 'two'"),
+    ("init", ["--model", "tiny", "--rope_factor", "nan"], "rope_factor must be a finite number > 0"),
+    ("theory", ["--width", "1"], "--width must be at least 2"),
+    ("theory", ["--width", "wide"], "invalid int value"),
+    ("probe", ["--model", "tiny", "--rope_theta", "0"], "rope_theta must be a finite number > 0"),
+    ("probe", ["--model", "tiny", "--seq_len", "4096"], "--seq_len 4096 is outside [1, the model's block_size 256]"),
+    ("probe", ["--model", "tiny", "--sequences", "1"], "--sequences must be at least 2"),
+    ("probe", ["--model", "tiny", "--batch_size", "0"], "--batch_size must be at least 1"),
+    ("probe", ["--model", "tiny", "--n_kv_head", "3"], "not a multiple of n_kv_head=3"),
+    ("probe", ["--model", "tiny", "--sliding_window", "0"], "sliding_window must be an integer >= 1"),
+    ("probe", ["--model", "tiny", "--device", "gpu"], "unknown device 'gpu'"),
+    pytest.param("probe", ["--model", "tiny", "--device", "cuda"], "no CUDA device", marks=NO_CUDA),
+    ("probe", ["--model", "tiny", "--exp", "direction", "--models", "0"], "--models must be at least 1"),
+    ("seedprint", ["{ckpt}", "{ckpt}", "--k", "0"], "at least 2"),
+    ("seedprint", ["{ckpt}"], "give two models"),
+    ("seedprint", ["{missing}", "{ckpt}"], "no model at"),
+    ("seedprint", ["{hf_gemma}", "{hf}"], "unsupported architecture 'GemmaForCausalLM'"),
+    ("seedprint", ["{hf}", "{hf_cut}"], "not a valid .safetensors file"),
+    ("seedprint", ["{ckpt}", "{nan_ckpt}"], "NaN/inf"),
+    ("seedprint", ["{ckpt}", "{ckpt}", "--seq_len", "999"], "--seq_len 999 exceeds the context"),
+    ("seedprint", ["{ckpt}", "{ckpt}", "--device", "tpu"], "unknown device 'tpu'"),
+    ("seedprint", ["--exp", "fpr", "--fpr_trained", "99"], "--fpr_trained"),
+    ("sink", ["{missing}"], "no model at"),
+    ("sink", ["{ckpt}", "--bos", "on"], "names no bos_token_id"),
+    ("sink", ["{ckpt}", "--bos", "maybe"], "expected on/off"),
+    ("sink", ["{ckpt}", "--text", "nowhere"], "train.py prepare"),
+    ("sink", ["{ckpt}", "--ids", "{text}"], ".npy or train.py .bin"),
+    ("sink", ["{ckpt}", "--ids", "{a_dir}"], "is a directory, not a token-id file"),
+    ("sink", ["{ckpt}", "--ids", "{bad_npy}"], "ids.npy is not a readable .npy array"),
+    ("sink", ["{ckpt}", "--ids", "{odd_bin}"], "odd.bin has an odd number of bytes"),
+    ("sink", ["{ckpt}", "--lengths", "4096"], "--lengths 4096 exceeds the context"),
+    ("sink", ["{ckpt}", "--eps", "1.5"], "0 < --eps < 1"),
+    ("sink", ["{hf}", "--text", "{text}"], "no tokenizer"),
+    ("sink", ["{nan_ckpt}"], "NaN/inf"),
+    ("sink", ["{ckpt}", "--exp", "interventions", "--lengths", "16", "--k", "1"], "--k positions must lie in [2, T=16]"),
+    ("sink", ["{ckpt}", "--exp", "interventions", "--lengths", "16", "--layer", "7"], "--layer must index"),
+    ("sink", ["{ckpt}", "--exp", "interventions", "--lengths", "16", "--lambdas", "nan"], "--lambdas must be finite"),
+    ("sink", ["--exp", "testbed", "--steps", "0"], "--steps must be at least 1"),
+    ("sink", ["--exp", "calibration", "--lengths", "4096"], "exceeds the trained models' block_size"),
+    ("train", ["--data", "{missing}", "--out_dir", "OUT"], "no prepared data"),
+    ("train", ["--data", "{text}", "--out_dir", "OUT"], "a file, not a directory"),
+    ("train", ["--data", "{broken_meta}", "--out_dir", "OUT"], "meta.json lacks valid vocab_size"),
+    ("train", ["--data", "{data}", "--out_dir", "{text}"], "--out_dir"),
+    ("train", ["--data", "{data}", "--out_dir", "{resume_empty}", "--resume"], "holds no checkpoint to resume"),
+    ("train", ["--data", "{data}", "--out_dir", "OUT", "--lr", "0"], "--lr must be a finite number > 0"),
+    ("train", ["--data", "{data}", "--out_dir", "OUT", "--beta2", "1"], "--beta2 must be a number in [0, 1)"),
+    ("train", ["--data", "{data}", "--out_dir", "OUT", "--init_from", "{a_dir}"], "no checkpoint file"),
+    ("train", ["--data", "{data}", "--out_dir", "OUT", "--init_from", "{empty_pt}"], "not a readable train.py checkpoint"),
+    ("train", ["--data", "{data}", "--out_dir", "OUT", "--eval_sequences", "100000"], "--eval_sequences 100000"),
+    ("train", ["--data", "{data}", "--out_dir", "OUT", "--n_layer", "-1"], "n_layer must be an integer >= 1"),
+    ("train", ["--data", "{data}", "--out_dir", "OUT", "--dtype", "fp8"], "invalid choice: 'fp8'"),
+    pytest.param("train", ["--data", "{data}", "--out_dir", "OUT", "--device", "cuda"], "no CUDA device", marks=NO_CUDA),
+    ("train", ["prepare", "{a_dir}", "--out", "OUT"], "is a directory, not a text file"),
+    ("train", ["prepare", "{latin1}", "--tokenizer", "bytes", "--out", "OUT"], "latin1.txt is not UTF-8 text"),
+    ("train", ["prepare", "{text}", "--tokenizer", "bytes", "--out", "OUT", "--val_fraction", "1.5"], "--val_fraction"),
+]
+
+
+@pytest.mark.parametrize("script,argv,culprit", CASES)
+def test_bad_input_is_refused_in_one_line_and_writes_nothing(files, tmp_path, script, argv, culprit):
+    out = tmp_path / "out"
+    paths = dict({k: str(v) for k, v in files.items()}, missing=str(files["root"] / "missing.pt"))
+    argv = [str(out) if a == "OUT" else a.format(**paths) for a in argv]
+    if script != "train":
+        argv += ["--out", str(out)]
+    before = snapshot(files["root"])
+    line = cli_error(importlib.import_module(script).main, f"{script}.py", argv)
+    assert culprit in line, line
+    assert not out.exists(), f"{script}.py wrote {sorted(os.listdir(out))} while refusing"
+    assert snapshot(files["root"]) == before
+
+
+def test_nonfinite_activations_are_an_error_naming_the_first_bad_block(files):
+    """A weight made inf after loading (as a bf16 overflow would): the probe pass refuses, naming block 2."""
+    import probe
+    model = GPT.from_checkpoint(str(files["ckpt"])).eval()
+    with torch.no_grad():
+        model.transformer.h[1].mlp.c_proj.weight[0, 0] = float("inf")
+    with pytest.raises(FloatingPointError, match="first in block 2 of 2"):
+        probe.probe(model, sequences=4, seq_len=8, batch_size=4)
+    with torch.no_grad():
+        model.transformer.wte.weight[5, 0] = float("nan")
+    with pytest.raises(FloatingPointError, match="first in the input embeddings"):
+        model.trace(torch.full((1, 4), 5))
+
+
+# ----------------------------------------------------------------------------- across the process boundary
+
+def _trainer(data, out_dir, *flags):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    return subprocess.Popen([sys.executable, str(ROOT / "train.py"), "--data", str(data), "--out_dir", str(out_dir),
+                             *TINY, "--device", "cpu", "--eval_every", "0", "--log_every", "0", *flags],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(cond, timeout=60.0):
+    t0 = time.time()
+    while not cond():
+        assert time.time() - t0 < timeout, "timed out"
+        time.sleep(0.02)
+
+
+def test_a_second_run_into_a_locked_directory_is_refused_and_the_first_finishes(files, tmp_path):
+    out = tmp_path / "run"
+    first = _trainer(files["data"], out, "--max_steps", "150", "--ckpt_every", "50")
+    _wait_for(lambda: train.list_checkpoints(str(out)) or first.poll() is not None)
+    listing = sorted(os.listdir(out))
+    for extra in ([], ["--resume"]):       # a new run and a resume are refused alike while it works
+        line = cli_error(train.main, "train.py", ["--data", str(files["data"]), "--out_dir", str(out), *TINY,
+                                                  "--device", "cpu", "--max_steps", "150", "--ckpt_every", "50",
+                                                  "--eval_every", "0", *extra])
+        assert "in use by another run" in line
+    assert first.poll() is None, "the first run ended before the second tried: the test proved nothing"
+    assert set(listing) <= set(os.listdir(out))
+    assert first.wait(timeout=120) == 0, first.stderr.read()
+    assert [s for s, _ in train.list_checkpoints(str(out))] == [0, 50, 100, 150]
+
+
+def test_a_run_killed_while_checkpointing_leaves_every_checkpoint_loadable(files, tmp_path):
+    """Killed at staggered moments of a run that checkpoints every step (so most kills land in or near a
+    save): each time, every ckpt_*.pt loads, and --resume then finishes the run."""
+    out = tmp_path / "run"
+    started = False
+    for delay in (0.0, 0.07, 0.19):
+        proc = _trainer(files["data"], out, "--max_steps", "80", "--ckpt_every", "1", *(["--resume"] if started else []))
+        _wait_for(lambda: len(train.list_checkpoints(str(out))) >= 2 or proc.poll() is not None)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        started = True
+        for _, path in train.list_checkpoints(str(out)):
+            read_checkpoint(path)                                  # raises if one is half-written
+    done = _trainer(files["data"], out, "--max_steps", "80", "--ckpt_every", "1", "--resume")
+    assert done.wait(timeout=300) == 0, done.stderr.read()
+    assert train.list_checkpoints(str(out))[-1][0] == 80
+    assert not [f for f in os.listdir(out) if ".tmp" in f]
+
+
+# ----------------------------------------------------------------------------- config.json, field by field
+
+# transformers' LlamaConfig defaults for the fields the loader fills in when absent (written here from the
+# transformers source, independently of model.py's table): a missing field must load as this value
+HF_LLAMA_DEFAULTS = dict(rms_norm_eps=1e-6, tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
+                         max_position_embeddings=2048, hidden_act="silu", rope_parameters=None)
+
+
+def _expected_spec(spec: dict, cfg: dict, removed: str):
+    """The spec a config without field `removed` describes under transformers' defaults, or None when
+    the field has no default that keeps the checkpoint loadable."""
+    if removed == "rope_parameters":
+        return dict(spec, rope=dict(kind="default", theta=10000.0))
+    if removed == "num_key_value_heads":
+        return None                       # defaults to num_attention_heads: the k/v tensors no longer fit
+    if removed in ("rms_norm_eps",):
+        return dict(spec, eps=HF_LLAMA_DEFAULTS["rms_norm_eps"])
+    if removed in HF_LLAMA_DEFAULTS or removed in ("torch_dtype", "bos_token_id", "eos_token_id"):
+        return spec if removed != "tie_word_embeddings" or not spec["tie"] else None
+    return None
+
+
+def test_every_config_field_mutated_either_loads_exactly_or_is_refused_in_one_line(tmp_path):
+    spec, cfg, t = llama_family("LlamaForCausalLM", rope=dict(kind="default", theta=5000.0))
+    ids = torch.randint(0, spec["V"], (2, 10), generator=torch.Generator().manual_seed(0))
+    ref = naive_llama_family(spec, t, ids)
+    d = tmp_path / "m"
+    write_hf(d, cfg, t, shards=1)
+    mutations = []
+    for key, value in cfg.items():
+        wrong = "x" if not isinstance(value, str) else 3
+        mutations += [(key, "wrong type", dict(cfg, **{key: wrong})),
+                      (key, "missing", {k: v for k, v in cfg.items() if k != key})]
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            mutations += [(key, "negative", dict(cfg, **{key: -abs(value) or -1})),
+                          (key, "non-integer" if isinstance(value, int) else "zero",
+                           dict(cfg, **{key: value + 0.5 if isinstance(value, int) else 0.0}))]
+    mutations.append(("extra_field", "unknown extra field", dict(cfg, extra_field=1)))
+    refused = loaded = 0
+    for key, how, mutated in mutations:
+        (d / "config.json").write_text(json.dumps(mutated))
+        try:
+            model = GPT.from_pretrained(str(d)).eval()
+        except (ValueError, OSError) as e:
+            assert "\n" not in str(e) and str(e), (key, how, str(e))
+            refused += 1
+            continue
+        expected = _expected_spec(spec, cfg, key) if how == "missing" else (spec if key in (
+            "torch_dtype", "bos_token_id", "eos_token_id") else None)
+        assert expected is not None, f"{key} {how}: loaded, but transformers would not load it as this model"
+        exp = ref if expected is spec else naive_llama_family(expected, t, ids)
+        assert_matches(model, *exp, ids)
+        loaded += 1
+    assert refused >= 2 * len(cfg) and loaded >= 3        # both outcomes are exercised
