@@ -49,7 +49,9 @@ def init_weights(model: GPT, seed: int, embed_seed: int = 0) -> GPT:
        N(0, (0.02 / sqrt(2 n_layer))^2), so the residual stream's variance does not grow with
        depth. The factor is 2 n_layer whatever `sublayers` is, so an MLP-only model has the same
        MLP weights as the full model with the same seed.
-    3. Biases 0; norm gains 1 (LayerNorm, RMSNorm, head-wise RMSNorm); LayerNorm biases 0.
+    3. Biases 0; norm gains 1 (LayerNorm, RMSNorm, head-wise RMSNorm); LayerNorm biases 0; learned sink
+       logits (attn_sink) 0, so that at birth such a head is softmax + 1. The gate of gated attention
+       (attn_gate) is a weight matrix like q/k/v: item 1, so sigmoid(gate) starts near 1/2.
     4. Each drawn parameter gets its own CPU torch.Generator, seeded from (seed, parameter name)
        -- embed_seed for the names in EMBEDDING_PARAMS, seed for everything else. Consequences:
        - the global RNG is never touched and the order in which models or modules are built,
@@ -62,7 +64,7 @@ def init_weights(model: GPT, seed: int, embed_seed: int = 0) -> GPT:
     """
     n_layer = model.config.n_layer
     for name, p in model.named_parameters():
-        if name.endswith(".bias"):
+        if name.endswith((".bias", "attn.sink")):
             p.zero_()
         elif p.dim() == 1:      # norm gains: LayerNorm/RMSNorm weight, head_norm weight
             p.fill_(1.0)

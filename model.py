@@ -49,7 +49,7 @@ CHOICES = {
     "position": ("rope", "learned", "none"),
     "rope_type": ("default", "linear", "llama3"),
     "sublayers": ("both", "attn", "mlp"),
-    "attention": ("softmax", "uniform"),
+    "attention": ("softmax", "uniform", "softmax1", "softpick"),
     "calibration": ("none", "amplify", "attenuate"),
 }
 
@@ -78,7 +78,10 @@ class GPTConfig:
     qk_norm: bool = False             # per-head RMSNorm of q and k before RoPE (Qwen3)
     sublayers: str = "both"           # both | attn (self-attention-only) | mlp (MLP-only), Sec 4.1
     residual: bool = True             # False: x <- sublayer(Norm(x)), as in MLP0 stacks
-    attention: str = "softmax"        # uniform: causal running mean of V, still through W_V, W_O
+    attention: str = "softmax"        # uniform: causal running mean of V, still through W_V, W_O; the sink
+                                      # controls: softmax1 (softmax + 1), softpick (rectified softmax)
+    attn_sink: bool = False           # sink control: a learned sink logit per head (gpt-oss)
+    attn_gate: bool = False           # sink control: sigmoid gate on each head's output (gated attention)
     calibration: str = "none"         # none | amplify (x sqrt(t)) | attenuate (x sqrt(t / T))
     head_norm: bool = False           # head-wise RMSNorm before W_O, gain of size head_dim
     bias: bool = True                 # biases of every linear layer and of LayerNorm (GPT-2)
@@ -114,9 +117,17 @@ class GPTConfig:
             raise ValueError(f"n_head={self.n_head} is not a multiple of n_kv_head={self.kv_heads}")
         if self.position == "rope" and self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head_dim, got {self.head_dim}")
+        if self.attn_sink and self.attention != "softmax":
+            raise ValueError(f"attn_sink adds a learned logit to softmax attention; attention={self.attention!r} "
+                             f"has {'its own fixed one' if self.attention == 'softmax1' else 'none to add it to'}")
         if not self.rope_low_freq_factor < self.rope_high_freq_factor:
             raise ValueError(f"RoPE llama3 scaling needs rope_low_freq_factor < rope_high_freq_factor, got "
                              f"{self.rope_low_freq_factor} and {self.rope_high_freq_factor}")
+
+    @property
+    def rows_sum_to_one(self) -> bool:
+        """False for the sink controls whose attention rows may sum to less than 1 (softmax1, attn_sink, softpick)."""
+        return self.attention in ("softmax", "uniform") and not self.attn_sink
 
     @property
     def head_dim(self) -> int:
@@ -221,6 +232,30 @@ def qkv_sizes(config: GPTConfig) -> list:
     return [H * hd, Hkv * hd, Hkv * hd]
 
 
+SOFTPICK_EPS = 1e-8         # softpick's denominator guard, in the unshifted scale: 0/0 only if every score is 0
+
+
+def attention_weights(scores: torch.Tensor, allowed: torch.Tensor, kind: str, sink=None) -> torch.Tensor:
+    """Attention weights (B, H, T, T), float32, from scores q.k / sqrt(hd) over the allowed keys. Beside
+    softmax, the sink controls of Section 6.2's comparison, each a few lines:
+      softmax1  exp(s_j) / (1 + sum_k exp(s_k)): one extra zero logit per row, with a zero value, so a
+                head can attend to "nothing" (Miller 2023, "Attention is off by one");
+      sink      the same with a learned logit per head instead of 0 (gpt-oss's attention sinks);
+      softpick  relu(exp(s_j) - 1) / sum_k |exp(s_k) - 1| (Zuhri et al. 2025, 2504.20966): a key with
+                s_j <= 0 gets exactly 0, and a row may be all zeros.
+    Only softmax rows sum to 1; the others sum to at most 1, and the sink metric reads them as they are."""
+    s = scores.float().masked_fill(~allowed, float("-inf"))
+    if kind == "softmax" and sink is None:
+        return F.softmax(s, dim=-1)
+    if kind == "softpick":
+        m = s.amax(dim=-1, keepdim=True).clamp_min(0.0)          # exp(s - m) <= 1 and exp(-m) <= 1: no overflow
+        e = torch.exp(s - m) - torch.exp(-m)                       # (exp(s) - 1) exp(-m)
+        e = e.masked_fill(~allowed, 0.0)
+        return F.relu(e) / (e.abs().sum(dim=-1, keepdim=True) + SOFTPICK_EPS * torch.exp(-m))
+    extra = torch.zeros_like(s[..., :1]) if sink is None else sink.float().view(1, -1, 1, 1).expand_as(s[..., :1])
+    return F.softmax(torch.cat([s, extra], dim=-1), dim=-1)[..., :-1]        # the extra column's value is zero
+
+
 def allowed_keys(T: int, window: Optional[int], device=None) -> torch.Tensor:
     """(T, T) bool, True where query t may attend to key s: s <= t, and t - s < window if a window is set."""
     t = torch.arange(T, device=device)
@@ -242,6 +277,10 @@ class CausalSelfAttention(nn.Module):
             self.q_norm, self.k_norm = RMSNorm(hd, config.norm_eps), RMSNorm(hd, config.norm_eps)
         if config.head_norm:
             self.head_norm = RMSNorm(hd, config.norm_eps)    # one gain of size head_dim, shared by heads
+        if config.attn_sink:
+            self.sink = nn.Parameter(torch.zeros(config.n_head))         # one learned sink logit per head
+        if config.attn_gate:                                  # gate logits from the block's (normed) input
+            self.c_gate = nn.Linear(config.n_embd, config.n_head * hd, bias=config.bias or config.attn_bias)
 
     def forward(self, x, rope=None, mask=None, trace=None):
         """x (B, T, n_embd) -> (B, T, n_embd). mask: an edited (T, T) bool mask instead of the causal one.
@@ -258,19 +297,20 @@ class CausalSelfAttention(nn.Module):
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         want_probs = trace is not None and "attn_probs" in trace
+        explicit = want_probs or not cfg.rows_sum_to_one              # SDPA computes plain softmax only
         window = cfg.sliding_window if cfg.sliding_window is not None and cfg.sliding_window < T else None
-        allowed = mask if mask is not None else (allowed_keys(T, window, x.device) if window or want_probs else None)
+        allowed = mask if mask is not None else (allowed_keys(T, window, x.device) if window or explicit else None)
         t = torch.arange(1, T + 1, device=x.device, dtype=torch.float32).view(T, 1)    # 1-indexed positions
         if cfg.attention == "uniform" and allowed is None:
             # Attn0-like: position t averages the values of positions 1..t (summed in fp32)
             y = (v.float().cumsum(dim=2) / t).to(v.dtype).repeat_interleave(H // Hkv, dim=1)
-        elif want_probs or cfg.attention == "uniform":
-            # the explicit path, for probes: the same maths as SDPA, with the probabilities kept
+        elif explicit or cfg.attention == "uniform":
+            # the explicit path, for probes and the sink controls: SDPA's maths with the weights kept
             if cfg.attention == "uniform":
                 probs = (allowed.float() / allowed.sum(dim=-1, keepdim=True)).expand(B, H, T, T)
             else:
                 scores = q @ k.repeat_interleave(H // Hkv, dim=1).transpose(-2, -1) * (1.0 / math.sqrt(hd))
-                probs = F.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1, dtype=torch.float32)
+                probs = attention_weights(scores, allowed, cfg.attention, self.sink if cfg.attn_sink else None)
             y = probs.to(v.dtype) @ v.repeat_interleave(H // Hkv, dim=1)
             if want_probs:
                 trace["attn_probs"] = probs
@@ -284,6 +324,8 @@ class CausalSelfAttention(nn.Module):
             y = y * (t / cfg.block_size).sqrt().to(y.dtype)
         if cfg.head_norm:
             y = self.head_norm(y)
+        if cfg.attn_gate:     # Qiu et al. 2025 (2505.06708), as in Qwen3-Next: elementwise, after SDPA, before W_O
+            y = y * torch.sigmoid(self.c_gate(x)).view(B, T, H, hd).transpose(1, 2)
         if trace is not None and "head_out" in trace:
             trace["head_out"] = y
         return self.c_proj(y.transpose(1, 2).reshape(B, T, H * hd))

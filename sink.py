@@ -39,17 +39,23 @@ EPS = 0.3
 
 # ----------------------------------------------------------------------------- the metric
 
-def sink_scores(attn: torch.Tensor, check: bool = True) -> torch.Tensor:
+def sink_scores(attn: torch.Tensor, check: bool = True, rows_sum_to_one: bool = True) -> torch.Tensor:
     """Importance of every key, (..., T), from causal attention (..., T, T) (queries x keys), in float32:
-    alpha_k = mean over the queries t >= k of A[t, k] (1-indexed k: divide by T - k + 1)."""
+    alpha_k = mean over the queries t >= k of A[t, k] (1-indexed k: divide by T - k + 1).
+    rows_sum_to_one=False is for the sink controls whose rows may sum to less than 1 (softmax1, a learned
+    sink logit, softpick): the weights are used as they are, as the softpick paper measures them, and the
+    check asks only that each row be >= 0 and sum to at most 1."""
     if attn.dim() < 2 or attn.shape[-1] != attn.shape[-2]:
         raise ValueError(f"attention must be (..., T, T), got {tuple(attn.shape)}")
     a = attn.float()
     if check:
         if a.triu(diagonal=1).abs().max() > 1e-6:
             raise ValueError("attention puts weight on later keys: sink scores need causal attention")
-        if (a.sum(dim=-1) - 1).abs().max() > 1e-3 or a.min() < 0:
-            raise ValueError("attention rows must be probability distributions (>= 0, summing to 1)")
+        rows = a.sum(dim=-1)
+        rows_ok = (rows - 1).abs().max() <= 1e-3 if rows_sum_to_one else rows.max() <= 1 + 1e-3
+        if a.min() < 0 or not rows_ok:
+            raise ValueError("attention rows must be probability distributions (>= 0, summing to 1)" if rows_sum_to_one
+                             else "attention rows must be >= 0 and sum to at most 1")
     T = a.shape[-1]
     seen_by = torch.arange(T, 0, -1, device=a.device, dtype=torch.float32)   # T - k + 1 queries see key k
     return a.sum(dim=-2) / seen_by
@@ -73,7 +79,8 @@ def key_scores(model: GPT, tokens: torch.Tensor, attn_mask=None, hooks=()) -> to
         out = []
         for batch in attention_batches(tokens, cfg.n_layer, cfg.n_head):
             probs = model.trace(batch.to(device), attn_probs=True, attn_mask=attn_mask)["attn_probs"]
-            out.append(torch.stack([sink_scores(p, check=attn_mask is None) for p in probs], dim=1).cpu())
+            out.append(torch.stack([sink_scores(p, check=attn_mask is None, rows_sum_to_one=cfg.rows_sum_to_one)
+                                    for p in probs], dim=1).cpu())
         return torch.cat(out)
     finally:
         for h in handles:

@@ -2,12 +2,13 @@
 loop, RoPE vs complex-number rotation, calibration vs the 1/sqrt(t) law, hand-counted parameters."""
 import argparse
 import itertools
+import math
 
 import pytest
 import torch
 
 from init import build, init_weights
-from model import (CHOICES, GPT, GPTConfig, PRESETS, add_config_flags, apply_rope, check_token_ids, config_from_flags,
+from model import (CHOICES, GPT, GPTConfig, PRESETS, SOFTPICK_EPS, add_config_flags, apply_rope, check_token_ids, config_from_flags,
                    get_config, qkv_sizes, rope_tables)
 
 torch.set_num_threads(2)
@@ -24,20 +25,24 @@ def test_causality_every_combination_of_knobs():
     Information can cross positions only through attention, so every combination of the knobs that
     shape it (and of the sublayers and residual around it) is built; the knobs that act on each
     position alone (norm, activation, biases, tying) cycle through all their values across those
-    models. Both attention paths are checked: SDPA, and the explicit softmax that probes use."""
+    models, as do the sink controls (softmax1, softpick, a learned sink logit, the output gate) across
+    the softmax ones. Both attention paths are checked: SDPA, and the explicit one that probes use."""
     T, j = 7, 4
     idx = torch.randint(0, 32, (2, T), generator=torch.Generator().manual_seed(0))
     idx2 = idx.clone()
     idx2[:, j] = (idx2[:, j] + 1) % 32
     both = torch.cat([idx, idx2])
-    crossing = dict(position=CHOICES["position"], attention=CHOICES["attention"], calibration=CHOICES["calibration"],
+    crossing = dict(position=CHOICES["position"], attention=("softmax", "uniform"), calibration=CHOICES["calibration"],
                     head_norm=(False, True), qk_norm=(False, True), n_kv_head=(None, 1), sliding_window=(None, 3),
                     sublayers=CHOICES["sublayers"], residual=(True, False))
     local = dict(norm=CHOICES["norm"], activation=CHOICES["activation"], bias=(True, False), qkv_bias=(False, True),
                  tie_embeddings=(True, False))
+    controls = ({}, dict(attention="softmax1"), dict(attention="softpick"), dict(attn_sink=True), dict(attn_gate=True))
     failures = []
     for i, values in enumerate(itertools.product(*crossing.values())):
         knobs = dict(zip(crossing, values), **{k: v[i % len(v)] for k, v in local.items()})
+        if knobs["attention"] == "softmax":
+            knobs.update(controls[(i // 2) % len(controls)])
         model = init_weights(GPT(tiny(**knobs)), seed=1).eval()
         with torch.no_grad():
             for p in model.parameters():      # scale up: every path carries signal well above float noise
@@ -223,3 +228,62 @@ def test_attn_mask_equal_to_causal_changes_nothing_and_bad_masks_are_refused(att
         model.trace(x, attn_mask=causal & ~torch.eye(12, dtype=torch.bool))
     with pytest.raises(ValueError, match="bool"):
         model.trace(x, attn_mask=causal.float())
+
+
+# ----------------------------------------------------------------------------- the sink controls
+
+def naive_attention_weights(s: list, kind: str, sink: float = 0.0) -> list:
+    """One query's weights over its visible keys, float64, from the formula of each mechanism."""
+    e = [math.exp(v) for v in s]
+    if kind == "softmax":
+        return [v / sum(e) for v in e]
+    if kind in ("softmax1", "sink"):
+        extra = math.exp(0.0 if kind == "softmax1" else sink)
+        return [v / (extra + sum(e)) for v in e]
+    return [max(v - 1, 0.0) / (sum(abs(w - 1) for w in e) + SOFTPICK_EPS) for v in e]    # softpick
+
+
+@pytest.mark.parametrize("knobs,kind", [(dict(attention="softmax1"), "softmax1"), (dict(attn_sink=True), "sink"),
+                                        (dict(attention="softpick"), "softpick"), (dict(attn_gate=True), "softmax")])
+def test_sink_controls_match_their_formulas_query_by_query(knobs, kind):
+    cfg = get_config("tiny", n_layer=1, n_head=2, n_embd=16, vocab_size=40, block_size=9, position="none",
+                     sublayers="attn", norm="none", bias=True, **knobs)
+    model = build(cfg, 3)
+    with torch.no_grad():
+        for p in model.parameters():          # weights large enough that softpick zeroes some keys
+            p.mul_(8) if p.dim() == 2 else p.normal_(0, 0.5)
+    x = torch.randint(0, 40, (2, 9), generator=torch.Generator().manual_seed(0))
+    model.requires_grad_(False)
+    out = model.trace(x, hidden="all", attn_probs=True)
+    probs, got = out["attn_probs"][0].double(), out["hidden"][1] - out["hidden"][0]
+    a = model.transformer.h[0].attn
+    e = model.transformer.wte.weight[x].double()
+    q, k, v = (e @ a.c_attn.weight.double().T + a.c_attn.bias.double()).split(16, -1)
+    H, hd = 2, 8
+    zeroed = 0
+    for b in range(2):
+        for t in range(9):
+            y = []
+            for h in range(H):
+                sl = slice(h * hd, (h + 1) * hd)
+                s = [float(q[b, t, sl] @ k[b, j, sl]) / math.sqrt(hd) for j in range(t + 1)]
+                w = naive_attention_weights(s, kind, float(a.sink[h]) if cfg.attn_sink else 0.0)
+                zeroed += sum(wj == 0 for wj in w)
+                assert probs[b, h, t, :t + 1].tolist() == pytest.approx(w, abs=1e-5)
+                assert probs[b, h, t, t + 1:].abs().sum() == 0
+                yh = sum(wj * v[b, j, sl] for j, wj in enumerate(w))
+                if cfg.attn_gate:
+                    gate = e[b, t] @ a.c_gate.weight.double().T + a.c_gate.bias.double()
+                    yh = yh * torch.sigmoid(gate[sl])
+                y.append(yh)
+            want = torch.cat(y) @ a.c_proj.weight.double().T + a.c_proj.bias.double()
+            assert got[b, t].double().tolist() == pytest.approx(want.tolist(), abs=1e-4)
+    if kind == "softpick":
+        assert zeroed > 0                     # the rectification was exercised
+    if not cfg.rows_sum_to_one:
+        assert probs.sum(-1).max() <= 1 + 1e-6 and probs.sum(-1).min() < 0.99
+
+
+def test_attn_sink_needs_plain_softmax():
+    with pytest.raises(ValueError, match="attn_sink"):
+        get_config("tiny", attn_sink=True, attention="softpick")

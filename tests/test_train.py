@@ -337,3 +337,16 @@ def test_tokenizing_in_blocks_equals_tokenizing_the_whole_text(tokenizer, monkey
     encode, _, _ = model.get_tokenizer(tokenizer)
     text = "".join(f"line {i} ,  with\tspaces  \n\n\n word's end\n  {i}x\n \n" for i in range(300))
     assert train.encode_in_blocks(encode, text, block=97) == encode(text)
+
+
+def test_resuming_on_data_that_changed_is_refused(tmp_path):
+    (tmp_path / "a.txt").write_text(TEXT, encoding="utf-8")
+    train.prepare([str(tmp_path / "a.txt")], str(tmp_path / "d"), tokenizer="bytes", val_fraction=0.2)
+    run(str(tmp_path / "d"), tmp_path / "out", "--max_steps", "1", "--eval_every", "0")
+    resume = ["--data", str(tmp_path / "d"), "--out_dir", str(tmp_path / "out"), *TINY, "--max_steps", "1",
+              "--eval_every", "0", "--log_every", "1", "--resume"]
+    (tmp_path / "a.txt").write_text(TEXT.replace("best", "BEST"), encoding="utf-8")    # same size, other tokens
+    train.prepare([str(tmp_path / "a.txt")], str(tmp_path / "d"), tokenizer="bytes", val_fraction=0.2)
+    msg = error_of(resume)
+    assert "the data in" in msg and "--max_steps" not in msg      # the data alone differs
+    assert [s for s, _ in train.list_checkpoints(str(tmp_path / "out"))] == [0, 1]
