@@ -21,6 +21,9 @@ triples that are sink heads. Uniform attention gives alpha_1 = H_T / T (0.074 at
                                                     #   on a CPU, and does calibration stop it? (4 variants x 3 seeds)
     python sink.py --exp calibration                # Fig 12 / Table 7 on natural text, small scale
 """
+import dataclasses
+import hashlib
+import json
 import math
 import os
 
@@ -32,7 +35,7 @@ import train
 from model import (DTYPES, GPT, LLAMA_KNOBS, ArgumentParser, Progress, add_config_flags, add_device_flags,
                    check_dtype_runs, check_token_ids, config_overrides, figure, get_config, get_tokenizer, load_model,
                    lock_dir, one_line, parse_bool, print_table, read_checkpoint, read_json, read_model_config, resolve_device, run_script,
-                   save_figure, update_results)
+                   save_figure, update_results, write_json)
 
 EPS = 0.3
 
@@ -407,131 +410,168 @@ def _plot_interventions(args, res):
 # ----------------------------------------------------------------------------- the emergence testbed
 
 def bigram_backcopy(n: int, vocab: int = 64, triggers: int = 4, successors: int = 4, seed: int = 0,
-                    recall: int = 0) -> np.ndarray:
-    """A token stream from Guo et al.'s Bigram-Backcopy task (2410.13835), with no BOS: each token has a
-    few likely successors (a sparse random bigram chain), except that after a trigger token the next
-    token copies the one before the trigger. A head that backcopies is needed only on triggers and must
-    do nothing everywhere else -- an active-dormant head, which is where sinks form.
+                    recall: int = 0, doc_len: int = 0):
+    """(tokens, log-probabilities): a stream of n tokens from Guo et al.'s Bigram-Backcopy task (2410.13835),
+    and the log-probability the generating process gave each token. Each token has a few likely successors
+    (a sparse random bigram chain), except that after a trigger token (the top `triggers` ids) the next token
+    copies the one before the trigger. A head that backcopies is needed only on triggers and must do nothing
+    everywhere else -- an active-dormant head, which is where sinks form. Their mean -log p is the task's loss
+    floor: no model can do better on average.
 
+    successors=0: no bigram chain at all -- non-trigger tokens are iid uniform, so the copy is the only thing
+    to predict, and anything else a head adds is noise. doc_len > 0: a fresh chain every doc_len tokens
+    (documents: no rule crosses their boundary; the caller puts a BOS before each).
     recall > 0 is an induction variant: after a trigger, the next token is the one that followed the
     same trigger's previous occurrence, if that lies within the last `recall` tokens and is no trigger
-    (else the chain goes on). Its active-dormant head needs a previous-token head below it, so it sits in layer 2 or later,
-    where the first position can already be told apart; plain backcopy can be done by one layer-1 head,
-    which sees token embeddings only."""
+    (else the chain goes on). Its active-dormant head needs a previous-token head below it, so it sits in
+    layer 2 or later; plain backcopy can be done by one layer-1 head, which sees token embeddings only."""
     rng = np.random.default_rng(seed)
-    succ = np.stack([rng.choice(vocab - triggers, successors, replace=False) for _ in range(vocab)])
-    succ[rng.random(succ.shape) < triggers / vocab] = vocab - 1     # triggers (the top ids) occur now and then
-    trig = np.arange(vocab - triggers, vocab)
-    prob = rng.dirichlet(np.ones(successors), size=vocab)
-    x = np.empty(n, dtype=np.int64)
-    x[:2] = rng.integers(0, vocab - triggers, 2)
-    draws, picks = rng.random(n), rng.integers(0, triggers, n)
+    plain, p_trig = vocab - triggers, triggers / vocab
+    trig = np.arange(plain, vocab)
+    if successors:
+        succ = np.stack([rng.choice(plain, successors, replace=False) for _ in range(vocab)])
+        succ[rng.random(succ.shape) < p_trig] = vocab - 1         # a slot that emits one of the triggers
+        prob = rng.dirichlet(np.ones(successors), size=vocab)
+        cum = np.cumsum(prob, axis=1)
+    x, logp = np.empty(n, dtype=np.int64), np.zeros(n)
+    draws, picks, fresh = rng.random(n), rng.integers(0, triggers, n), rng.integers(0, plain, n)
     last = {}                                                       # trigger -> its latest position
-    for t in range(1, n - 1):
-        if x[t] >= vocab - triggers and not recall:
-            x[t + 1] = x[t - 1]
-        elif x[t] >= vocab - triggers and t - last.get(x[t], -n) <= recall and x[last[x[t]] + 1] < vocab - triggers:
-            x[t + 1] = x[last[x[t]] + 1]
+    start = 0
+    for t in range(n):
+        if doc_len and t % doc_len == 0:
+            start, last = t, {}
+        if t - start < 1:                                          # a chain starts on a plain token
+            x[t], logp[t] = fresh[t], -math.log(plain)
+            continue
+        prev = x[t - 1]
+        if prev >= plain and not recall and t - start >= 2:
+            x[t] = x[t - 2]                                        # backcopy: certain
+        elif prev >= plain and recall and t - 1 - last.get(prev, -n) <= recall and x[last[prev] + 1] < plain:
+            x[t] = x[last[prev] + 1]                               # induction: certain
+        elif successors:
+            k = min(np.searchsorted(cum[prev], draws[t]), successors - 1)
+            x[t] = succ[prev, k]
+            if x[t] == vocab - 1:
+                x[t] = trig[picks[t]]
+                logp[t] = math.log(prob[prev][succ[prev] == vocab - 1].sum() / triggers)
+            else:
+                logp[t] = math.log(prob[prev, k])
+        elif draws[t] < p_trig:
+            x[t], logp[t] = trig[picks[t]], math.log(p_trig / triggers)
         else:
-            x[t + 1] = succ[x[t], min(np.searchsorted(np.cumsum(prob[x[t]]), draws[t]), successors - 1)]
-            if x[t + 1] == vocab - 1:
-                x[t + 1] = trig[picks[t]]
-        if x[t] >= vocab - triggers:
-            last[x[t]] = t
-    return x
+            x[t], logp[t] = fresh[t], math.log((1 - p_trig) / plain)
+        if prev >= plain:
+            last[prev] = t - 1
+    return x, logp
 
 
-def context2_entropy(x: np.ndarray, vocab: int) -> float:
-    """Empirical entropy (nats) of the next token given the two before it, H(x[t+1] | x[t-1], x[t]): the
-    loss floor of Bigram-Backcopy (for the induction variant, an upper bound of it)."""
-    counts = np.bincount((x[:-2] * vocab + x[1:-1]) * vocab + x[2:], minlength=vocab ** 3).reshape(-1, vocab)
-    counts = counts[counts.sum(1) > 0].astype(np.float64)
-    p = counts / counts.sum(1, keepdims=True)
-    return float(-(counts * np.log(np.where(counts > 0, p, 1.0))).sum() / counts.sum())
-
-
-VARIANTS = {   # Section 6.2.1 and head-wise RMSNorm: the knobs each variant sets on top of the baseline
+# The mechanisms compared on one protocol: the knobs each sets on top of the baseline (model.py names its paper).
+VARIANTS = {
     "baseline": {},
-    "attenuate": dict(calibration="attenuate"),
-    "amplify": dict(calibration="amplify"),
-    "head_norm": dict(head_norm=True),
+    "attenuate": dict(calibration="attenuate"),       # Section 6.2.1: x sqrt(t / T)
+    "amplify": dict(calibration="amplify"),           # Section 6.2.1: x sqrt(t)
+    "head_norm": dict(head_norm=True),                # head-wise RMSNorm
+    "gated": dict(attn_gate=True),                    # gated attention (2505.06708)
+    "softmax1": dict(attention="softmax1"),           # softmax + 1
+    "sink_logit": dict(attn_sink=True),               # a learned sink logit per head (gpt-oss)
+    "softpick": dict(attention="softpick"),           # rectified softmax (2504.20966)
 }
 
 
-def exp_testbed(args) -> dict:
-    """A synthetic task with active-dormant heads and no BOS (Bigram-Backcopy or its induction variant;
-    LLaMA-style blocks with RoPE, context 64 unless --block_size says otherwise), trained as baseline and
-    with each of calibration attenuate, calibration amplify and head_norm, for several seeds: sink rate
-    (mean +- std), where the attention mass goes instead, and the validation loss. Whether a first-position
-    sink forms here at all is the first thing it reports."""
-    if "vocab_size" in args.knobs:
-        raise ValueError("the testbed's vocabulary is --testbed_vocab, not --vocab_size")
-    knobs = {**LLAMA_KNOBS, "block_size": 64, **args.knobs, "vocab_size": args.testbed_vocab}
-    get_config(args.model, **knobs)                               # a bad knob fails here, before any work
-    task = f"induction{args.recall}" if args.recall else "backcopy"
-    # the directory is named by everything the stream depends on, so a changed flag never reuses stale data
-    data = os.path.join(args.out, "testbed",
-                        f"data_{task}_vocab{args.testbed_vocab}_seed{args.data_seed}_{args.testbed_tokens}")
+def testbed_data(args) -> tuple:
+    """(prepared data directory, loss floor) of the testbed's task, made once in a directory named by every
+    setting the stream depends on, so a changed flag never reuses a stale stream. With --bos on, each training
+    sequence is a document: BOS (id --testbed_vocab) and a fresh chain of block_size tokens. The floor is the
+    generating process's own mean -log p (a model that saw every earlier token of the stream; a window's
+    first positions see less, so without BOS the reachable floor is slightly higher)."""
+    T = args.testbed_block
+    name = (f"data_v{args.testbed_vocab}_s{args.successors}_r{args.recall}_bos{int(args.bos)}_T{T}_"
+            f"seed{args.data_seed}_{args.testbed_tokens}")
+    data = os.path.join(args.out, "testbed", name)
     if not os.path.isfile(os.path.join(data, "meta.json")):
-        tokens = bigram_backcopy(args.testbed_tokens, args.testbed_vocab, seed=args.data_seed, recall=args.recall)
-        train.save_tokens(tokens, data, "bigram-backcopy", args.testbed_vocab, ["bigram_backcopy"], 0.02)
-    splits = train.load_data(data)
-    val = splits["val"]
-    floor = context2_entropy(np.asarray(splits["train"], dtype=np.int64), args.testbed_vocab)
-    res = dict(task=task, knobs=knobs, steps=args.steps, loss_floor=floor, variants={})
+        n = args.testbed_tokens // (T + 1) * T if args.bos else args.testbed_tokens
+        x, logp = bigram_backcopy(n, args.testbed_vocab, successors=args.successors, seed=args.data_seed,
+                                  recall=args.recall, doc_len=T if args.bos else 0)
+        if args.bos:
+            x = np.concatenate([np.full((n // T, 1), args.testbed_vocab), x.reshape(-1, T)], axis=1).reshape(-1)
+        write_json(os.path.join(data, "floor.json"), dict(loss_floor=-float(np.mean(logp))))
+        train.save_tokens(x, data, "bigram-backcopy", args.testbed_vocab + args.bos, ["bigram_backcopy"], 0.02,
+                          doc_len=T + 1 if args.bos else 0)                   # meta.json last: complete
+    return data, read_json(os.path.join(data, "floor.json"), "floor.json")["loss_floor"]
+
+
+def sink_profile(model: GPT, tokens: torch.Tensor, eps: float = EPS) -> dict:
+    """One model's numbers on the comparison protocol: the sink rate (overall and per layer), the attention
+    to the first token (alpha_1, mean over sequences, layers and heads, and per layer), and the massive
+    activation: the largest |h| over the median |h| at the residual state where that ratio peaks."""
+    alpha = key_scores(model, tokens)[..., 0]                               # (N, L, H)
+    peak = max(massive_activations(model, tokens[:16]), key=lambda r: r["ratio"])
+    return dict(**sink_rates(alpha, eps), alpha_1=alpha.mean().item(), alpha_1_per_layer=alpha.mean((0, 2)).tolist(),
+                massive_ratio=peak["ratio"], massive_state=peak["state"], massive_position=peak["top_position"])
+
+
+def exp_testbed(args) -> dict:
+    """Does a first-position sink form, and what does each mechanism do to it? Bigram-Backcopy (its iid
+    or induction variants, with or without BOS documents; LLaMA-style blocks, context --block_size, 64 unless
+    set), each variant trained from the same init (shared parameters are drawn alike) on the same data
+    order for the same steps, for every seed: the protocol of sink_profile on held-out sequences, the sink
+    rate at each of --lengths (Fig 12's protocol), and the validation loss against the task's floor."""
+    T = args.testbed_block
+    knobs = {**LLAMA_KNOBS, **args.knobs, "block_size": T, "vocab_size": args.testbed_vocab + args.bos}
+    data, floor = testbed_data(args)
+    val = np.asarray(train.load_data(data)["val"], dtype=np.int64)
+    if args.bos:                                       # BOS and the first T - 1 tokens of each document
+        tokens = torch.from_numpy(val.reshape(-1, T + 1)[:args.sequences, :T].copy())
+    else:
+        tokens = windows(val, T, args.sequences, 0)
+    res = dict(knobs=knobs, bos=args.bos, successors=args.successors, recall=args.recall, steps=args.steps,
+               lr=args.lr, weight_decay=args.weight_decay, loss_floor=floor, variants={})
     for name in args.variants:
         runs = []
         for seed in args.seeds:
-            out_dir = os.path.join(args.out, "testbed", f"{task}_{name}_seed{seed}")
-            cfg = train.TrainConfig(data=data, out_dir=out_dir, model=args.model, knobs={**knobs, **VARIANTS[name]},
+            cfg = train.TrainConfig(data=data, out_dir="", model=args.model, knobs={**knobs, **VARIANTS[name]},
                                     init_seed=seed, embed_seed=seed, data_seed=args.data_seed,
                                     batch_size=args.batch_size, max_steps=args.steps, lr=args.lr,
-                                    warmup=min(100, args.steps // 10), ckpt_every=args.steps, eval_every=args.steps,
-                                    eval_sequences=64, log_every=max(args.steps // 4, 1), device=args.device)
-            log = train.ensure(cfg)
+                                    weight_decay=args.weight_decay, warmup=min(100, args.steps // 10),
+                                    ckpt_every=args.steps, eval_every=args.steps, eval_sequences=64,
+                                    log_every=max(args.steps // 4, 1), device=args.device)
+            # a run's directory is named by everything that defines it, so runs of any two settings never mix
+            defining = {k: getattr(cfg, k) for k in (*train.RUN_DEFINING, "model", "knobs")}
+            key = hashlib.sha256(json.dumps(defining, sort_keys=True).encode()).hexdigest()[:10]
+            out_dir = os.path.join(args.out, "testbed", f"{name}_seed{seed}_{key}")
+            log = train.ensure(dataclasses.replace(cfg, out_dir=out_dir))
             model = load_model(train.list_checkpoints(out_dir)[-1][1]).eval()
-            T = model.config.block_size
-            tokens = windows(np.asarray(val, dtype=np.int64), T, args.sequences, 0)
-            alpha = key_scores(model, tokens)[..., 0]
-            runs.append(dict(seed=seed, **sink_rates(alpha, args.eps), val_loss=log["val"][-1]["val_loss"],
-                             mass=attention_mass(model, tokens)))
-        rates = [r["rate"] for r in runs]
-        res["variants"][name] = dict(runs=runs, rate_mean=float(np.mean(rates)), rate_std=float(np.std(rates)),
-                                     loss_mean=float(np.mean([r["val_loss"] for r in runs])))
-    rows = []
-    for name, v in res["variants"].items():
-        sinkiest = max(range(len(v["runs"][0]["per_layer"])), key=lambda l: np.mean([r["per_layer"][l] for r in v["runs"]]))
-        mass = {key: np.mean([r["mass"][sinkiest][key] for r in v["runs"]]) for key in ("first", "self", "previous", "rest")}
-        rows.append(dict(variant=name, seeds=len(v["runs"]), sink_rate=f"{v['rate_mean']:.1f} +- {v['rate_std']:.1f}",
-                         per_layer=" ".join(f"{np.mean([r['per_layer'][l] for r in v['runs']]):.0f}"
-                                            for l in range(len(v["runs"][0]["per_layer"]))),
-                         val_loss=f"{v['loss_mean']:.4f}", layer=sinkiest + 1,
-                         **{f"to_{k}": f"{m:.2f}" for k, m in mass.items()}))
+            runs.append(dict(seed=seed, **sink_profile(model, tokens, args.eps), val_loss=log["val"][-1]["val_loss"],
+                             rate_by_length={L: sink_rate(model, tokens[:, :L], args.eps) for L in args.lengths}))
+        res["variants"][name] = dict(runs=runs, **{f"{k}_{stat}": float(f([r[k] for r in runs]))
+                                                   for k in ("rate", "alpha_1", "massive_ratio", "val_loss")
+                                                   for stat, f in (("mean", np.mean), ("std", np.std))})
+    rows = [dict(variant=name, seeds=len(v["runs"]), sink_rate=f"{v['rate_mean']:.1f} +- {v['rate_std']:.1f}",
+                 per_layer=" ".join(f"{np.mean([r['per_layer'][l] for r in v['runs']]):.0f}"
+                                    for l in range(len(v["runs"][0]["per_layer"]))),
+                 alpha_1=f"{v['alpha_1_mean']:.3f}", massive=f"{v['massive_ratio_mean']:.0f}",
+                 loss_over_floor=f"{v['val_loss_mean'] - floor:+.4f}",
+                 **{f"rate_T{L}": f"{np.mean([r['rate_by_length'][L] for r in v['runs']]):.1f}" for L in args.lengths})
+            for name, v in res["variants"].items()]
     print_table(rows)
-    print(f"loss floor of the task (entropy of the next token given the two before it): {floor:.4f}")
+    print(f"loss floor of the task (the generating process's mean -log p): {floor:.4f}; uniform attention would "
+          f"give alpha_1 = {sum(1 / t for t in range(1, T + 1)) / T:.3f}")
     res["table"] = rows
     _plot_testbed(args, res)
     return res
 
 
 def _plot_testbed(args, res):
-    plt, fig, (a1, a2) = figure(1, 2, figsize=(10, 3.8))
+    """Sink rate per mechanism, seeds as points."""
+    plt, fig, ax = figure(figsize=(1.1 * len(res["variants"]) + 2, 3.6))
     names = list(res["variants"])
     for i, name in enumerate(names):
         v = res["variants"][name]
-        a1.scatter([i] * len(v["runs"]), [r["rate"] for r in v["runs"]], alpha=0.6)
-        a1.errorbar([i], [v["rate_mean"]], [v["rate_std"]], fmt="k_", capsize=6)
-        layer = int(res["table"][i]["layer"]) - 1
-        parts = [np.mean([r["mass"][layer][k] for r in v["runs"]]) for k in ("first", "self", "previous", "rest")]
-        bottom = 0
-        for part, key, c in zip(parts, ("first", "self", "previous", "rest"), ("C3", "C0", "C2", "0.7")):
-            a2.bar(i, part, bottom=bottom, color=c, label=key if i == 0 else None)
-            bottom += part
-    a1.set(xticks=range(len(names)), xticklabels=names, ylabel=f"sink rate (%), eps={args.eps}",
-           title="Bigram-Backcopy, no BOS")
-    a2.set(xticks=range(len(names)), xticklabels=names, ylabel="attention mass, queries t >= 2",
-           title="where the sinkiest layer attends")
-    a2.legend(fontsize=8)
+        ax.scatter([i] * len(v["runs"]), [r["rate"] for r in v["runs"]], alpha=0.7, zorder=3)
+        ax.errorbar([i], [v["rate_mean"]], [v["rate_std"]], fmt="k_", capsize=8, zorder=2)
+    ax.set(xticks=range(len(names)), ylabel=f"sink rate (%), eps = {args.eps}", ylim=(-3, 103),
+           title=f"testbed: {'BOS documents' if args.bos else 'no BOS'}, {len(res['variants'][names[0]]['runs'])} seeds")
+    ax.set_xticklabels(names, rotation=30, ha="right")
     save_figure(fig, os.path.join(args.out, "testbed.png"))
 
 
@@ -586,7 +626,8 @@ def main(argv=None):
     g.add_argument("--ids", default=None, help="a file of token ids (.npy or train.py .bin) instead of text")
     g.add_argument("--tokenizer", default=None, help="override the tokenizer: bytes, gpt2, or a tokenizer.json dir")
     g.add_argument("--bos", type=parse_bool, default=False, metavar="on|off",
-                   help="prepend the model's bos_token_id (config.json)")
+                   help="prepend the model's bos_token_id (config.json); --exp testbed: train on documents that "
+                   "open with a BOS token")
     g.add_argument("--sequences", type=int, default=100)
     g.add_argument("--lengths", type=int, nargs="+", default=[64])
     g.add_argument("--eps", type=float, default=EPS)
@@ -605,8 +646,11 @@ def main(argv=None):
     g.add_argument("--steps", type=int, default=600)
     g.add_argument("--batch_size", type=int, default=32)
     g.add_argument("--lr", type=float, default=3e-3)
+    g.add_argument("--weight_decay", type=float, default=0.1)
     g.add_argument("--testbed_tokens", type=int, default=2_000_000)
-    g.add_argument("--testbed_vocab", type=int, default=64)
+    g.add_argument("--testbed_vocab", type=int, default=64, help="the task's tokens (4 of them triggers)")
+    g.add_argument("--successors", type=int, default=4, help="likely successors of each token; 0: iid tokens, "
+                   "only the copy is predictable")
     g.add_argument("--recall", type=int, default=0, help="0: Bigram-Backcopy; > 0: its induction variant (see "
                    "bigram_backcopy)")
     g.add_argument("--train_text", default="shakespeare", help="--exp calibration: training corpus (train.py name)")
@@ -647,6 +691,21 @@ def check_args(p, args) -> None:
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     if not math.isfinite(args.lr) or args.lr <= 0 or args.recall < 0:
         p.error("need --lr > 0 and --recall >= 0")
+    if not math.isfinite(args.weight_decay) or args.weight_decay < 0:
+        p.error(f"--weight_decay must be >= 0, got {args.weight_decay}")
+    if args.exp == "testbed":
+        if "vocab_size" in args.knobs:
+            p.error("the testbed's vocabulary is --testbed_vocab (plus BOS), not --vocab_size")
+        if args.testbed_vocab < 8 or not 0 <= args.successors <= args.testbed_vocab - 4:
+            p.error("need --testbed_vocab >= 8 (4 ids are triggers) and 0 <= --successors <= --testbed_vocab - 4")
+        args.testbed_block = args.knobs.get("block_size", 64)
+        get_config(args.model, **{**LLAMA_KNOBS, **args.knobs, "block_size": args.testbed_block})
+        if max(args.lengths) > args.testbed_block:
+            p.error(f"--lengths {max(args.lengths)} exceeds the testbed's context {args.testbed_block}")
+        val_windows = int(args.testbed_tokens * 0.02) // (args.testbed_block + 1)
+        if val_windows < max(64, args.sequences):
+            p.error(f"--testbed_tokens {args.testbed_tokens} leave {val_windows} held-out sequences; "
+                    f"{max(64, args.sequences)} are needed")
     if args.exp == "calibration":
         cfg = get_config(args.model, **{**LLAMA_KNOBS, **args.knobs})
         if max(args.lengths) > cfg.block_size:

@@ -246,7 +246,7 @@ def read_text(path: str) -> str:
 
 
 def save_tokens(tokens: np.ndarray, out_dir: str, tokenizer: str, vocab_size: int, sources: list,
-                val_fraction: float = 0.1) -> dict:
+                val_fraction: float = 0.1, doc_len: int = 0) -> dict:
     """A token stream as prepared data: train.bin and val.bin (uint16; the last val_fraction is
     validation), then meta.json with the sha256 of each, written last (so a directory with meta.json is
     complete, and a run can tell when its data changed). Holds out_dir's lock while writing."""
@@ -255,11 +255,15 @@ def save_tokens(tokens: np.ndarray, out_dir: str, tokenizer: str, vocab_size: in
         raise ValueError(f"token ids must lie in [0, {vocab_size}), got [{tokens.min()}, {tokens.max()}]")
     tokens = tokens.astype(np.uint16)
     n_val = int(len(tokens) * val_fraction)
+    if doc_len:                                  # split between documents
+        if len(tokens) % doc_len:
+            raise ValueError(f"{len(tokens)} tokens are not whole documents of {doc_len}")
+        n_val = n_val // doc_len * doc_len
     if n_val < 2 or len(tokens) - n_val < 2:
         raise ValueError(f"{len(tokens)} tokens are too few to split with --val_fraction {val_fraction}")
     parts = dict(train=tokens[:-n_val], val=tokens[-n_val:])
     meta = dict(tokenizer=tokenizer, vocab_size=vocab_size, dtype="uint16", train_tokens=len(parts["train"]),
-                val_tokens=len(parts["val"]), sources=sources,
+                val_tokens=len(parts["val"]), sources=sources, **(dict(doc_len=doc_len) if doc_len else {}),
                 sha256={k: hashlib.sha256(v.tobytes()).hexdigest() for k, v in parts.items()})
     with lock_dir(out_dir):
         for name, part in parts.items():
@@ -287,6 +291,9 @@ def load_data(data_dir: str) -> dict:
     if bad:
         raise ValueError(f"{meta_path} lacks valid {', '.join(bad)} (a {META_FIELDS[bad[0]].__name__}); "
                          f"run prepare again")
+    doc_len = meta.get("doc_len", 0)
+    if isinstance(doc_len, bool) or not isinstance(doc_len, int) or doc_len < 0 or doc_len == 1:
+        raise ValueError(f"{meta_path}: doc_len must be an integer >= 2 (or absent), got {doc_len!r}")
     if meta["vocab_size"] > 2 ** 16:
         raise ValueError(f"{meta_path}: vocab_size {meta['vocab_size']} does not fit the uint16 token files")
     data = dict(meta=meta)
@@ -299,10 +306,13 @@ def load_data(data_dir: str) -> dict:
     return data
 
 
-def batch_offsets(data_seed: int, step: int, n_tokens: int, T: int, batch_size: int) -> np.ndarray:
+def batch_offsets(data_seed: int, step: int, n_tokens: int, T: int, batch_size: int, doc_len: int = 0) -> np.ndarray:
     """Start offsets of the batch_size windows of `step`'s global batch. A function of (data_seed,
-    step) alone: any process count, any init and a resumed run all see the same windows."""
+    step) alone: any process count, any init and a resumed run all see the same windows. With doc_len
+    (data made of documents of that many tokens, e.g. each opening with BOS), windows start at documents."""
     rng = np.random.default_rng([data_seed, step])
+    if doc_len:
+        return rng.integers(0, n_tokens // doc_len, size=batch_size) * doc_len
     return rng.integers(0, n_tokens - T, size=batch_size)   # window [o, o + T], targets shifted by one
 
 
@@ -364,14 +374,15 @@ def train_flops_per_token(model: GPT, T: int) -> float:
 
 @torch.no_grad()
 def evaluate(model: GPT, val: np.ndarray, T: int, n_seq: int, micro_batch: int, rank: int, world: int,
-             device, autocast) -> float:
-    """Mean next-token loss on the first n_seq non-overlapping windows of val.bin, split over ranks."""
+             device, autocast, doc_len: int = 0) -> float:
+    """Mean next-token loss on the first n_seq non-overlapping windows of val.bin (its first n_seq
+    documents, with doc_len), split over ranks."""
     mine = list(range(rank, n_seq, world))
     total = torch.zeros(2, device=device, dtype=torch.float64)   # sum of losses, number of windows
     model.eval()
     for i in range(0, len(mine), micro_batch):
         chunk = mine[i:i + micro_batch]
-        x, y = get_batch(val, [j * T for j in chunk], T, device)
+        x, y = get_batch(val, [j * (doc_len or T) for j in chunk], T, device)
         with autocast:
             _, loss = model(x, y)
         total += torch.stack([loss.double() * len(chunk), torch.tensor(len(chunk), device=device).double()])
@@ -440,12 +451,17 @@ def resolve_run(args: TrainConfig) -> dict:
         raise ValueError(f"{args.data} has vocab {meta['vocab_size']} ({meta['tokenizer']}), more than the "
                          f"model's vocab_size={config.vocab_size}; raise --vocab_size or re-prepare the data")
     T = config.block_size
+    doc_len = meta.get("doc_len", 0)
+    if doc_len and doc_len != T + 1:
+        raise ValueError(f"{args.data} holds documents of {doc_len} tokens, so the model's block_size must be "
+                         f"{doc_len - 1} (inputs and their next-token targets), not {T}")
     if meta["train_tokens"] <= T + 1:
         raise ValueError(f"train.bin has {meta['train_tokens']} tokens, too few for windows of block_size={T}; "
                          f"lower --block_size or prepare more text")
-    if args.eval_every and (meta["val_tokens"] - 1) // T < args.eval_sequences:
+    windows = meta["val_tokens"] // doc_len if doc_len else (meta["val_tokens"] - 1) // T
+    if args.eval_every and windows < args.eval_sequences:
         raise ValueError(f"--eval_sequences {args.eval_sequences} needs that many windows of {T} tokens, but val.bin "
-                         f"holds {meta['val_tokens']} tokens ({(meta['val_tokens'] - 1) // T} windows); lower "
+                         f"holds {meta['val_tokens']} tokens ({windows} windows); lower "
                          f"--eval_sequences, raise prepare's --val_fraction, or pass --eval_every 0")
     micro = args.micro_batch or args.batch_size // world
     if micro < 1 or args.batch_size % (micro * world):
@@ -524,6 +540,7 @@ def _train(args: TrainConfig, run: dict) -> dict:
     if device_type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True     # fp32 matmuls outside autocast use tensor cores
         torch.backends.cudnn.allow_tf32 = True
+    doc_len = data["meta"].get("doc_len", 0)
     use_amp = run["autocast_dtype"] != torch.float32
     autocast = torch.autocast(device_type, dtype=run["autocast_dtype"]) if use_amp else contextlib.nullcontext()
     T = config.block_size
@@ -564,7 +581,7 @@ def _train(args: TrainConfig, run: dict) -> dict:
                 rng=dict(cpu=torch.get_rng_state()), init_from=args.init_from, data_meta=data["meta"]))
 
     def validate(step):
-        loss = evaluate(raw, data["val"], T, args.eval_sequences, micro, rank, world, device, autocast)
+        loss = evaluate(raw, data["val"], T, args.eval_sequences, micro, rank, world, device, autocast, doc_len)
         if not math.isfinite(loss):
             raise FloatingPointError(f"non-finite validation loss at step {step}; stopped without saving it")
         log["val"].append(dict(step=step, val_loss=loss, val_ppl=math.exp(min(loss, 50.0))))
@@ -603,7 +620,7 @@ def _train(args: TrainConfig, run: dict) -> dict:
         lr = lr_at(step, args.lr, args.min_lr, args.warmup, args.max_steps)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        offsets = batch_offsets(args.data_seed, step, len(data["train"]), T, args.batch_size)
+        offsets = batch_offsets(args.data_seed, step, len(data["train"]), T, args.batch_size, doc_len)
         batches = (get_batch(data["train"], micro_offsets(offsets, m, rank, world, micro), T, device)
                    for m in range(accum))
         step_loss = forward_backward(model, batches, accum, ddp, autocast)

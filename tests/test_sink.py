@@ -261,10 +261,10 @@ def test_measure_a_llama_directory_on_its_own_tokenizer_with_bos(tmp_path):
 
 def test_bigram_backcopy_copies_after_every_trigger():
     vocab, triggers = 32, 3
-    x = sink.bigram_backcopy(20000, vocab, triggers, seed=1)
+    x, logp = sink.bigram_backcopy(20000, vocab, triggers, seed=1)
     trig = np.flatnonzero(x[1:-1] >= vocab - triggers) + 1
     assert len(trig) > 300                                           # triggers are common enough to learn from
-    assert (x[trig + 1] == x[trig - 1]).all()                        # the backcopy rule
+    assert (x[trig + 1] == x[trig - 1]).all() and (logp[trig + 1] == 0).all()   # the backcopy rule: certain
     assert (x[trig - 1] < vocab - triggers).all()                    # a copied token is never a trigger
     # elsewhere the next token is one of a few successors of the current one
     rest = np.flatnonzero(x[:-1] < vocab - triggers)
@@ -272,27 +272,39 @@ def test_bigram_backcopy_copies_after_every_trigger():
     assert len(pairs) <= (vocab - triggers) * 4
 
 
-def test_context2_entropy_matches_closed_forms():
-    rng = np.random.default_rng(0)
-    assert sink.context2_entropy(np.tile(np.arange(5), 1000), 5) == pytest.approx(0.0, abs=1e-12)     # periodic
-    iid = rng.integers(0, 4, 400_000)
-    assert sink.context2_entropy(iid, 4) == pytest.approx(np.log(4), abs=2e-3)                        # uniform
-    # a first-order chain with a known transition matrix: the entropy rate sum_i pi_i H(P[i])
-    P = np.array([[0.9, 0.1, 0.0], [0.2, 0.5, 0.3], [0.5, 0.0, 0.5]])
-    x = np.zeros(300_000, dtype=np.int64)
-    u = rng.random(len(x))
-    for t in range(1, len(x)):
-        x[t] = np.searchsorted(np.cumsum(P[x[t - 1]]), u[t])
-    w, v = np.linalg.eig(P.T)
-    pi = np.real(v[:, np.argmin(abs(w - 1))])
-    pi /= pi.sum()
-    rate = -sum(pi[i] * sum(p * np.log(p) for p in P[i] if p > 0) for i in range(3))
-    assert sink.context2_entropy(x, 3) == pytest.approx(rate, abs=5e-3)
+def empirical_entropy_given_two(x: np.ndarray, vocab: int) -> float:
+    """Plug-in entropy (nats) of x[t] given (x[t-2], x[t-1]), by counting."""
+    counts = np.bincount((x[:-2] * vocab + x[1:-1]) * vocab + x[2:], minlength=vocab ** 3).reshape(-1, vocab)
+    counts = counts[counts.sum(1) > 0].astype(np.float64)
+    p = counts / counts.sum(1, keepdims=True)
+    return float(-(counts * np.log(np.where(counts > 0, p, 1.0))).sum() / counts.sum())
+
+
+def test_the_loss_floor_is_the_processes_own_entropy():
+    """The generator's mean -log p against independent computations: the closed form of the iid variant
+    (tokens uniform over the plain ids, a trigger with probability q = triggers / vocab, then a certain
+    copy; triggers are a fraction q / (1 + q) of the stream), and the counted conditional entropy of the
+    bigram chain, whose next token depends on the two before it only."""
+    V, k = 16, 4
+    q = k / V
+    x, logp = sink.bigram_backcopy(400_000, V, k, successors=0, seed=3)
+    h_plain = -q * math.log(q / k) - (1 - q) * math.log((1 - q) / (V - k))
+    assert -logp.mean() == pytest.approx(h_plain / (1 + q), abs=0.01)
+    assert (x[np.flatnonzero(x[:-1] >= V - k) + 1] < V - k).all()
+    x, logp = sink.bigram_backcopy(400_000, V, k, successors=3, seed=4)
+    assert -logp.mean() == pytest.approx(empirical_entropy_given_two(x, V), abs=0.01)
+
+
+def test_documents_restart_the_chain_and_never_copy_across():
+    x, logp = sink.bigram_backcopy(32 * 400, 16, 4, successors=0, seed=5, doc_len=32)
+    docs, lp = x.reshape(400, 32), logp.reshape(400, 32)
+    assert (docs[:, 0] < 12).all() and np.allclose(lp[:, 0], -math.log(12))    # a fresh plain token opens each
+    assert len(set(docs[:, 0].tolist())) > 6
 
 
 def test_bigram_induction_copies_what_followed_the_previous_trigger():
     vocab, triggers, recall = 32, 3, 16
-    x = sink.bigram_backcopy(20000, vocab, triggers, seed=2, recall=recall)
+    x, _ = sink.bigram_backcopy(20000, vocab, triggers, seed=2, recall=recall)
     copies = 0
     for t in range(1, len(x) - 1):                                   # a naive backward search per trigger
         if x[t] < vocab - triggers:
