@@ -608,7 +608,17 @@ def load_model(path: str, device="cpu", dtype: Optional[torch.dtype] = None) -> 
     return model
 
 
-# ----------------------------------------------------------------------------- train.py checkpoints
+# ----------------------------------------------------------------------------- checkpoints: written and read here
+# One file per checkpoint, a dict saved with torch.save: "config" (the GPTConfig's fields), "model" (the state
+# dict), "step", and whatever the writer adds: train.py stores "optimizer", "rng", "args", "seeds",
+# "tokenizer", "init_from", "data_meta" and "provenance". Read with weights_only=True: data, never code.
+
+def write_checkpoint(path: str, model: GPT, step: int = 0, **meta) -> None:
+    """Save `model` (and any metadata) as a checkpoint, atomically: a run killed mid-write leaves the old file
+    or the new one. GPT.from_checkpoint (or load_model) rebuilds the model from the file alone."""
+    state = dict(config=dataclasses.asdict(model.config), model=model.state_dict(), step=step, **meta)
+    atomic_write(path, lambda tmp: torch.save(state, tmp))
+
 
 def read_checkpoint(path: str, mmap: bool = False) -> dict:
     """A train.py checkpoint as a dict: config, model (state dict), optimizer, step, seeds,

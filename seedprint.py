@@ -42,17 +42,22 @@ import math
 import os
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
-from scipy import stats
+from scipy import optimize, stats
 
+import train
+from init import build
 from model import (DTYPES, GPT, LLAMA_KNOBS, ArgumentParser, Progress, add_config_flags, add_device_flags,
-                   atomic_write, check_dtype_runs, check_weights_finite, config_overrides, figure, get_config, load_model, lock_dir, print_table, qkv_sizes,
-                   read_model_config, resolve_device, run_script, save_figure, update_results)
+                   atomic_write, check_dtype_runs, check_weights_finite, config_overrides, figure, get_config,
+                   load_model, lock_dir, parse_bool, print_table, qkv_sizes, read_model_config, resolve_device,
+                   run_script, save_figure, update_results, write_checkpoint)
 
 ALPHA = 0.01
 EXPERIMENTS = ("table4a", "table4b", "table4c", "table5", "fig11", "fpr", "baselines")
+OTHER_EXPERIMENTS = ("derivatives", "inits")       # not in --exp all: they need --base, or run many inits
 
 
 # ----------------------------------------------------------------------------- 2-4. the statistic
@@ -140,9 +145,21 @@ class SeedPrintResult:
     n_identity: int         # |S|
     k: int
     n_inputs: int
+    p_raw: float = float("nan")  # p before the Holm adjustment across pairs (compare_many)
+    aligned: bool = False   # B's coordinates were matched to A's on held-out inputs before the test
+    moved: int = 0          # how many of B's coordinates the alignment moved (0: B was already in A's basis)
     p_z: float = float("nan")   # reference outputs, not the verdict: analytic 2 sf(z) (one-sided at alpha/2),
     p_t: float = float("nan")   # one-sided t-test and Mann-Whitney U against independent-Gaussian taus
     p_u: float = float("nan")
+
+    def explain(self) -> str:
+        """The verdict in one line: which test, on which set, how many dimensions."""
+        how = (f"aligned (B's coordinates matched to A's on held-out inputs, {self.moved} moved), then " if self.aligned
+               else "")
+        return (f"{'RELATED (shared initialization)' if self.related else 'unrelated'}: {how}dimension-permutation "
+                f"test of mean tau {self.mean_tau:+.4f} over |S| = {self.n_identity} identity dimensions (k = "
+                f"{self.k}), N = {self.n_inputs}: p_perm {self.p_perm:.3g}, p_overlap {self.p_overlap:.3g}, "
+                f"combined p {self.p:.3g} vs alpha {ALPHA}")
 
 
 def check_options(k: int = 400, rank_by: str = "smallest", set_mode: str = "coset", temperature: float = 10.0,
@@ -158,13 +175,32 @@ def check_options(k: int = 400, rank_by: str = "smallest", set_mode: str = "cose
         raise ValueError(f"need temperature > 0 and 0 < alpha < 1, got {temperature}, {alpha}")
 
 
+def align_coordinates(HA: np.ndarray, HB: np.ndarray) -> np.ndarray:
+    """match[j] = the coordinate of B that plays A's coordinate j: the permutation maximizing the summed
+    Pearson correlation (across inputs) of matched pairs, by the assignment algorithm. Fit on held-out
+    inputs, never on the test's: a permutation of B's residual basis (function-preserving) is undone, and
+    under H0 the match is mostly fitted noise, independent of the test inputs (README: its measured FPR)."""
+    za = (HA - HA.mean(0)) / np.maximum(HA.std(0), 1e-12)
+    zb = (HB - HB.mean(0)) / np.maximum(HB.std(0), 1e-12)
+    rows, match = optimize.linear_sum_assignment(za.T @ zb, maximize=True)
+    return match[np.argsort(rows)]
+
+
 def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = "smallest", set_mode: str = "coset",
-                   temperature: float = 10.0, alpha: float = ALPHA, reference: bool = True) -> SeedPrintResult:
-    """Steps 2-4 on the fingerprints of two models on the same N inputs."""
+                   temperature: float = 10.0, alpha: float = ALPHA, reference: bool = True,
+                   align=None) -> SeedPrintResult:
+    """Steps 2-4 on the fingerprints of two models on the same N inputs. align=(HA_hold, HB_hold): the two
+    models' fingerprints on other, held-out inputs; B's coordinates are first matched to A's on them."""
     check_options(k, rank_by, set_mode, temperature, alpha)
     if HA.shape != HB.shape:
         raise ValueError(f"fingerprints differ in shape {HA.shape} vs {HB.shape}: the models must have the same "
                          f"width and see the same N inputs")
+    moved = 0
+    if align is not None:
+        if align[0].shape[1] != HA.shape[1] or align[1].shape != align[0].shape:
+            raise ValueError("the held-out fingerprints must have the test fingerprints' width, and the same shape")
+        match = align_coordinates(*align)
+        HB, moved = HB[:, match], int((match != np.arange(len(match))).sum())
     N, d = HA.shape
     S, k = identity_set(HA, HB, k, rank_by, set_mode)
     C = kendall_tau_matrix(softmax_rows(HA[:, S], temperature), softmax_rows(HB[:, S], temperature))
@@ -177,7 +213,8 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
         p_over, p = math.exp(log_over), float(stats.chi2.sf(-2 * (log_perm + log_over), 4))
     taus = np.diag(C)
     r = SeedPrintResult(related=bool(p < alpha), p=p, p_perm=p_perm, p_overlap=p_over,
-                        mean_tau=float(taus.mean()) if len(S) else 0.0, z_perm=z, n_identity=len(S), k=k, n_inputs=N)
+                        mean_tau=float(taus.mean()) if len(S) else 0.0, z_perm=z, n_identity=len(S), k=k, n_inputs=N,
+                        aligned=align is not None, moved=moved)
     if reference and len(S) >= 2:
         sd = math.sqrt(2 * (2 * N + 5) / (9 * N * (N - 1)))      # std of tau-b under independence
         null = null_taus(N, d, k=k, rank_by=rank_by, set_mode=set_mode, temperature=temperature)
@@ -264,33 +301,58 @@ def weights_identity(path: str) -> list:
 def fingerprint_cached(path: str, cache_dir: str = None, device="cpu", dtype: str = None, **options) -> np.ndarray:
     """fingerprint() of the model at `path`, saved under cache_dir, keyed on the identity of its weights
     and on every option (device and dtype included): comparing M models costs M forward passes."""
-    return fingerprint_all([path], cache_dir, device, dtype, options)[0]
+    return fingerprint_all([path], cache_dir, device, dtype, options)[0][0]
 
 
-def fingerprint_all(models: list, cache_dir: str = None, device="cpu", dtype: str = None, options: dict = None) -> list:
-    """The fingerprint of each model (a GPT, a path, a callable, or a fingerprint array). Paths are read from
-    and saved to the cache, but only once every fingerprint is computed: a run that fails on one model
-    (a damaged file, NaN activations) writes nothing."""
-    options, out, new = dict(options or {}), [], []
+@dataclass
+class Recipe:
+    """A model built in code (a derivative, a fresh init): fingerprinted under a cache key that names how it
+    is made, and built only when that key is not cached."""
+    key: str
+    build: Callable[[], GPT]
+
+
+def fingerprint_all(models: list, cache_dir: str = None, device="cpu", dtype: str = None, options: dict = None,
+                    seeds: list = None) -> list:
+    """out[i][j]: the fingerprint of model i on the inputs of seeds[j] (default: the options' seed). A model is
+    a GPT, a path, a Recipe, a callable, or a fingerprint array (one seed only). Each model is loaded once;
+    paths and recipes are read from and saved to the cache, but only once every fingerprint is computed: a
+    run that fails on one model (a damaged file, NaN activations) writes nothing."""
+    options = dict(options or {})
+    seeds = seeds or [options.get("seed", 0)]
+    out, new = [], []
     for m in models:
         if isinstance(m, np.ndarray):
-            out.append(m)
-        elif isinstance(m, str):
-            key = json.dumps(dict(weights=weights_identity(m), device=str(device), dtype=str(dtype), options=options,
-                                  autocast="bf16" if str(device).startswith("cuda") else None, version=2), sort_keys=True)
-            file = os.path.join(cache_dir, hashlib.sha256(key.encode()).hexdigest()[:20] + ".npz") if cache_dir else None
+            if len(seeds) > 1:
+                raise ValueError("a fingerprint array holds one set of inputs; give the model for held-out inputs")
+            out.append([m])
+            continue
+        if callable(m) and not isinstance(m, (GPT, Recipe)):
+            m = m.eval() if hasattr(m, "eval") else m
+            out.append([fingerprint(m, **dict(options, seed=sd)) for sd in seeds])
+            continue
+        if not isinstance(m, (str, GPT, Recipe)):
+            raise TypeError(f"expected a GPT, a path, a Recipe, a callable or a fingerprint array, got {type(m).__name__}")
+        identity = weights_identity(m) if isinstance(m, str) else m.key if isinstance(m, Recipe) else None
+        row, model = [], m if isinstance(m, GPT) else None
+        for sd in seeds:
+            key = json.dumps(dict(weights=identity, device=str(device), dtype=str(dtype), options=dict(options, seed=sd),
+                                  autocast="bf16" if str(device).startswith("cuda") else None, version=3), sort_keys=True)
+            file = os.path.join(cache_dir, hashlib.sha256(key.encode()).hexdigest()[:20] + ".npz") \
+                if cache_dir and identity is not None else None
             if file and os.path.isfile(file):
-                out.append(np.load(file)["H"])
+                row.append(np.load(file)["H"])
                 continue
-            model = load_model(m, device, getattr(torch, dtype) if dtype else None).eval()
-            out.append(fingerprint(model, name=m, progress=True, **options))
-            del model
+            if model is None:
+                model = m.build().to(device) if isinstance(m, Recipe) else load_model(
+                    m, device, getattr(torch, dtype) if dtype else None)
+                model.eval()
+            name = m if isinstance(m, str) else m.key if isinstance(m, Recipe) else "model"
+            row.append(fingerprint(model, name=name, progress=isinstance(m, str), **dict(options, seed=sd)))
             if file:
-                new.append((file, out[-1], key))
-        elif callable(m):
-            out.append(fingerprint(m.eval() if hasattr(m, "eval") else m, **options))
-        else:
-            raise TypeError(f"expected a GPT, a path, a callable or a fingerprint array, got {type(m).__name__}")
+                new.append((file, row[-1], key))
+        out.append(row)
+        del model
     for file, H, key in new:
         def save(tmp, H=H, key=key):
             with open(tmp, "wb") as fh:
@@ -299,26 +361,76 @@ def fingerprint_all(models: list, cache_dir: str = None, device="cpu", dtype: st
     return out
 
 
+# The held-out inputs an alignment is fit on: the test's seed plus this, never the test's own inputs.
+HELD_OUT_SEED = 1_000_003
+
+
 def compare(model_a, model_b, k: int = 400, rank_by: str = "smallest", set_mode: str = "coset",
             temperature: float = 10.0, alpha: float = ALPHA, cache_dir: str = None, device="cpu", dtype: str = None,
-            **fingerprint_options) -> SeedPrintResult:
+            align: bool = False, **fingerprint_options) -> SeedPrintResult:
     """Do model_a (the base) and model_b share an initialization? Each may be a GPT, a path (train.py
-    checkpoint or Hugging Face directory), a callable ids -> states, or a fingerprint array. Token
-    inputs use ids below the smaller of the two vocabularies. Options are checked before any work."""
+    checkpoint or Hugging Face directory), a Recipe, a callable ids -> states, or a fingerprint array. Token
+    inputs use ids below the smaller of the two vocabularies. Options are checked before any work.
+    align=True: B's coordinates are first matched to A's on held-out inputs (see align_coordinates)."""
+    return compare_many([model_a, model_b], k, rank_by, set_mode, temperature, alpha, cache_dir, device, dtype,
+                        align, **fingerprint_options)["results"][(0, 1)]
+
+
+def compare_many(models: list, k: int = 400, rank_by: str = "smallest", set_mode: str = "coset",
+                 temperature: float = 10.0, alpha: float = ALPHA, cache_dir: str = None, device="cpu",
+                 dtype: str = None, align: bool = False, **fingerprint_options) -> dict:
+    """Every pair of models, each fingerprinted once. Returns {"results": {(i, j): SeedPrintResult} for i < j,
+    with p and the verdict Holm-adjusted across the pairs (the unadjusted p kept as p_raw), "groups": the
+    lineages, i.e. the models joined by a chain of related pairs}."""
     check_options(k, rank_by, set_mode, temperature, alpha)
     opts = dict(fingerprint_options)
-    configs = [c for c in (_config(m) for m in (model_a, model_b)) if c is not None]   # configs only: no weights
+    configs = [c for c in (_config(m) for m in models) if c is not None]   # configs only: no weights
     seq_len = opts.get("seq_len", 64)
     for c in configs:
         if seq_len > c.block_size:
             raise ValueError(f"seq_len {seq_len} exceeds a model's context of {c.block_size} tokens; lower --seq_len")
     if opts.get("inputs", "tokens") == "tokens" and "vocab" not in opts and configs:
         opts["vocab"] = min(c.vocab_size for c in configs)
-    HA, HB = fingerprint_all([model_a, model_b], cache_dir, device, dtype, opts)
-    if HA.shape[1] != HB.shape[1]:
-        raise ValueError(f"the models differ in width ({HA.shape[1]} vs {HB.shape[1]}): SeedPrint compares models "
-                         f"of one architecture")
-    return seedprint_test(HA, HB, k, rank_by, set_mode, temperature, alpha)
+    seed = opts.get("seed", 0)
+    H = fingerprint_all(models, cache_dir, device, dtype, opts, [seed, seed + HELD_OUT_SEED] if align else [seed])
+    widths = {h[0].shape[1] for h in H}
+    if len(widths) > 1:
+        raise ValueError(f"the models differ in width ({sorted(widths)}): SeedPrint compares models of one "
+                         f"architecture")
+    pairs = [(i, j) for i in range(len(models)) for j in range(i + 1, len(models))]
+    results = {(i, j): seedprint_test(H[i][0], H[j][0], k, rank_by, set_mode, temperature, alpha,
+                                      align=(H[i][1], H[j][1]) if align else None) for i, j in pairs}
+    for (i, j), p in zip(pairs, holm([results[pr].p for pr in pairs])):
+        r = results[(i, j)]
+        r.p_raw, r.p, r.related = r.p, p, bool(p < alpha)
+    return dict(results=results, groups=lineages(len(models), [pr for pr in pairs if results[pr].related]))
+
+
+def holm(ps: list) -> list:
+    """Holm's step-down adjustment: the i-th smallest p times (m - i + 1), made monotone, capped at 1."""
+    order, m = np.argsort(ps), len(ps)
+    adjusted, running = [0.0] * m, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * ps[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def lineages(n: int, related: list) -> list:
+    """Groups of model indices joined by chains of related pairs (connected components), singletons included."""
+    parent = list(range(n))
+
+    def root(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+    for i, j in related:
+        parent[root(i)] = root(j)
+    groups = {}
+    for i in range(n):
+        groups.setdefault(root(i), []).append(i)
+    return sorted(groups.values())
 
 
 def _config(m):
@@ -329,6 +441,175 @@ def _config(m):
     if isinstance(m, str):
         return read_model_config(m)
     return None
+
+
+# ----------------------------------------------------------------------------- what people do to weights
+# Each returns a new model (the input is left as it is). The first group changes the function a little, as
+# the post-development techniques of LeaFBench do; the second changes only the coordinates: the logits stay.
+
+def _copy(model: GPT, config=None) -> GPT:
+    out = GPT(config or model.config).to(next(model.parameters()).dtype)
+    if config is None:
+        out.load_state_dict(model.state_dict())
+    return out.eval()
+
+
+def _matrices(model: GPT, embeddings: bool = True):
+    """(name, parameter) of every weight matrix; embeddings=False: those of the blocks only."""
+    return [(n, p) for n, p in model.named_parameters() if p.dim() == 2 and (embeddings or n.startswith("transformer.h."))]
+
+
+@torch.no_grad()
+def quantize(model: GPT, bits: int, group: int = 0) -> GPT:
+    """A round trip through signed `bits`-bit integers of every weight matrix: symmetric, one absmax scale per
+    row (group=0) or per `group` consecutive input columns."""
+    out, qmax = _copy(model), 2 ** (bits - 1) - 1
+    for _, w in _matrices(out):
+        g = w.view(w.shape[0], -1, group) if group else w.view(w.shape[0], 1, -1)
+        scale = g.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / qmax
+        g.copy_((g / scale).round().clamp(-qmax, qmax) * scale)
+    return out
+
+
+@torch.no_grad()
+def prune(model: GPT, fraction: float) -> GPT:
+    """Magnitude pruning: the smallest `fraction` of each block matrix's entries set to 0."""
+    out = _copy(model)
+    for _, w in _matrices(out, embeddings=False):
+        k = int(fraction * w.numel())
+        if k:
+            w.view(-1)[w.abs().view(-1).argsort()[:k]] = 0
+    return out
+
+
+@torch.no_grad()
+def merge(a: GPT, b: GPT, weight: float = 0.5) -> GPT:
+    """Linear merge (1 - weight) a + weight b of two models of one architecture."""
+    out, sb = _copy(a), b.state_dict()
+    for n, p in out.named_parameters():
+        p.lerp_(sb[n].to(p.dtype), weight)
+    return out
+
+
+@torch.no_grad()
+def low_rank_update(model: GPT, rank: int, relative: float, seed: int = 0) -> GPT:
+    """W + B A on every block matrix (a LoRA-like update), B and A Gaussian of rank `rank`, scaled so that
+    |B A| = relative |W| (Frobenius)."""
+    out, g = _copy(model), torch.Generator().manual_seed(seed)
+    for _, w in _matrices(out, embeddings=False):
+        delta = torch.randn(w.shape[0], rank, generator=g) @ torch.randn(rank, w.shape[1], generator=g)
+        w.add_((delta * (relative * w.float().norm() / delta.norm())).to(w.dtype))
+    return out
+
+
+@torch.no_grad()
+def add_noise(model: GPT, relative: float, seed: int = 0) -> GPT:
+    """Gaussian noise on every weight matrix, of std `relative` times that matrix's own std."""
+    out, g = _copy(model), torch.Generator().manual_seed(seed)
+    for _, w in _matrices(out):
+        w.add_((torch.randn(w.shape, generator=g) * relative * w.float().std()).to(w.dtype))
+    return out
+
+
+@torch.no_grad()
+def extend_vocab(model: GPT, extra: int, seed: int = 0) -> GPT:
+    """`extra` new tokens: new rows of the embedding (and of an untied head), drawn with the table's std."""
+    cfg = dataclasses.replace(model.config, vocab_size=model.config.vocab_size + extra)
+    out, g, old = _copy(model, cfg), torch.Generator().manual_seed(seed), model.state_dict()
+    for n, p in out.state_dict().items():
+        if n in ("transformer.wte.weight", "lm_head.weight"):
+            p[:len(old[n])] = old[n]
+            p[len(old[n]):] = (torch.randn(extra, p.shape[1], generator=g) * old[n].float().std()).to(p.dtype)
+        else:
+            p.copy_(old[n])
+    return out
+
+
+def _residual_sides(name: str, p: torch.Tensor, d: int):
+    """How a parameter touches the residual stream: "in" (its input columns read it), "out" (its output rows
+    write it), "vector" (a norm gain or bias of width d), or None."""
+    if name.endswith(("wte.weight", "wpe.weight", "lm_head.weight")):
+        return "in"                          # rows are tokens or positions, columns residual coordinates
+    if name.endswith(("attn.c_proj.weight", "mlp.c_proj.weight")):
+        return "out"
+    if name.endswith(("attn.c_proj.bias", "mlp.c_proj.bias")) or (
+            p.dim() == 1 and p.shape[0] == d and (".ln_" in name or "ln_f" in name)):
+        return "vector"
+    if name.endswith(("attn.c_attn.weight", "attn.c_gate.weight", "mlp.c_fc.weight", "mlp.c_gate.weight")):
+        return "in"
+    return None
+
+
+@torch.no_grad()
+def permute_residual(model: GPT, seed: int = 0) -> GPT:
+    """The same function in a permuted residual basis: coordinate j becomes perm[j] in every weight that reads
+    or writes the stream (norms act per coordinate or on the whole vector, so they commute)."""
+    out, d = _copy(model), model.config.n_embd
+    perm = torch.randperm(d, generator=torch.Generator().manual_seed(seed))
+    for n, p in out.named_parameters():
+        side = _residual_sides(n, p, d)
+        if side == "in":
+            p.copy_(p[:, perm])
+        elif side == "out":
+            p.copy_(p[perm])
+        elif side == "vector":
+            p.copy_(p[perm])
+    return out
+
+
+@torch.no_grad()
+def permute_mlp(model: GPT, seed: int = 0) -> GPT:
+    """The same function with each MLP's hidden units permuted (rows of up and gate, columns of down)."""
+    out, g = _copy(model), torch.Generator().manual_seed(seed)
+    for block in out.transformer.h:
+        if not hasattr(block, "mlp"):
+            continue
+        perm = torch.randperm(model.config.mlp_width, generator=g)
+        for lin in (block.mlp.c_fc, getattr(block.mlp, "c_gate", None)):
+            if lin is not None:
+                lin.weight.copy_(lin.weight[perm])
+                if lin.bias is not None:
+                    lin.bias.copy_(lin.bias[perm])
+        block.mlp.c_proj.weight.copy_(block.mlp.c_proj.weight[:, perm])
+    return out
+
+
+@torch.no_grad()
+def rotate_residual(model: GPT, seed: int = 0) -> GPT:
+    """The same function in a randomly rotated residual basis, x -> x Q, as QuaRot and SpinQuant prepare a model:
+    each RMSNorm's gain is folded into the matrices that read its output (the gains become 1, so the norm
+    commutes with Q), readers become W diag(g) Q, writers Q^T W, the embedding E Q, and the head, which now
+    carries the final norm's gain, is untied. The final-norm states (the fingerprint) are rotated and lose
+    that gain: a lineage test by coordinates cannot see through this."""
+    cfg = model.config
+    if cfg.norm != "rmsnorm" or cfg.bias or cfg.position == "learned":
+        raise ValueError("rotate_residual needs RMSNorm blocks without norm biases or a position table")
+    d = cfg.n_embd
+    Q, _ = torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
+    src = {n: p.double() for n, p in model.state_dict().items()}
+    out = _copy(model, dataclasses.replace(cfg, tie_embeddings=False))
+    head = src["lm_head.weight"] if "lm_head.weight" in src else src["transformer.wte.weight"]
+    new = {n: p.clone() for n, p in src.items()}
+    new["transformer.wte.weight"] = src["transformer.wte.weight"] @ Q
+    new["lm_head.weight"] = (head * src["transformer.ln_f.weight"]) @ Q
+    new["transformer.ln_f.weight"] = torch.ones(d, dtype=torch.float64)
+    for i in range(cfg.n_layer):
+        h = f"transformer.h.{i}."
+        for norm, readers, writer in (("ln_1", ("attn.c_attn", "attn.c_gate"), "attn.c_proj"),
+                                      ("ln_2", ("mlp.c_fc", "mlp.c_gate"), "mlp.c_proj")):
+            if h + norm + ".weight" not in src:
+                continue
+            gain = src[h + norm + ".weight"]
+            for r in readers:
+                if h + r + ".weight" in src:
+                    new[h + r + ".weight"] = (src[h + r + ".weight"] * gain) @ Q
+            new[h + norm + ".weight"] = torch.ones(d, dtype=torch.float64)
+            new[h + writer + ".weight"] = Q.T @ src[h + writer + ".weight"]
+            if h + writer + ".bias" in src:
+                new[h + writer + ".bias"] = src[h + writer + ".bias"] @ Q
+    dtype = next(model.parameters()).dtype
+    out.load_state_dict({n: p.to(dtype) for n, p in new.items()})
+    return out
 
 
 # ----------------------------------------------------------------------------- baselines (threshold 0.8)
@@ -404,7 +685,6 @@ BASELINES = {"PCS": pcs, "ICS": ics, "Intrinsic": intrinsic, "REEF": reef}
 
 def _run(args, name, seed, data, steps=None, init_from=None, data_seed=None):
     """The directory of a train.py run, trained (or resumed to completion) on first use."""
-    import train
     out_dir = os.path.join(args.out, "runs", name)
     cfg = train.TrainConfig(data=data, out_dir=out_dir, model=None if init_from else args.model,
                             knobs={} if init_from else {**LLAMA_KNOBS, **args.knobs}, init_seed=seed,
@@ -417,7 +697,6 @@ def _run(args, name, seed, data, steps=None, init_from=None, data_seed=None):
 
 
 def _data(args, corpus):
-    import train
     path = os.path.join(args.out, "data", f"{corpus}_{args.tokenizer}")
     if not os.path.isfile(os.path.join(path, "meta.json")):
         train.prepare([corpus], path, tokenizer=args.tokenizer, from_dir=args.data_from)
@@ -425,20 +704,31 @@ def _data(args, corpus):
 
 
 def _ckpts(run):
-    import train
     return train.list_checkpoints(run)
+
+
+def _fps(args, m) -> list:
+    """[test, held-out] fingerprints of a model (a path or a Recipe), cached."""
+    return fingerprint_all([m], os.path.join(args.out, "fingerprints"), args.device, args.dtype,
+                           dict(sequences=args.sequences, seq_len=args.seq_len, **({"vocab": args.vocab} if getattr(
+                               args, "vocab", None) else {})), [args.input_seed, args.input_seed + HELD_OUT_SEED])[0]
+
+
+def _verdicts(args, a, b) -> tuple:
+    """(exact verdict, aligned verdict) of a pair, from cached fingerprints."""
+    (HA, HA_hold), (HB, HB_hold) = _fps(args, a), _fps(args, b)
+    opts = dict(k=args.k, rank_by=args.rank_by, set_mode=args.set_mode)
+    return seedprint_test(HA, HB, **opts), seedprint_test(HA, HB, **opts, reference=False, align=(HA_hold, HB_hold))
 
 
 def _init_file(args, seed):
     """A fresh init of the experiments' architecture, saved as a checkpoint (fingerprints are cached by file)."""
-    import train
-    from init import build
     path = os.path.join(args.out, "inits", f"seed{seed}.pt")
     if not os.path.isfile(path):
         meta = train.load_data(_data(args, args.corpus))["meta"]
         cfg = get_config(args.model, **{**LLAMA_KNOBS, **args.knobs, "vocab_size": meta["vocab_size"]})
-        train.save_checkpoint(path, dict(config=dataclasses.asdict(cfg), model=build(cfg, seed, seed).state_dict(),
-                                         step=0, seeds=dict(init_seed=seed, embed_seed=seed), tokenizer=meta["tokenizer"]))
+        write_checkpoint(path, build(cfg, seed, seed), seeds=dict(init_seed=seed, embed_seed=seed),
+                         tokenizer=meta["tokenizer"])
     return path
 
 
@@ -530,6 +820,96 @@ def exp_fig11(args):
     return dict(k=len(dims), dims=dims.tolist(), rows=rows)
 
 
+def _base_checkpoint(args) -> tuple:
+    """(the base model in float32, a checkpoint file of it that train.py can --init_from)."""
+    path = os.path.join(args.out, "derivatives", "base.pt")
+    base = load_model(args.base, dtype=torch.float32).eval()
+    if not os.path.isfile(path):
+        write_checkpoint(path, base, tokenizer=args.base)
+    return base, path
+
+
+def _base_data(args, corpus) -> str:
+    """A corpus tokenized by the base model's own tokenizer (its directory's tokenizer.json)."""
+    path = os.path.join(args.out, "derivatives", f"data_{corpus}")
+    if not os.path.isfile(os.path.join(path, "meta.json")):
+        train.prepare([corpus], path, tokenizer=args.base, from_dir=args.data_from)
+    return path
+
+
+def _base_run(args, name, data, init_from=None, seed=0, lr=1e-4) -> str:
+    """The last checkpoint of a short training run of the base's architecture: continued from the base
+    (init_from) or from scratch (a fresh init of seed `seed`)."""
+    out_dir = os.path.join(args.out, "derivatives", "runs", name)
+    cfg = read_model_config(args.base)
+    train.ensure(train.TrainConfig(data=data, out_dir=out_dir, init_from=init_from, model=None if init_from else "tiny",
+                                   knobs={} if init_from else dataclasses.asdict(cfg), init_seed=seed, embed_seed=seed,
+                                   batch_size=8, seq_len=min(128, cfg.block_size), max_steps=args.deriv_steps, lr=lr,
+                                   warmup=min(10, args.deriv_steps // 5), ckpt_every=args.deriv_steps, eval_every=0,
+                                   log_every=10, device=args.device))
+    return _ckpts(out_dir)[-1][1]
+
+
+def logit_change(a: GPT, b: GPT, vocab: int, seed: int = 0) -> float:
+    """max |logits_b - logits_a| / max |logits_a| on 4 random sequences, over the first `vocab` tokens."""
+    x = torch.randint(0, vocab, (4, 32), generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        la, lb = a(x)[0][..., :vocab].double(), b(x)[0][..., :vocab].double()
+    return float((lb - la).abs().max() / la.abs().max())
+
+
+def exp_derivatives(args):
+    """What people do to weights, on a real checkpoint (--base, a Hugging Face directory): derivatives built
+    here -- int8 / int4 round trips, magnitude pruning, a merge with a fine-tune, a low-rank update, Gaussian
+    noise, continued training on another corpus, a vocabulary extension --, function-preserving
+    reparametrizations (residual permutation, MLP unit permutation, QuaRot-style rotation; each checked to keep
+    the logits), and unrelated controls (fresh inits, short from-scratch trainings). Each pair with the base:
+    the exact verdict and the aligned one (--align)."""
+    base, base_ckpt = _base_checkpoint(args)
+    cfg, bkey, V = base.config, "base:" + json.dumps(weights_identity(args.base)), base.config.vocab_size
+    fine_tune = _base_run(args, "finetune_shakespeare", _base_data(args, "shakespeare"), init_from=base_ckpt)
+    continued = _base_run(args, "continued_brown", _base_data(args, "brown"), init_from=base_ckpt)
+    R = lambda name, make: Recipe(f"{bkey}|{name}", make)
+    cases = [  # (name, truth, model, is the function supposed to be unchanged)
+        ("int8 round trip (per row)", True, R("int8", lambda: quantize(base, 8)), False),
+        ("int4 round trip (groups of 32)", True, R("int4g32", lambda: quantize(base, 4, 32)), False),
+        ("magnitude pruning 30%", True, R("prune30", lambda: prune(base, 0.3)), False),
+        ("magnitude pruning 50%", True, R("prune50", lambda: prune(base, 0.5)), False),
+        ("merge 50/50 with a fine-tune", True, R("merge", lambda: merge(base, load_model(fine_tune), 0.5)), False),
+        ("low-rank update (rank 16, 10% of |W|)", True, R("lowrank", lambda: low_rank_update(base, 16, 0.1)), False),
+        *[(f"Gaussian noise {r:g} x std(W)", True, R(f"noise{r}", lambda r=r: add_noise(base, r)), False)
+          for r in (0.01, 0.05, 0.2)],
+        (f"continued training on brown ({args.deriv_steps} steps)", True, continued, False),
+        ("vocabulary extension (+1024 tokens)", True, R("vocab1024", lambda: extend_vocab(base, 1024)), False),
+        ("permuted residual basis", True, R("perm", lambda: permute_residual(base, 1)), True),
+        ("permuted MLP units", True, R("mlpperm", lambda: permute_mlp(base, 1)), True),
+        ("rotated residual stream (QuaRot)", True, R("rotate", lambda: rotate_residual(base, 1)), True),
+        *[(f"fresh init, seed {sd}", False, Recipe(f"init|{json.dumps(dataclasses.asdict(cfg))}|{sd}",
+                                                   lambda sd=sd: build(cfg, sd, sd)), False) for sd in (1, 2, 3)],
+        *[(f"from scratch, seed {sd} ({args.deriv_steps} steps)", False,
+           _base_run(args, f"scratch_seed{sd}", _base_data(args, "shakespeare"), seed=sd, lr=1e-3), False) for sd in (1, 2)],
+    ]
+    args.vocab = V                                   # every model sees ids below the base's vocabulary
+    rows = []
+    bar = Progress(len(cases), "derivatives", "models", every=0)
+    for name, truth, m, preserving in cases:
+        t0 = time.time()
+        change = None
+        if preserving:                               # the reparametrizations must keep the function
+            model = m.build()
+            change = logit_change(base, model, V)
+            if change > 1e-4:
+                raise FloatingPointError(f"{name} changed the logits by {change:.2e}: not function-preserving")
+        exact, aligned = _verdicts(args, Recipe(bkey, lambda: base), m)
+        rows.append(dict(pair=f"base vs {name}", truth="related" if truth else "unrelated",
+                         verdict="RELATED" if exact.related else "unrelated", p=exact.p, mean_tau=exact.mean_tau,
+                         S=exact.n_identity, aligned="RELATED" if aligned.related else "unrelated", p_aligned=aligned.p,
+                         tau_aligned=aligned.mean_tau, S_aligned=aligned.n_identity, moved=aligned.moved,
+                         logit_change=change, seconds=time.time() - t0))
+        bar.update()
+    return rows
+
+
 def clopper_pearson(x: int, n: int, level: float = 0.95):
     """The exact binomial confidence interval of a rate x / n."""
     lo = stats.beta.ppf((1 - level) / 2, x, n - x + 1) if x > 0 else 0.0
@@ -540,7 +920,9 @@ def clopper_pearson(x: int, n: int, level: float = 0.95):
 def exp_fpr(args):
     """The false-positive rate of every test on unrelated pairs of three kinds -- init vs init, trained vs
     trained (same data and order), trained vs another seed's init -- and its power on related pairs:
-    each init vs its checkpoints, each base vs its continual descendant and the init vs that descendant."""
+    each init vs its checkpoints, each base vs its continual descendant and the init vs that descendant; and
+    every related pair again with B's residual basis permuted (function-preserving: still related). Each pair
+    gets the exact verdict and the aligned one (p_aligned)."""
     seeds = list(range(args.fpr_seed0, args.fpr_seed0 + args.fpr_inits))
     trained_seeds = seeds[:args.fpr_trained]
     data, data2 = _data(args, args.corpus), _data(args, args.corpus2)
@@ -556,16 +938,19 @@ def exp_fpr(args):
     for s in trained_seeds[:args.fpr_descendants]:
         child = _ckpts(_run(args, f"seed{s}_on_{args.corpus2}", s, data2, steps=args.steps // 2, init_from=final[s]))[-1][1]
         pairs += [(final[s], child, "base vs continual descendant", True), (inits[s], child, "init vs continual descendant", True)]
-    tests = ("p", "p_perm", "p_overlap", "p_base", "p_t", "p_u", "p_z")
+    pairs += [(a, Recipe(f"permuted|{json.dumps(weights_identity(b))}", lambda b=b: permute_residual(load_model(b), 1)),
+               kind + ", B permuted", True) for a, b, kind, truth in list(pairs) if truth]
+    tests = ("p", "p_perm", "p_overlap", "p_base", "p_t", "p_u", "p_z", "p_aligned")
     bar = Progress(len(pairs), "pairs tested", "pairs")
     results = []
     for a, b, kind, truth in pairs:
-        HA, HB = _fp(args, a), _fp(args, b)
-        r = seedprint_test(HA, HB, k=args.k, set_mode=args.set_mode)
+        r, aligned = _verdicts(args, a, b)
+        (HA, _), (HB, _) = _fps(args, a), _fps(args, b)
         other = seedprint_test(HA, HB, k=args.k, set_mode="base" if args.set_mode == "coset" else "coset", reference=False)
-        results.append(dict(kind=kind, related=truth, S=r.n_identity, mean_tau=r.mean_tau,
-                            **{t: getattr(r, t) for t in tests if t != "p_base"},
-                            p_base=other.p if args.set_mode == "coset" else r.p))
+        results.append(dict(kind=kind, related=truth, permuted=kind.endswith("permuted"), S=r.n_identity,
+                            mean_tau=r.mean_tau, **{t: getattr(r, t) for t in tests if t not in ("p_base", "p_aligned")},
+                            p_base=other.p if args.set_mode == "coset" else r.p, p_aligned=aligned.p,
+                            tau_aligned=aligned.mean_tau, moved=aligned.moved))
         bar.update()
     table = []
     for t in tests:
@@ -573,15 +958,61 @@ def exp_fpr(args):
         for kind in dict.fromkeys(r["kind"] for r in results):
             ps = np.array([r[t] for r in results if r["kind"] == kind])
             row[kind] = f"{(ps < ALPHA).sum()}/{len(ps)}"
-        unrelated = np.array([r[t] for r in results if not r["related"]])
-        x, n = int((unrelated < ALPHA).sum()), len(unrelated)
-        lo, hi = clopper_pearson(x, n)
-        row.update(FPR=f"{100 * x / n:.2f}%", CI95=f"[{100 * lo:.2f}, {100 * hi:.2f}]%",
-                   TPR=f"{100 * np.mean([r[t] < ALPHA for r in results if r['related']]):.1f}%")
+        row.update(rate_summary([r[t] for r in results if not r["related"]],
+                                [r[t] for r in results if r["related"] and not r["permuted"]],
+                                [r[t] for r in results if r["permuted"]]))
         table.append(row)
     print_table(table)
     _qq_plot(args, results, tests)
     return dict(alpha=ALPHA, table=table, pairs=results)
+
+
+def rate_summary(unrelated: list, related: list, permuted: list = ()) -> dict:
+    """FPR with its 95% Clopper-Pearson interval on unrelated pairs' p, TPR on related pairs (and on the ones
+    whose B was permuted)."""
+    unrelated = np.array(unrelated)
+    x, n = int((unrelated < ALPHA).sum()), len(unrelated)
+    lo, hi = clopper_pearson(x, n)
+    out = dict(FPR=f"{100 * x / n:.2f}%", CI95=f"[{100 * lo:.2f}, {100 * hi:.2f}]%")
+    if len(related):
+        out["TPR"] = f"{100 * np.mean(np.array(related) < ALPHA):.1f}%"
+    if len(permuted):
+        out["TPR_permuted"] = f"{100 * np.mean(np.array(permuted) < ALPHA):.1f}%"
+    return out
+
+
+def exp_inits(args):
+    """Calibration where the truth is known by construction: --fpr_inits fresh inits (seeds from --fpr_seed0)
+    of one architecture -- --base's, or the model flags' --, every pair unrelated. The FPR of the verdict, of
+    its two parts alone (p_perm, p_overlap), of the aligned verdict, with 95% intervals; and, for each false
+    positive, which part made it: the permutation test, the overlap, or their Fisher combination alone."""
+    cfg = read_model_config(args.base) if args.base else get_config(args.model, **{**LLAMA_KNOBS, **args.knobs})
+    seeds = list(range(args.fpr_seed0, args.fpr_seed0 + args.fpr_inits))
+    models = [Recipe(f"init|{json.dumps(dataclasses.asdict(cfg))}|{sd}", lambda sd=sd: build(cfg, sd, sd))
+              for sd in seeds]
+    bar = Progress(len(models), "inits fingerprinted", "models", every=0)
+    for m in models:
+        _fps(args, m)
+        bar.update()
+    results = []
+    for i in range(len(models)):
+        for j in range(i + 1, len(models)):
+            r, aligned = _verdicts(args, models[i], models[j])
+            results.append(dict(a=seeds[i], b=seeds[j], S=r.n_identity, mean_tau=r.mean_tau, p=r.p, p_perm=r.p_perm,
+                                p_overlap=r.p_overlap, p_aligned=aligned.p,
+                                made_by="-" if r.p >= ALPHA else "p_perm and p_overlap" if max(r.p_perm, r.p_overlap) < ALPHA
+                                else "p_perm" if r.p_perm < ALPHA else "p_overlap" if r.p_overlap < ALPHA
+                                else "their Fisher combination alone"))
+    table = [dict(test=t, **rate_summary([r[t] for r in results], [])) for t in ("p", "p_perm", "p_overlap", "p_aligned")]
+    print(f"{len(models)} fresh inits (width {cfg.n_embd}, vocab {cfg.vocab_size}, k {min(args.k, cfg.n_embd // 2)}), "
+          f"{len(results)} unrelated pairs, |S| {min(r['S'] for r in results)}-{max(r['S'] for r in results)}")
+    print_table(table)
+    false = [r for r in results if r["p"] < ALPHA]
+    for r in false:
+        print(f"  false positive: seeds {r['a']}, {r['b']}: |S| {r['S']}, p {r['p']:.2g} (p_perm {r['p_perm']:.2g}, "
+              f"p_overlap {r['p_overlap']:.2g}): made by {r['made_by']}")
+    return dict(config=dataclasses.asdict(cfg), table=table, pairs=results,
+                made_by={k: sum(r["made_by"] == k for r in false) for k in dict.fromkeys(r["made_by"] for r in false)})
 
 
 def _qq_plot(args, results, tests):
@@ -622,18 +1053,54 @@ def exp_baselines(args):
     return rows
 
 
+# ----------------------------------------------------------------------------- many models at once
+
+def report_matrix(args, res: dict, seconds: float) -> dict:
+    """Print the verdict, Holm-adjusted p and mean tau of every pair as matrices, the lineages, and a heatmap."""
+    n, names = len(args.models), [os.path.basename(os.path.normpath(m)) or m for m in args.models]
+    cell = lambda i, j, f: "-" if i == j else f(res["results"][(min(i, j), max(i, j))])
+    for title, f in (("verdict (Holm-adjusted over all pairs)", lambda r: "RELATED" if r.related else "unrelated"),
+                     ("p (Holm-adjusted)", lambda r: f"{r.p:.2g}"), ("mean tau", lambda r: f"{r.mean_tau:+.3f}")):
+        print(title)
+        print_table([dict(model=names[i], **{f"[{j}]": cell(i, j, f) for j in range(n)}) for i in range(n)])
+    groups = [[names[i] for i in g] for g in res["groups"]]
+    print("lineages: " + " | ".join(", ".join(g) for g in groups) + f"   [{seconds:.1f} s for {n} models]")
+    plt, fig, ax = figure(figsize=(1.0 * n + 3, 0.8 * n + 2))
+    logp = np.zeros((n, n))
+    for (i, j), r in res["results"].items():
+        logp[i, j] = logp[j, i] = min(-math.log10(max(r.p, 1e-300)), 300)
+    im = ax.imshow(logp, cmap="viridis")
+    for (i, j), r in res["results"].items():
+        for a, b in ((i, j), (j, i)):
+            ax.text(b, a, f"{'R' if r.related else 'u'}\n{r.mean_tau:+.2f}", ha="center", va="center", fontsize=7,
+                    color="w" if logp[a, b] < logp.max() / 2 else "k")
+    ax.set(xticks=range(n), yticks=range(n), title="SeedPrint: -log10 p (Holm), R = related, mean tau")
+    ax.set_xticklabels(names, rotation=45, ha="right", fontsize=7)
+    ax.set_yticklabels(names, fontsize=7)
+    fig.colorbar(im, ax=ax)
+    save_figure(fig, os.path.join(args.out, "matrix.png"))
+    return dict(models=args.models, seconds=seconds, groups=groups,
+                pairs=[dict(a=args.models[i], b=args.models[j], **dataclasses.asdict(r))
+                       for (i, j), r in res["results"].items()])
+
+
 # ----------------------------------------------------------------------------- command line
 
 def main(argv=None):
     p = ArgumentParser(prog="seedprint.py", description="SeedPrint: do two models share an initialization?")
-    p.add_argument("models", nargs="*", help="two train.py checkpoints or Hugging Face directories (base first)")
-    p.add_argument("--exp", choices=EXPERIMENTS + ("all",), default=None)
+    p.add_argument("models", nargs="*", help="two or more train.py checkpoints or Hugging Face directories (base "
+                   "first); with more than two, every pair is tested, Holm-adjusted, and the models grouped by lineage")
+    p.add_argument("--exp", choices=EXPERIMENTS + OTHER_EXPERIMENTS + ("all",), default=None,
+                   help="all = the paper's tables, fig11, fpr and baselines; derivatives (needs --base) and inits run alone")
     p.add_argument("--sequences", type=int, default=2000, help="random input sequences N")
     p.add_argument("--seq_len", type=int, default=64, help="tokens per input (the paper: 1024)")
     p.add_argument("--input_seed", type=int, default=0)
     p.add_argument("--k", type=int, default=400, help="identity dimensions per model (capped at half the width)")
     p.add_argument("--rank_by", choices=("smallest", "largest", "abs"), default="smallest")
     p.add_argument("--set_mode", choices=("coset", "base"), default="coset")
+    p.add_argument("--align", type=parse_bool, default=False, metavar="on|off",
+                   help="match B's coordinates to A's on held-out inputs first: sees through a permutation of the "
+                   "residual basis; its false-positive rate is measured, not exact (README)")
     add_device_flags(p, "load the models in this dtype (default: each checkpoint's own; float32 on CPU is exact)")
     p.add_argument("--out", default="out/seedprint")
     g = p.add_argument_group("experiments (small models trained here)")
@@ -654,15 +1121,20 @@ def main(argv=None):
     g.add_argument("--fpr_descendants", type=int, default=None,
                    help="--exp fpr: how many trained models get a continual descendant (default: all)")
     g.add_argument("--fpr_seed0", type=int, default=100)
+    g.add_argument("--base", default=None, help="--exp derivatives: the real checkpoint (a Hugging Face directory) "
+                   "the derivatives are made of; --exp inits: its architecture")
+    g.add_argument("--deriv_steps", type=int, default=40, help="--exp derivatives: steps of each short training run")
     args = p.parse_args(argv)
     check_options(args.k, args.rank_by, args.set_mode)          # before any model is loaded or trained
-    if args.exp is None and len(args.models) != 2:
-        p.error("give two models (base first), or --exp NAME")
+    if args.exp is None and len(args.models) < 2:
+        p.error("give two or more models (base first), or --exp NAME")
     if args.exp is not None and args.models:
         p.error("give models to compare, or --exp NAME, not both")
     if args.sequences < 10 or args.seq_len < 1:
         p.error("--sequences must be at least 10 and --seq_len at least 1")
-    for name in ("steps", "ckpt_every", "batch_size", "top", "fpr_inits"):
+    if args.exp == "derivatives" and not args.base:
+        p.error("--exp derivatives needs --base DIR (a Hugging Face checkpoint)")
+    for name in ("steps", "ckpt_every", "batch_size", "top", "fpr_inits", "deriv_steps"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     if not 0 <= args.fpr_trained <= args.fpr_inits or len(set(args.seeds)) < 2:
@@ -680,7 +1152,7 @@ def main(argv=None):
         for path in args.models:
             check_weights_finite(path)
     else:
-        cfg = get_config(args.model, **{**LLAMA_KNOBS, **args.knobs})
+        cfg = read_model_config(args.base) if args.base else get_config(args.model, **{**LLAMA_KNOBS, **args.knobs})
         if args.seq_len > cfg.block_size:
             raise ValueError(f"--seq_len {args.seq_len} exceeds the experiments' block_size {cfg.block_size}")
     with lock_dir(args.out):
@@ -690,18 +1162,19 @@ def main(argv=None):
 def run(args) -> None:
     if args.exp is None:
         t0 = time.time()
-        r = compare(args.models[0], args.models[1], k=args.k, rank_by=args.rank_by, set_mode=args.set_mode,
-                    cache_dir=os.path.join(args.out, "fingerprints"), device=args.device, dtype=args.dtype,
-                    sequences=args.sequences, seq_len=args.seq_len, seed=args.input_seed)
-        print(f"|S| = {r.n_identity} identity dimensions (k = {r.k}), N = {r.n_inputs}, mean tau {r.mean_tau:+.4f}\n"
-              f"p_perm {r.p_perm:.3g} | p_overlap {r.p_overlap:.3g} | combined p {r.p:.3g}   "
-              f"(reference tests: p_t {r.p_t:.3g}, p_u {r.p_u:.3g}, p_z {r.p_z:.3g})\n"
-              f"verdict at alpha {ALPHA}: {'RELATED (shared initialization)' if r.related else 'unrelated'} "
-              f"[{time.time() - t0:.1f} s]")
-        results = {"compare": dict(a=args.models[0], b=args.models[1], **dataclasses.asdict(r))}
+        res = compare_many(args.models, k=args.k, rank_by=args.rank_by, set_mode=args.set_mode,
+                           cache_dir=os.path.join(args.out, "fingerprints"), device=args.device, dtype=args.dtype,
+                           align=args.align, sequences=args.sequences, seq_len=args.seq_len, seed=args.input_seed)
+        seconds = time.time() - t0
+        if len(args.models) == 2:
+            r = res["results"][(0, 1)]
+            print(f"{r.explain()}\n(reference tests: p_t {r.p_t:.3g}, p_u {r.p_u:.3g}, p_z {r.p_z:.3g}) [{seconds:.1f} s]")
+            results = {"compare": dict(a=args.models[0], b=args.models[1], **dataclasses.asdict(r), seconds=seconds)}
+        else:
+            results = {"matrix": report_matrix(args, res, seconds)}
     else:
         funcs = dict(table4a=exp_table4a, table4b=exp_table4b, table4c=exp_table4c, table5=exp_table5,
-                     fig11=exp_fig11, fpr=exp_fpr, baselines=exp_baselines)
+                     fig11=exp_fig11, fpr=exp_fpr, baselines=exp_baselines, derivatives=exp_derivatives, inits=exp_inits)
         results = {}
         for name in (EXPERIMENTS if args.exp == "all" else [args.exp]):
             print(f"=== {name}: {funcs[name].__doc__.split(':')[0].strip()}")

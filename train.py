@@ -43,7 +43,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from init import build
 from model import (DTYPES, GPT, GPTConfig, ArgumentParser, Progress, add_config_flags, add_device_flags, atomic_write,
                    check_dtype_runs, config_overrides, figure, get_config, get_tokenizer, lock_dir, parse_bool,
-                   peak_flops, read_checkpoint, read_json, resolve_device, run_script, save_figure, write_json)
+                   peak_flops, read_checkpoint, read_json, resolve_device, run_script, save_figure, write_checkpoint,
+                   write_json)
 
 
 @dataclass
@@ -60,6 +61,7 @@ class TrainConfig:
     resume: bool = False                   # continue the run in out_dir from its last checkpoint
     batch_size: int = 16                   # sequences per optimizer step, all processes together
     micro_batch: Optional[int] = None      # sequences per forward per process (default batch_size / processes)
+    seq_len: Optional[int] = None          # tokens per training window (default: the model's block_size)
     max_steps: int = 300
     lr: float = 1e-3
     min_lr: float = 1e-4
@@ -92,8 +94,9 @@ class TrainConfig:
             need(name, lambda v: v >= 0, "a finite number >= 0")
         for name in ("beta1", "beta2"):
             need(name, lambda v: 0 <= v < 1, "a number in [0, 1)")
-        if self.micro_batch is not None:
-            need("micro_batch", lambda v: v == int(v) and v >= 1, "an integer >= 1")
+        for name in ("micro_batch", "seq_len"):
+            if getattr(self, name) is not None:
+                need(name, lambda v: v == int(v) and v >= 1, "an integer >= 1")
         if self.peak_tflops is not None:
             need("peak_tflops", lambda v: v > 0, "a finite number > 0")
         if self.min_lr > self.lr:
@@ -107,7 +110,7 @@ class TrainConfig:
 
 # Settings that define a run: resume refuses to continue a run under different ones, since the
 # result would be neither the old run nor a new one. (micro_batch, device, logging may change.)
-RUN_DEFINING = ("data", "init_seed", "embed_seed", "data_seed", "init_from", "batch_size", "max_steps",
+RUN_DEFINING = ("data", "init_seed", "embed_seed", "data_seed", "init_from", "batch_size", "seq_len", "max_steps",
                 "lr", "min_lr", "warmup", "weight_decay", "beta1", "beta2", "grad_clip")
 
 
@@ -407,11 +410,6 @@ def list_checkpoints(out_dir: str) -> list:
     return sorted(found)
 
 
-def save_checkpoint(path: str, state: dict) -> None:
-    """A crash never leaves half a checkpoint: model.atomic_write saves beside it, then renames."""
-    atomic_write(path, lambda tmp: torch.save(state, tmp))
-
-
 # ----------------------------------------------------------------------------- set-up (checks first)
 
 def resolve_run(args: TrainConfig) -> dict:
@@ -450,11 +448,13 @@ def resolve_run(args: TrainConfig) -> dict:
     if meta["vocab_size"] > config.vocab_size:
         raise ValueError(f"{args.data} has vocab {meta['vocab_size']} ({meta['tokenizer']}), more than the "
                          f"model's vocab_size={config.vocab_size}; raise --vocab_size or re-prepare the data")
-    T = config.block_size
+    T = args.seq_len or config.block_size
+    if T > config.block_size:
+        raise ValueError(f"--seq_len {T} exceeds the model's block_size {config.block_size}")
     doc_len = meta.get("doc_len", 0)
     if doc_len and doc_len != T + 1:
-        raise ValueError(f"{args.data} holds documents of {doc_len} tokens, so the model's block_size must be "
-                         f"{doc_len - 1} (inputs and their next-token targets), not {T}")
+        raise ValueError(f"{args.data} holds documents of {doc_len} tokens, so the training window (--seq_len, "
+                         f"default block_size) must be {doc_len - 1} (inputs and their next-token targets), not {T}")
     if meta["train_tokens"] <= T + 1:
         raise ValueError(f"train.bin has {meta['train_tokens']} tokens, too few for windows of block_size={T}; "
                          f"lower --block_size or prepare more text")
@@ -543,7 +543,7 @@ def _train(args: TrainConfig, run: dict) -> dict:
     doc_len = data["meta"].get("doc_len", 0)
     use_amp = run["autocast_dtype"] != torch.float32
     autocast = torch.autocast(device_type, dtype=run["autocast_dtype"]) if use_amp else contextlib.nullcontext()
-    T = config.block_size
+    T = args.seq_len or config.block_size
 
     # the model: a fresh seeded init, or the weights of --init_from; then --resume's state on top
     if run["base"] is not None:
@@ -575,10 +575,9 @@ def _train(args: TrainConfig, run: dict) -> dict:
 
     def checkpoint(step):
         if master:
-            save_checkpoint(checkpoint_path(args.out_dir, step), dict(
-                config=dataclasses.asdict(config), model=raw.state_dict(), optimizer=optimizer.state_dict(),
-                step=step, seeds=seeds, tokenizer=data["meta"]["tokenizer"], args=dataclasses.asdict(args),
-                rng=dict(cpu=torch.get_rng_state()), init_from=args.init_from, data_meta=data["meta"]))
+            write_checkpoint(checkpoint_path(args.out_dir, step), raw, step, optimizer=optimizer.state_dict(),
+                             seeds=seeds, tokenizer=data["meta"]["tokenizer"], args=dataclasses.asdict(args),
+                             rng=dict(cpu=torch.get_rng_state()), init_from=args.init_from, data_meta=data["meta"])
 
     def validate(step):
         loss = evaluate(raw, data["val"], T, args.eval_sequences, micro, rank, world, device, autocast, doc_len)
@@ -703,6 +702,7 @@ def parse_args(argv=None) -> TrainConfig:
     p.add_argument("--batch_size", type=int, default=d.batch_size, help="sequences per optimizer step, all processes")
     p.add_argument("--micro_batch", type=int, default=None, help="sequences per forward per process "
                    "(default batch_size / processes); accumulation = batch_size / (micro_batch x processes)")
+    p.add_argument("--seq_len", type=int, default=None, help="tokens per training window (default: block_size)")
     p.add_argument("--max_steps", type=int, default=d.max_steps)
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate")
     p.add_argument("--min_lr", type=float, default=d.min_lr, help="learning rate at the end of the cosine")

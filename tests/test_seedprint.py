@@ -271,3 +271,111 @@ def test_baselines_against_direct_computations():
     K, L = X @ X.T, Y @ Y.T
     cka = np.trace(K @ C @ L @ C) / np.sqrt(np.trace(K @ C @ K @ C) * np.trace(L @ C @ L @ C))
     assert seedprint.reef(a, b) == pytest.approx(cka, rel=1e-5)
+
+
+# ----------------------------------------------------------------------------- what people do to weights
+
+def _logits(m, x):
+    with torch.no_grad():
+        return m(x)[0].double()
+
+
+@pytest.mark.parametrize("knobs", [dict(tie_embeddings=True), dict(tie_embeddings=False, attn_gate=True, mlp_bias=True)])
+def test_reparametrizations_keep_the_logits_and_move_the_coordinates(knobs):
+    cfg = get_config("tiny", n_layer=2, vocab_size=100, norm="rmsnorm", activation="swiglu", bias=False, **knobs)
+    m = build(cfg, 0).eval()
+    with torch.no_grad():                      # gains away from 1, so that folding them is exercised
+        for n, p in m.named_parameters():
+            if p.dim() == 1:
+                p.normal_(1.0, 0.3)
+    x = torch.randint(0, 100, (3, 12), generator=torch.Generator().manual_seed(0))
+    ref = _logits(m, x)
+    states = lambda mm: mm.trace(x, hidden="last")["hidden"][-1].double()
+    for f in (seedprint.permute_residual, seedprint.permute_mlp, seedprint.rotate_residual):
+        d = f(m, seed=3)
+        assert (_logits(d, x) - ref).abs().max() <= 1e-5 * ref.abs().max(), f.__name__
+        if f is not seedprint.permute_mlp:     # the residual coordinates did move
+            assert not torch.allclose(states(d), states(m), atol=1e-3), f.__name__
+    perm = seedprint.permute_residual(m, seed=3)
+    match = [int(np.argmax([torch.allclose(states(perm)[:, l], states(m)[:, j], atol=1e-5) for l in range(64)]))
+             for j in range(64)]
+    assert sorted(match) == list(range(64))    # a permutation of the final states' coordinates, exactly
+    with pytest.raises(ValueError, match="RMSNorm"):
+        seedprint.rotate_residual(build(get_config("tiny", n_layer=1), 0))
+
+
+def test_quantize_prune_merge_low_rank_noise_and_vocab_against_their_definitions():
+    cfg = get_config("tiny", n_layer=1, vocab_size=64, norm="rmsnorm", activation="swiglu", bias=False,
+                     tie_embeddings=False)
+    a, b = build(cfg, 0).eval(), build(cfg, 1).eval()
+    W = lambda m: m.transformer.h[0].mlp.c_fc.weight.detach().double()
+    w = W(a)
+    q8 = W(seedprint.quantize(a, 8))
+    scale = w.abs().amax(1, keepdim=True) / 127               # one scale per row
+    assert torch.allclose(q8, (w / scale).round() * scale, atol=1e-7)
+    q4 = W(seedprint.quantize(a, 4, 32))
+    g = w.view(w.shape[0], -1, 32)
+    s4 = g.abs().amax(-1, keepdim=True) / 7
+    assert torch.allclose(q4, ((g / s4).round() * s4).view_as(w), atol=1e-7) and len(torch.unique(q4[0, :32])) <= 15
+    pr = W(seedprint.prune(a, 0.3))
+    zero = pr == 0
+    assert zero.sum() == int(0.3 * w.numel()) and w.abs()[zero].max() <= w.abs()[~zero].min()
+    assert torch.equal(seedprint.prune(a, 0.3).transformer.wte.weight, a.transformer.wte.weight)  # blocks only
+    assert torch.allclose(W(seedprint.merge(a, b, 0.25)), 0.75 * w + 0.25 * W(b), atol=1e-7)
+    delta = W(seedprint.low_rank_update(a, 3, 0.1)) - w
+    assert torch.linalg.matrix_rank(delta, rtol=1e-4) == 3 and delta.norm() / w.norm() == pytest.approx(0.1, rel=1e-4)
+    noise = W(seedprint.add_noise(a, 0.05)) - w
+    assert noise.std() / w.std() == pytest.approx(0.05, rel=0.05)
+    v = seedprint.extend_vocab(a, 10)
+    assert v.config.vocab_size == 74 and torch.equal(v.transformer.wte.weight[:64], a.transformer.wte.weight)
+    x = torch.randint(0, 64, (2, 9))
+    assert torch.allclose(_logits(v, x)[..., :64], _logits(a, x), atol=1e-6)
+
+
+def test_alignment_recovers_a_permutation_that_hides_a_lineage():
+    rng = np.random.default_rng(0)
+    N, d = 1200, 40
+    base = rng.standard_normal((2 * N, d)) + np.linspace(-1, 1, d)          # distinct column means
+    child = base + 0.3 * rng.standard_normal((2 * N, d))
+    perm = rng.permutation(d)
+    test, hold = slice(0, N), slice(N, 2 * N)
+    assert np.array_equal(seedprint.align_coordinates(base[hold], child[hold][:, perm]), np.argsort(perm))
+    hidden = child[:, perm]
+    assert seedprint.seedprint_test(base[test], child[test], k=20).related
+    assert not seedprint.seedprint_test(base[test], hidden[test], k=20).related          # the exact test is blind
+    r = seedprint.seedprint_test(base[test], hidden[test], k=20, align=(base[hold], hidden[hold]))
+    assert r.related and r.aligned and r.moved == int((perm != np.arange(d)).sum()) and "aligned" in r.explain()
+    other = rng.standard_normal((2 * N, d))
+    assert not seedprint.seedprint_test(base[test], other[test], k=20, align=(base[hold], other[hold])).related
+
+
+def test_holm_and_lineages_against_naive_definitions():
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        ps = list(rng.random(7) ** 3)
+        order = np.argsort(ps)
+        naive = [0.0] * 7
+        for rank, i in enumerate(order):
+            naive[i] = min(1.0, max((7 - r) * ps[order[r]] for r in range(rank + 1)))
+        assert seedprint.holm(ps) == pytest.approx(naive)
+    assert seedprint.lineages(6, [(0, 2), (2, 5), (3, 4)]) == [[0, 2, 5], [1], [3, 4]]
+
+
+def test_many_models_at_once_fingerprint_each_once_and_group_by_lineage(tmp_path):
+    cfg = get_config("tiny", n_layer=2, vocab_size=300, block_size=32, norm="rmsnorm", activation="swiglu",
+                     bias=False, tie_embeddings=False)
+    built = []
+
+    def make(seed, noise):
+        def f():
+            built.append(seed)
+            return seedprint.add_noise(build(cfg, seed, seed), noise, seed=7)
+        return seedprint.Recipe(f"test|{seed}|{noise}", f)
+    models = [make(1, 0.0), make(1, 0.02), make(2, 0.0), make(3, 0.0), make(2, 0.02)]
+    res = seedprint.compare_many(models, k=32, cache_dir=str(tmp_path), sequences=300, seq_len=16)
+    assert res["groups"] == [[0, 1], [2, 4], [3]]
+    assert sorted(built) == [1, 1, 2, 2, 3]                      # each model built once
+    raw = {pr: r.p_raw for pr, r in res["results"].items()}
+    assert [res["results"][pr].p for pr in raw] == pytest.approx(seedprint.holm(list(raw.values())))
+    seedprint.compare_many(models, k=32, cache_dir=str(tmp_path), sequences=300, seq_len=16)
+    assert len(built) == 5                                       # the second time, all from the cache
