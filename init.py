@@ -11,14 +11,13 @@ their top-1 token ids can be compared.
     python init.py --model gpt2-nano --seed 42      # per-group std table -> out/init/init_stats.json
 """
 import dataclasses
-import hashlib
 import math
 import os
 
 import torch
 
-from model import (GPT, ArgumentParser, GPTConfig, add_config_flags, config_from_flags, lock_dir, print_table, run_script,
-                   write_json)
+from model import (GPT, ArgumentParser, GPTConfig, add_config_flags, config_from_flags, lock_dir, print_table,
+                   provenance, run_script, seed_of, write_json)
 
 STD = 0.02
 EMBEDDING_PARAMS = ("transformer.wte.weight", "transformer.wpe.weight", "lm_head.weight")
@@ -26,10 +25,8 @@ RESIDUAL_PROJECTIONS = ("attn.c_proj.weight", "mlp.c_proj.weight")
 
 
 def param_seed(seed: int, name: str) -> int:
-    """A 63-bit seed for one parameter, from (seed, its name). hashlib, not hash(): hash() is salted
-    per process, and the same seeds must give the same weights in every process."""
-    digest = hashlib.sha256(f"{int(seed)}/{name}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
+    """A 63-bit seed for one parameter, from (seed, its name), the same in every process (model.seed_of)."""
+    return seed_of(int(seed), name)
 
 
 def target_std(name: str, n_layer: int) -> float:
@@ -120,7 +117,8 @@ def main(argv=None):
                  for key, r in table.items()])
     path = os.path.join(args.out, "init_stats.json")
     with lock_dir(args.out):
-        write_json(path, dict(config=dataclasses.asdict(config), seed=args.seed, embed_seed=args.embed_seed, groups=table))
+        write_json(path, dict(config=dataclasses.asdict(config), seed=args.seed, embed_seed=args.embed_seed, groups=table,
+                              provenance=provenance()))
     print(f"wrote {path}")
 
 

@@ -24,6 +24,7 @@ Weights are NOT initialized here: init.py owns that (GPT-2 scheme, seeded).
 import argparse
 import contextlib
 import dataclasses
+import hashlib
 import json
 import math
 import numbers
@@ -608,6 +609,32 @@ def load_model(path: str, device="cpu", dtype: Optional[torch.dtype] = None) -> 
     return model
 
 
+# ----------------------------------------------------------------------------- random inputs, one way for every script
+
+def seed_of(*parts) -> int:
+    """A 63-bit seed from any parts (a seed and a name, a seed and an index), the same in every process:
+    sha256, not hash(), which Python salts per process. Generators seeded this way are independent."""
+    digest = hashlib.sha256("/".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def random_batches(kind: str, n: int, T: int, batch_size: int, seed: int, vocab: int = None, width: int = None,
+                   mean: float = 0.0, std: float = 1.0):
+    """n random input sequences of T positions, in CPU batches of batch_size, the same whatever the batch size
+    and whatever device they are moved to. kind="tokens": ids uniform below `vocab`, all drawn at once from one
+    seeded CPU generator, (b, T) int64. kind="gaussian": vectors N(mean, std^2) of `width` (Section 4.1's stand-in
+    for tokens, without repeats), each sequence from its own CPU generator seeded by (seed, its index), (b, T, width)."""
+    if kind == "tokens":
+        ids = torch.randint(0, vocab, (n, T), generator=torch.Generator().manual_seed(seed))
+        yield from ids.split(batch_size)
+    elif kind == "gaussian":
+        for start in range(0, n, batch_size):
+            yield torch.stack([torch.randn(T, width, generator=torch.Generator().manual_seed(seed_of(seed, i)))
+                               for i in range(start, min(start + batch_size, n))]) * std + mean
+    else:
+        raise ValueError(f"unknown input kind {kind!r}: choose 'tokens' or 'gaussian'")
+
+
 # ----------------------------------------------------------------------------- checkpoints: written and read here
 # One file per checkpoint, a dict saved with torch.save: "config" (the GPTConfig's fields), "model" (the state
 # dict), "step", and whatever the writer adds: train.py stores "optimizer", "rng", "args", "seeds",
@@ -616,7 +643,8 @@ def load_model(path: str, device="cpu", dtype: Optional[torch.dtype] = None) -> 
 def write_checkpoint(path: str, model: GPT, step: int = 0, **meta) -> None:
     """Save `model` (and any metadata) as a checkpoint, atomically: a run killed mid-write leaves the old file
     or the new one. GPT.from_checkpoint (or load_model) rebuilds the model from the file alone."""
-    state = dict(config=dataclasses.asdict(model.config), model=model.state_dict(), step=step, **meta)
+    state = dict(config=dataclasses.asdict(model.config), model=model.state_dict(), step=step,
+                 provenance=provenance(next(model.parameters()).device, next(model.parameters()).dtype), **meta)
     atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
@@ -1154,7 +1182,7 @@ def main(argv=None):
             check_dtype_runs(torch.device("cpu"), DTYPES[args.dtype])
         res = report_load(args.model, args.dtype)
         with lock_dir(args.out):
-            write_json(os.path.join(args.out, "load.json"), res)
+            write_json(os.path.join(args.out, "load.json"), dict(res, provenance=provenance("cpu", args.dtype)))
         return res
     rows = {}
     for name, cfg in PRESETS.items():
@@ -1166,7 +1194,8 @@ def main(argv=None):
     print_table([dict(preset=name, **row) for name, row in rows.items()])
     path = os.path.join(args.out, "presets.json")
     with lock_dir(args.out):
-        write_json(path, {name: dict(config=dataclasses.asdict(PRESETS[name]), **row) for name, row in rows.items()})
+        write_json(path, {name: dict(config=dataclasses.asdict(PRESETS[name]), **row) for name, row in rows.items()}
+                   | dict(provenance=provenance()))
     print(f"wrote {path}")
 
 
@@ -1230,13 +1259,45 @@ def write_json(path: str, obj) -> None:
     atomic_write(path, dump)
 
 
-def update_results(path: str, results: dict) -> None:
-    """Merge `results` into the JSON file at `path`, keeping the entries other runs wrote."""
-    old = {}
-    if os.path.isfile(path):
-        with open(path) as fh:
-            old = json.load(fh)
-    write_json(path, {**old, **jsonable(results)})
+STARTED = time.time()            # when this process imported model.py: the wall time of a run starts here
+
+
+def provenance(device=None, dtype=None) -> dict:
+    """How a result was made, so that every number can be traced to its run: the command line, the git commit
+    of the code (with a dirty flag) where there is a repository, the versions of torch and numpy, the device's
+    name, the dtype, the thread count, the date and the wall time so far."""
+    import platform
+    import subprocess
+    import numpy
+    here = os.path.dirname(os.path.abspath(__file__))
+    git = lambda *a: subprocess.run(["git", "-C", here, *a], capture_output=True, text=True, timeout=10)
+    try:
+        commit, dirty = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
+        commit = dict(commit=commit.stdout.strip(), dirty=bool(dirty.stdout.strip())) if commit.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    device = torch.device(device) if device is not None else None
+    if device is not None and device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = platform.processor() or platform.machine()
+        if os.path.isfile("/proc/cpuinfo"):
+            with open("/proc/cpuinfo") as fh:
+                name = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), name)
+    return dict(command=" ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]), git=commit, torch=str(torch.__version__),
+                numpy=str(numpy.__version__), device=str(device) if device is not None else None, device_name=name,
+                dtype=str(dtype).replace("torch.", "") if dtype is not None else None, threads=torch.get_num_threads(),
+                date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), wall_seconds=round(time.time() - STARTED, 1))
+
+
+def update_results(path: str, results: dict, device=None, dtype=None) -> None:
+    """Merge `results` into the JSON file at `path`, keeping the entries other runs wrote. Its "provenance" maps
+    each entry to how it was made (the command, the code's commit, the machine: provenance())."""
+    old = read_json(path, "results") if os.path.isfile(path) else {}
+    old = old if isinstance(old, dict) else {}
+    how = provenance(device, dtype)
+    made = {**old.get("provenance", {}), **{k: how for k in results}}        # entry -> the run that wrote it
+    write_json(path, {**old, **jsonable(results), "provenance": made})
     print(f"wrote {path}")
 
 

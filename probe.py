@@ -36,8 +36,8 @@ from scipy.stats import binom, norm
 import theory
 from init import build
 from model import (DTYPES, GPT, ArgumentParser, Progress, add_config_flags, add_device_flags, check_dtype_runs,
-                   config_from_flags, figure, lock_dir, peak_flops, print_table, resolve_device, run_script,
-                   save_figure, update_results)
+                   config_from_flags, figure, lock_dir, peak_flops, print_table, random_batches, resolve_device,
+                   run_script, save_figure, update_results)
 
 
 # ----------------------------------------------------------------------------- one pass over a model
@@ -151,22 +151,15 @@ class PairwiseCosine:
 
 
 def model_inputs(model: GPT, kind: str, sequences: int, seq_len: int, batch_size: int, seed: int):
-    """Keyword arguments for model.trace, batch by batch, from one seeded generator on the model's device:
+    """Keyword arguments for model.trace, batch by batch (model.random_batches, moved to the model's device):
     {"idx": uniform token ids} or {"embeds": iid N(mean, std) vectors with the scalar mean and std of the
     model's own token embedding table -- Section 4.1's stand-in for random tokens, without repeats}.
-    The same arguments give the same inputs, so two models see identical sequences."""
-    if kind not in ("tokens", "gaussian"):
-        raise ValueError(f"unknown input kind {kind!r}: choose 'tokens' or 'gaussian'")
+    The same arguments give the same inputs on every device, so two models see identical sequences."""
     w = model.transformer.wte.weight
-    g = torch.Generator(device=w.device).manual_seed(seed)
     mean, std = w.float().mean().item(), w.float().std().item()
-    for start in range(0, sequences, batch_size):
-        b = min(batch_size, sequences - start)
-        if kind == "tokens":
-            yield {"idx": torch.randint(0, model.config.vocab_size, (b, seq_len), generator=g, device=w.device)}
-        else:
-            x = mean + std * torch.randn(b, seq_len, model.config.n_embd, generator=g, device=w.device)
-            yield {"embeds": x.to(w.dtype)}
+    for x in random_batches(kind, sequences, seq_len, batch_size, seed, vocab=model.config.vocab_size,
+                            width=model.config.n_embd, mean=mean, std=std):
+        yield {"idx": x.to(w.device)} if kind == "tokens" else {"embeds": x.to(w.device, w.dtype)}
 
 
 def forward_flops_per_sequence(model: GPT, seq_len: int) -> float:
@@ -606,7 +599,7 @@ def run_experiments(args, config, rank: int, world: int) -> None:
         if bar:
             bar.update()
     if rank == 0:
-        update_results(os.path.join(args.out, "results.json"), results)
+        update_results(os.path.join(args.out, "results.json"), results, args.device, args.dtype)
         print(f"figures in {args.out}/ ({time.time() - t0:.0f} s)")
 
 

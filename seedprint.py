@@ -52,7 +52,7 @@ import train
 from init import build
 from model import (DTYPES, GPT, LLAMA_KNOBS, ArgumentParser, Progress, add_config_flags, add_device_flags,
                    atomic_write, check_dtype_runs, check_weights_finite, config_overrides, figure, get_config,
-                   load_model, lock_dir, parse_bool, print_table, qkv_sizes, read_model_config, resolve_device,
+                   load_model, lock_dir, parse_bool, print_table, qkv_sizes, random_batches, read_model_config, resolve_device,
                    run_script, save_figure, update_results, write_checkpoint)
 
 ALPHA = 0.01
@@ -260,25 +260,23 @@ def fingerprint(model, sequences: int = 2000, seq_len: int = 64, inputs: str = "
     vocab = vocab or model.config.vocab_size
     param = next(model.parameters()) if is_gpt else None
     device = param.device if is_gpt else torch.device("cpu")
-    g = torch.Generator().manual_seed(seed)
     bar = Progress(sequences, f"fingerprint {name}", "sequences") if progress else None
     out = []
+    batches = random_batches(inputs, sequences, seq_len, batch_size, seed, vocab=vocab,
+                             width=model.config.n_embd if is_gpt else None, mean=mean, std=std)
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        for i in range(0, sequences, batch_size):
-            b = min(batch_size, sequences - i)
+        for x in batches:
             if inputs == "tokens":
-                ids = torch.randint(0, vocab, (b, seq_len), generator=g)
-                h = model.trace(ids.to(device), hidden="last")["hidden"][-1] if is_gpt else model(ids)
-            else:   # drawn on the CPU in float32, so every device and dtype sees the same inputs
-                x = torch.randn(b, seq_len, model.config.n_embd, generator=g) * std + mean
+                h = model.trace(x.to(device), hidden="last")["hidden"][-1] if is_gpt else model(x)
+            else:
                 h = model.trace(embeds=x.to(device, param.dtype), hidden="last")["hidden"][-1]
             h = torch.as_tensor(h)
-            if h.dim() != 2 or h.shape[0] != b:
-                raise ValueError(f"{name}: the model must map ids {tuple(ids.shape)} to last-token states (B, d), "
+            if h.dim() != 2 or h.shape[0] != len(x):
+                raise ValueError(f"{name}: the model must map ids {tuple(x.shape)} to last-token states (B, d), "
                                  f"got shape {tuple(h.shape)}")
             out.append(h.float().cpu())
             if bar:
-                bar.update(b)
+                bar.update(len(x))
     H = torch.cat(out).numpy()
     bad = int((~np.isfinite(H)).any(axis=1).sum())
     if bad:
@@ -669,7 +667,7 @@ def reef(a, b, n: int = 200, seq_len: int = 64, layer: int = -1, seed: int = 0) 
     """Linear CKA between the two models' last-token states at one residual-stream state (default:
     the final norm) on the same n random token sequences."""
     vocab = min(a.config.vocab_size, b.config.vocab_size)
-    x = torch.randint(0, vocab, (n, seq_len), generator=torch.Generator().manual_seed(seed))
+    x = next(random_batches("tokens", n, seq_len, n, seed, vocab=vocab))
     with torch.no_grad():
         X, Y = (m.eval().trace(x, hidden="last")["hidden"][layer].double() for m in (a, b))
     X, Y = X - X.mean(0), Y - Y.mean(0)
@@ -1181,7 +1179,7 @@ def run(args) -> None:
             results[name] = funcs[name](args)
             if isinstance(results[name], list):
                 print_table(results[name], floats="{:.3g}")
-    update_results(os.path.join(args.out, "results.json"), results)
+    update_results(os.path.join(args.out, "results.json"), results, args.device, args.dtype)
 
 
 if __name__ == "__main__":

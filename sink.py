@@ -34,7 +34,7 @@ import train
 
 from model import (DTYPES, GPT, LLAMA_KNOBS, ArgumentParser, Progress, add_config_flags, add_device_flags,
                    check_dtype_runs, check_token_ids, config_overrides, figure, get_config, get_tokenizer, load_model,
-                   lock_dir, one_line, parse_bool, print_table, read_checkpoint, read_json, read_model_config, resolve_device, run_script,
+                   lock_dir, one_line, parse_bool, print_table, random_batches, read_checkpoint, read_json, read_model_config, resolve_device, run_script,
                    save_figure, update_results, write_json)
 
 EPS = 0.3
@@ -229,9 +229,7 @@ def amplify_hook(k: int, lam: float, mu: str = "batch"):
 
 def random_tokens(vocab: int, n: int, T: int, seed: int = 0, bos=None) -> torch.Tensor:
     """Gu et al.'s "random" setting: n sequences of T uniform token ids (a BOS id in front, if given)."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, vocab, (n, T - (bos is not None)), generator=g)
-    return _with_bos(ids, bos)
+    return _with_bos(next(random_batches("tokens", n, T - (bos is not None), n, seed, vocab=vocab)), bos)
 
 
 def windows(ids: np.ndarray, T: int, n: int, seed: int = 0, bos=None) -> torch.Tensor:
@@ -405,6 +403,30 @@ def _plot_interventions(args, res):
         ax.set(yscale="log", xlabel="layer", ylabel=f"alpha_k (k={k})", title=f"k = {k}, T = {res['T']}")
     axes[0].legend(fontsize=6, ncol=2)
     save_figure(fig, os.path.join(args.out, "interventions.png"))
+
+
+def exp_variance(args) -> dict:
+    """Eq. 2 on a real model: the variance, across inputs, of each head's aggregated attention output (what
+    W_O sees) by position, per layer, beside the layer's sink rate. Is position 1 the outlier, and in which
+    layers, compared with where the sinks start?"""
+    model = load_model(args.model_path, args.device, DTYPES[args.dtype] if args.dtype else None).eval()
+    T = args.lengths[0]
+    tokens = model_inputs(args, model, args.model_path, T)
+    var = position_variance(model, tokens)                              # (L, T)
+    rates = sink_rates(key_scores(model, tokens)[..., 0], args.eps)["per_layer"]
+    rows = [dict(layer=l + 1, var_first=float(v[0]), var_rest_median=float(np.median(v[1:])),
+                 first_over_rest=float(v[0] / np.median(v[1:])), first_is_max=bool(v[0] >= v.max()),
+                 var_t2_over_tT=float(v[1] / v[-1]), sink_rate=r) for l, (v, r) in enumerate(zip(var, rates))]
+    print_table([{k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()} for row in rows])
+    plt, fig, (a1, a2) = figure(1, 2, figsize=(10, 3.8))
+    layers = np.arange(1, len(rows) + 1)
+    a1.semilogy(layers, [r["first_over_rest"] for r in rows], "o-")
+    a1.axhline(1, c="gray", lw=0.5)
+    a1.set(xlabel="layer", ylabel="var(position 1) / median var(t > 1)", title="the first position's variance")
+    a2.plot(layers, rates, "s-", c="C3")
+    a2.set(xlabel="layer", ylabel=f"sink rate (%), eps = {args.eps}", title="sinks by layer")
+    save_figure(fig, os.path.join(args.out, "variance_by_layer.png"))
+    return dict(model=args.model_path, inputs=_describe(args), T=T, layers=rows, variance=var.tolist())
 
 
 # ----------------------------------------------------------------------------- the emergence testbed
@@ -619,7 +641,7 @@ def main(argv=None):
     p = ArgumentParser(prog="sink.py", description="Attention sinks: the metric on any model, the causal "
                        "interventions, and a testbed where calibration can be put to the test.")
     p.add_argument("model_path", nargs="?", metavar="MODEL", help="a train.py checkpoint or Hugging Face directory")
-    p.add_argument("--exp", choices=("interventions", "testbed", "calibration"), default=None)
+    p.add_argument("--exp", choices=("interventions", "variance", "testbed", "calibration"), default=None)
     g = p.add_argument_group("inputs (Gu et al.: 100 sequences of 64, eps 0.3)")
     g.add_argument("--text", default=None, help="text file or corpus name (wikitext2, ...), tokenized by the model's "
                    "own tokenizer; default: random tokens")
@@ -670,9 +692,9 @@ def main(argv=None):
         if args.exp is None:
             results["measure"] = measure(args)
         else:
-            results[args.exp] = dict(interventions=exp_interventions, testbed=exp_testbed,
+            results[args.exp] = dict(interventions=exp_interventions, variance=exp_variance, testbed=exp_testbed,
                                      calibration=exp_calibration)[args.exp](args)
-        update_results(os.path.join(args.out, "results.json"), results)
+        update_results(os.path.join(args.out, "results.json"), results, args.device, args.dtype)
 
 
 def check_args(p, args) -> None:
@@ -682,8 +704,8 @@ def check_args(p, args) -> None:
         p.error("need --sequences >= 1, --lengths >= 2 and 0 < --eps < 1")
     if args.text and args.ids:
         p.error("give --text or --ids, not both")
-    if args.exp in (None, "interventions") and not args.model_path:
-        p.error("give a MODEL to measure" + (", or --exp NAME" if args.exp is None else " (--exp interventions)"))
+    if args.exp in (None, "interventions", "variance") and not args.model_path:
+        p.error("give a MODEL to measure" + (", or --exp NAME" if args.exp is None else f" (--exp {args.exp})"))
     if args.exp in ("testbed", "calibration") and args.model_path:
         p.error(f"--exp {args.exp} trains its own models; drop MODEL")
     for name in ("steps", "batch_size", "testbed_tokens", "testbed_vocab"):

@@ -304,7 +304,7 @@ def attn0_quality_at_init(preset: str = "gpt2-nano", seq_len: int = 256, batch: 
 # ----------------------------------------------------------------------------- the script
 
 def main(argv=None):
-    from model import ArgumentParser, jsonable, lock_dir, print_table, write_json   # the scripts' shared plumbing
+    from model import ArgumentParser, lock_dir, print_table, update_results   # the scripts' shared plumbing
     parser = ArgumentParser(prog="theory.py", description="Every closed form of the paper beside Monte Carlo; "
                             "figures under --out.")
     parser.add_argument("--quick", action="store_true", help="smaller Monte Carlo, no GPT-2 init check")
@@ -317,7 +317,7 @@ def main(argv=None):
     t_start = time.time()
     with lock_dir(args.out):
         res = run_all(args, print_table)
-        write_json(os.path.join(args.out, "results.json"), jsonable(res))
+        update_results(os.path.join(args.out, "results.json"), dict(theory=res))
     print(f"\nwrote {args.out}/results.json and figures, {time.time() - t_start:.1f} s")
 
 

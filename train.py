@@ -43,7 +43,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from init import build
 from model import (DTYPES, GPT, GPTConfig, ArgumentParser, Progress, add_config_flags, add_device_flags, atomic_write,
                    check_dtype_runs, config_overrides, figure, get_config, get_tokenizer, lock_dir, parse_bool,
-                   peak_flops, read_checkpoint, read_json, resolve_device, run_script, save_figure, write_checkpoint,
+                   peak_flops, provenance, read_checkpoint, read_json, resolve_device, run_script, save_figure, write_checkpoint,
                    write_json)
 
 
@@ -657,10 +657,12 @@ def _train(args: TrainConfig, run: dict) -> dict:
         if steps_timed == 0:
             t0 = time.time()           # evaluation and checkpoint time is not training throughput
         if master and (args.log_every and (done % args.log_every == 0 or last)):
-            write_json(os.path.join(args.out_dir, "log.json"), dict(log, args=dataclasses.asdict(args), seeds=seeds))
+            write_json(os.path.join(args.out_dir, "log.json"), dict(log, args=dataclasses.asdict(args), seeds=seeds,
+                                                                    provenance=provenance(device, run["autocast_dtype"])))
     check_finite()
     if master:
-        write_json(os.path.join(args.out_dir, "log.json"), dict(log, args=dataclasses.asdict(args), seeds=seeds))
+        write_json(os.path.join(args.out_dir, "log.json"), dict(log, args=dataclasses.asdict(args), seeds=seeds,
+                                                                provenance=provenance(device, run["autocast_dtype"])))
         plot_log(log, os.path.join(args.out_dir, "loss.png"))
     if ddp:
         dist.destroy_process_group()

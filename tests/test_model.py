@@ -287,3 +287,48 @@ def test_sink_controls_match_their_formulas_query_by_query(knobs, kind):
 def test_attn_sink_needs_plain_softmax():
     with pytest.raises(ValueError, match="attn_sink"):
         get_config("tiny", attn_sink=True, attention="softpick")
+
+
+def test_random_inputs_are_the_same_whatever_the_batch_size_and_the_script():
+    from model import random_batches
+    import probe
+    import seedprint
+    import sink
+    for kind, kw in (("tokens", dict(vocab=50)), ("gaussian", dict(width=8, mean=0.5, std=2.0))):
+        whole = torch.cat(list(random_batches(kind, 23, 6, 23, seed=4, **kw)))
+        for b in (1, 5, 64):
+            assert torch.equal(torch.cat(list(random_batches(kind, 23, 6, b, seed=4, **kw))), whole)
+        assert not torch.equal(torch.cat(list(random_batches(kind, 23, 6, 23, seed=5, **kw))), whole)
+    g = torch.cat(list(random_batches("gaussian", 4000, 2, 4000, seed=0, width=4, mean=0.5, std=2.0)))
+    assert g.mean().item() == pytest.approx(0.5, abs=0.05) and g.std().item() == pytest.approx(2.0, rel=0.03)
+    model = build(get_config("tiny", n_layer=1, vocab_size=50), 0).eval()
+    seen = []
+    record = lambda ids: seen.append(ids) or model.trace(ids, hidden="last")["hidden"][-1]
+    seedprint.fingerprint(record, sequences=23, seq_len=6, vocab=50, seed=4, batch_size=5)
+    probe_ids = torch.cat([b["idx"] for b in probe.model_inputs(model, "tokens", 23, 6, 7, seed=4)])
+    assert torch.equal(torch.cat(seen), probe_ids) and torch.equal(sink.random_tokens(50, 23, 6, seed=4), probe_ids)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_random_inputs_are_identical_on_cpu_and_cuda():
+    from model import random_batches
+    for kind, kw in (("tokens", dict(vocab=50)), ("gaussian", dict(width=8))):
+        cpu = torch.cat(list(random_batches(kind, 9, 4, 3, seed=1, **kw)))
+        assert torch.equal(torch.cat([x.cuda() for x in random_batches(kind, 9, 4, 4, seed=1, **kw)]).cpu(), cpu)
+
+
+def test_every_result_and_checkpoint_records_how_it_was_made(tmp_path):
+    import json
+    import sys
+    from model import read_checkpoint, update_results, write_checkpoint
+    update_results(str(tmp_path / "results.json"), dict(a=[1, 2]), device="cpu", dtype=torch.float32)
+    update_results(str(tmp_path / "results.json"), dict(b=dict(x=1)))
+    res = json.load(open(tmp_path / "results.json"))
+    assert res["a"] == [1, 2] and res["b"] == dict(x=1) and set(res["provenance"]) == {"a", "b"}
+    how = res["provenance"]["a"]
+    assert how["command"].split()[1:] == sys.argv[1:] and how["dtype"] == "float32" and how["device"] == "cpu"
+    assert how["torch"] == torch.__version__ and how["threads"] == torch.get_num_threads() and how["wall_seconds"] >= 0
+    assert how["git"] is None or (len(how["git"]["commit"]) == 40 and isinstance(how["git"]["dirty"], bool))
+    write_checkpoint(str(tmp_path / "c.pt"), build(get_config("tiny", n_layer=1), 0), step=3)
+    ckpt = read_checkpoint(str(tmp_path / "c.pt"))
+    assert ckpt["step"] == 3 and ckpt["provenance"]["dtype"] == "float32"
