@@ -162,6 +162,25 @@ def model_inputs(model: GPT, kind: str, sequences: int, seq_len: int, batch_size
         yield {"idx": x.to(w.device)} if kind == "tokens" else {"embeds": x.to(w.device, w.dtype)}
 
 
+@torch.no_grad()
+def position_variance(model: GPT, inputs: torch.Tensor, batch_size: int = 32) -> np.ndarray:
+    """Variance of each head's aggregated output (what W_O sees, after calibration and head_norm), per
+    layer and 1-indexed position: (L, T), pooled over heads and head dimensions around the
+    per-(position, head, dim) mean across sequences (unbiased). inputs: token ids (N, T) or input
+    embeddings (N, T, n_embd)."""
+    s1 = s2 = None
+    n = 0
+    device = next(model.parameters()).device
+    key = "embeds" if inputs.is_floating_point() else "idx"
+    for i in range(0, len(inputs), batch_size):
+        h = torch.stack(model.trace(**{key: inputs[i:i + batch_size].to(device)}, head_out=True)["head_out"], 1).double()
+        s1 = h.sum(0) if s1 is None else s1 + h.sum(0)
+        s2 = (h ** 2).sum(0) if s2 is None else s2 + (h ** 2).sum(0)
+        n += h.shape[0]
+    var = (s2 - s1 ** 2 / n) / max(n - 1, 1)                          # (L, H, T, hd)
+    return var.mean(dim=(1, 3)).cpu().numpy()
+
+
 def forward_flops_per_sequence(model: GPT, seq_len: int) -> float:
     """2 flops per multiply-add: 2 N_non-embedding per token, causal attention ~2 T d per token per
     layer (half of QK^T and PV), and the LM head on the last position only."""
@@ -398,7 +417,6 @@ def exp_intra(args, config, lengths=(64, 1024), n_seq=16):
 def exp_variance(args, config):
     """Fig 9: per-position std of the first attention block's aggregated output (before W_O) on
     Gaussian inputs, against std(t=1) / sqrt(t) (Eq. 2)."""
-    from sink import position_variance          # the first position's variance: the sink's precursor
     T = max(args.seq_len)
     model = _build(args, config, args.seeds[0], n_layer=1)
     inputs = torch.cat([b["embeds"] for b in model_inputs(model, "gaussian", args.sequences, T, args.batch_size,

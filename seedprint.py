@@ -695,10 +695,8 @@ def _run(args, name, seed, data, steps=None, init_from=None, data_seed=None):
 
 
 def _data(args, corpus):
-    path = os.path.join(args.out, "data", f"{corpus}_{args.tokenizer}")
-    if not os.path.isfile(os.path.join(path, "meta.json")):
-        train.prepare([corpus], path, tokenizer=args.tokenizer, from_dir=args.data_from)
-    return path
+    return train.prepared([corpus], os.path.join(args.out, "data", f"{corpus}_{args.tokenizer}"), args.tokenizer,
+                          args.data_from)
 
 
 def _ckpts(run):
@@ -829,10 +827,7 @@ def _base_checkpoint(args) -> tuple:
 
 def _base_data(args, corpus) -> str:
     """A corpus tokenized by the base model's own tokenizer (its directory's tokenizer.json)."""
-    path = os.path.join(args.out, "derivatives", f"data_{corpus}")
-    if not os.path.isfile(os.path.join(path, "meta.json")):
-        train.prepare([corpus], path, tokenizer=args.base, from_dir=args.data_from)
-    return path
+    return train.prepared([corpus], os.path.join(args.out, "derivatives", f"data_{corpus}"), args.base, args.data_from)
 
 
 def _base_run(args, name, data, init_from=None, seed=0, lr=1e-4) -> str:

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 import train
+from probe import position_variance
 
 from model import (DTYPES, GPT, LLAMA_KNOBS, ArgumentParser, Progress, add_config_flags, add_device_flags,
                    check_dtype_runs, check_token_ids, config_overrides, figure, get_config, get_tokenizer, load_model,
@@ -124,25 +125,6 @@ def attention_mass(model: GPT, tokens: torch.Tensor) -> list:
 
 
 # ----------------------------------------------------------------------------- where the first token differs
-
-@torch.no_grad()
-def position_variance(model: GPT, inputs: torch.Tensor, batch_size: int = 32) -> np.ndarray:
-    """Variance of each head's aggregated output (what W_O sees, after calibration and head_norm), per
-    layer and 1-indexed position: (L, T), pooled over heads and head dimensions around the
-    per-(position, head, dim) mean across sequences (unbiased). inputs: token ids (N, T) or input
-    embeddings (N, T, n_embd)."""
-    s1 = s2 = None
-    n = 0
-    device = next(model.parameters()).device
-    key = "embeds" if inputs.is_floating_point() else "idx"
-    for i in range(0, len(inputs), batch_size):
-        h = torch.stack(model.trace(**{key: inputs[i:i + batch_size].to(device)}, head_out=True)["head_out"], 1).double()
-        s1 = h.sum(0) if s1 is None else s1 + h.sum(0)
-        s2 = (h ** 2).sum(0) if s2 is None else s2 + (h ** 2).sum(0)
-        n += h.shape[0]
-    var = (s2 - s1 ** 2 / n) / max(n - 1, 1)                          # (L, H, T, hd)
-    return var.mean(dim=(1, 3)).cpu().numpy()
-
 
 def dimension_disparity(h: torch.Tensor) -> torch.Tensor:
     """max_j |h_j| / mean_j |h_j| over the last dimension: ~3-4 for a Gaussian vector of width ~1000,
@@ -602,9 +584,8 @@ def _plot_testbed(args, res):
 def exp_calibration(args) -> dict:
     """Fig 12 / Table 7 at small scale: the variants trained from one init on one data order (natural
     text), their sink rate at each length on the evaluation text, and its perplexity."""
-    data = os.path.join(args.out, "calibration", f"{args.train_text}_{args.tokenizer}")
-    if not os.path.isfile(os.path.join(data, "meta.json")):
-        train.prepare([args.train_text], data, tokenizer=args.tokenizer, from_dir=args.data_from)
+    data = train.prepared([args.train_text], os.path.join(args.out, "calibration", f"{args.train_text}_{args.tokenizer}"),
+                          args.tokenizer, args.data_from)
     res = {}
     for name in args.variants:
         out_dir = os.path.join(args.out, "calibration", name)

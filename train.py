@@ -248,6 +248,14 @@ def read_text(path: str) -> str:
         raise ValueError(f"{path} is not UTF-8 text (byte {e.start}); convert it, or tokenize it yourself") from None
 
 
+def prepared(sources, out_dir: str, tokenizer: str = "gpt2", from_dir: Optional[str] = None) -> str:
+    """out_dir, after preparing it if it holds no complete data yet (meta.json is written last): how
+    experiments get their data, made once."""
+    if not os.path.isfile(os.path.join(out_dir, "meta.json")):
+        prepare(list(sources), out_dir, tokenizer, from_dir=from_dir)
+    return out_dir
+
+
 def save_tokens(tokens: np.ndarray, out_dir: str, tokenizer: str, vocab_size: int, sources: list,
                 val_fraction: float = 0.1, doc_len: int = 0) -> dict:
     """A token stream as prepared data: train.bin and val.bin (uint16; the last val_fraction is

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+import probe
 import sink
 import theory
 from init import build
@@ -95,7 +96,7 @@ def test_calibration_flattens_position_variance(calibration):
                      norm="none", position="none", calibration=calibration)
     model = build(cfg, 3)
     x = torch.randint(0, 4096, (512, T), generator=torch.Generator().manual_seed(0))
-    var = sink.position_variance(model, x, batch_size=128)[0]
+    var = probe.position_variance(model, x, batch_size=128)[0]
     rel = 4 * math.sqrt(2 / (512 * 64))          # ~4 standard errors of a variance from 512 x 64 values
     t = np.arange(1, T + 1)
     factor = {"none": np.ones(T), "amplify": t, "attenuate": t / T}[calibration]     # scale of the variance
