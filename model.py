@@ -619,13 +619,13 @@ def seed_of(*parts) -> int:
 
 
 def random_batches(kind: str, n: int, T: int, batch_size: int, seed: int, vocab: int = None, width: int = None,
-                   mean: float = 0.0, std: float = 1.0):
+                   mean: float = 0.0, std: float = 1.0, low: int = 0):
     """n random input sequences of T positions, in CPU batches of batch_size, the same whatever the batch size
-    and whatever device they are moved to. kind="tokens": ids uniform below `vocab`, all drawn at once from one
+    and whatever device they are moved to. kind="tokens": ids uniform in [low, vocab), all drawn at once from one
     seeded CPU generator, (b, T) int64. kind="gaussian": vectors N(mean, std^2) of `width` (Section 4.1's stand-in
     for tokens, without repeats), each sequence from its own CPU generator seeded by (seed, its index), (b, T, width)."""
     if kind == "tokens":
-        ids = torch.randint(0, vocab, (n, T), generator=torch.Generator().manual_seed(seed))
+        ids = torch.randint(low, vocab, (n, T), generator=torch.Generator().manual_seed(seed))
         yield from ids.split(batch_size)
     elif kind == "gaussian":
         for start in range(0, n, batch_size):

@@ -46,6 +46,7 @@ from typing import Callable
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from scipy import optimize, stats
 
 import train
@@ -245,11 +246,11 @@ def null_taus(N: int, d: int, trials: int = 10, seed: int = 0, k: int = 400, ran
 
 def fingerprint(model, sequences: int = 2000, seq_len: int = 64, inputs: str = "tokens", vocab: int = None,
                 mean: float = 0.0, std: float = 0.02, seed: int = 0, batch_size: int = 32, name: str = "model",
-                progress: bool = False) -> np.ndarray:
+                progress: bool = False, low: int = 0) -> np.ndarray:
     """H (sequences x d, float32): the final-norm state of the last token on random sequences.
     model: a GPT, or any callable ids (B, T) int64 -> (B, d) final-norm last-token states, e.g. a model
     loaded by your own transformers install (tokens only; see the README).
-    inputs="tokens": ids uniform below `vocab` (default: the model's). inputs="gaussian": embeddings
+    inputs="tokens": ids uniform in [low, vocab) (default: the model's vocabulary). inputs="gaussian": embeddings
     N(mean, std) fed past the token table (GPT only; see the H0 above for why tokens are the default).
     The same seed gives the same inputs on every device and dtype. A NaN or inf row is an error."""
     is_gpt = isinstance(model, GPT)
@@ -263,7 +264,7 @@ def fingerprint(model, sequences: int = 2000, seq_len: int = 64, inputs: str = "
     bar = Progress(sequences, f"fingerprint {name}", "sequences") if progress else None
     out = []
     batches = random_batches(inputs, sequences, seq_len, batch_size, seed, vocab=vocab,
-                             width=model.config.n_embd if is_gpt else None, mean=mean, std=std)
+                             width=model.config.n_embd if is_gpt else None, mean=mean, std=std, low=low)
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
         for x in batches:
             if inputs == "tokens":
@@ -302,6 +303,14 @@ def fingerprint_cached(path: str, cache_dir: str = None, device="cpu", dtype: st
     return fingerprint_all([path], cache_dir, device, dtype, options)[0][0]
 
 
+def aligned_sets(vocab: int, seed: int) -> list:
+    """The two input sets of the aligned verdict: the test's, with token ids from the lower half of the shared
+    vocabulary, and the alignment's, other sequences from the upper half. Unrelated models resemble each other
+    by chance on the tokens they see (most on a small vocabulary, whose tokens repeat); fit on other tokens, the
+    match carries that chance over far less (README: measured)."""
+    return [dict(vocab=vocab // 2, low=0, seed=seed), dict(vocab=vocab, low=vocab // 2, seed=seed + HELD_OUT_SEED)]
+
+
 @dataclass
 class Recipe:
     """A model built in code (a derivative, a fresh init): fingerprinted under a cache key that names how it
@@ -311,30 +320,31 @@ class Recipe:
 
 
 def fingerprint_all(models: list, cache_dir: str = None, device="cpu", dtype: str = None, options: dict = None,
-                    seeds: list = None) -> list:
-    """out[i][j]: the fingerprint of model i on the inputs of seeds[j] (default: the options' seed). A model is
-    a GPT, a path, a Recipe, a callable, or a fingerprint array (one seed only). Each model is loaded once;
+                    sets: list = None) -> list:
+    """out[i][j]: the fingerprint of model i on input set j: the options updated by sets[j] (default: one set, the
+    options themselves). A model is a GPT, a path, a Recipe, a callable, or a fingerprint array (one set only). Each
+    model is loaded once;
     paths and recipes are read from and saved to the cache, but only once every fingerprint is computed: a
     run that fails on one model (a damaged file, NaN activations) writes nothing."""
     options = dict(options or {})
-    seeds = seeds or [options.get("seed", 0)]
+    sets = [dict(options, **s) for s in (sets or [{}])]
     out, new = [], []
     for m in models:
         if isinstance(m, np.ndarray):
-            if len(seeds) > 1:
+            if len(sets) > 1:
                 raise ValueError("a fingerprint array holds one set of inputs; give the model for held-out inputs")
             out.append([m])
             continue
         if callable(m) and not isinstance(m, (GPT, Recipe)):
             m = m.eval() if hasattr(m, "eval") else m
-            out.append([fingerprint(m, **dict(options, seed=sd)) for sd in seeds])
+            out.append([fingerprint(m, **opts) for opts in sets])
             continue
         if not isinstance(m, (str, GPT, Recipe)):
             raise TypeError(f"expected a GPT, a path, a Recipe, a callable or a fingerprint array, got {type(m).__name__}")
         identity = weights_identity(m) if isinstance(m, str) else m.key if isinstance(m, Recipe) else None
         row, model = [], m if isinstance(m, GPT) else None
-        for sd in seeds:
-            key = json.dumps(dict(weights=identity, device=str(device), dtype=str(dtype), options=dict(options, seed=sd),
+        for opts in sets:
+            key = json.dumps(dict(weights=identity, device=str(device), dtype=str(dtype), options=opts,
                                   autocast="bf16" if str(device).startswith("cuda") else None, version=3), sort_keys=True)
             file = os.path.join(cache_dir, hashlib.sha256(key.encode()).hexdigest()[:20] + ".npz") \
                 if cache_dir and identity is not None else None
@@ -346,7 +356,7 @@ def fingerprint_all(models: list, cache_dir: str = None, device="cpu", dtype: st
                     m, device, getattr(torch, dtype) if dtype else None)
                 model.eval()
             name = m if isinstance(m, str) else m.key if isinstance(m, Recipe) else "model"
-            row.append(fingerprint(model, name=name, progress=isinstance(m, str), **dict(options, seed=sd)))
+            row.append(fingerprint(model, name=name, progress=isinstance(m, str), **opts))
             if file:
                 new.append((file, row[-1], key))
         out.append(row)
@@ -389,8 +399,11 @@ def compare_many(models: list, k: int = 400, rank_by: str = "smallest", set_mode
             raise ValueError(f"seq_len {seq_len} exceeds a model's context of {c.block_size} tokens; lower --seq_len")
     if opts.get("inputs", "tokens") == "tokens" and "vocab" not in opts and configs:
         opts["vocab"] = min(c.vocab_size for c in configs)
-    seed = opts.get("seed", 0)
-    H = fingerprint_all(models, cache_dir, device, dtype, opts, [seed, seed + HELD_OUT_SEED] if align else [seed])
+    if align and "vocab" not in opts:
+        raise ValueError("the aligned verdict draws token ids from two halves of the vocabulary: give vocab= for "
+                         "models whose vocabulary is not known (callables, fingerprint arrays)")
+    H = fingerprint_all(models, cache_dir, device, dtype, opts,
+                        aligned_sets(opts["vocab"], opts.get("seed", 0)) if align else None)
     widths = {h[0].shape[1] for h in H}
     if len(widths) > 1:
         raise ValueError(f"the models differ in width ({sorted(widths)}): SeedPrint compares models of one "
@@ -463,9 +476,11 @@ def quantize(model: GPT, bits: int, group: int = 0) -> GPT:
     row (group=0) or per `group` consecutive input columns."""
     out, qmax = _copy(model), 2 ** (bits - 1) - 1
     for _, w in _matrices(out):
-        g = w.view(w.shape[0], -1, group) if group else w.view(w.shape[0], 1, -1)
+        n = group or w.shape[1]
+        pad = -w.shape[1] % n                                    # a last, shorter group: zero columns never win absmax
+        g = F.pad(w, (0, pad)).view(w.shape[0], -1, n)
         scale = g.abs().amax(dim=-1, keepdim=True).clamp_min(1e-12) / qmax
-        g.copy_((g / scale).round().clamp(-qmax, qmax) * scale)
+        w.copy_(((g / scale).round().clamp(-qmax, qmax) * scale).view(w.shape[0], -1)[:, :w.shape[1]])
     return out
 
 
@@ -703,18 +718,22 @@ def _ckpts(run):
     return train.list_checkpoints(run)
 
 
-def _fps(args, m) -> list:
-    """[test, held-out] fingerprints of a model (a path or a Recipe), cached."""
+def _fps(args, m, aligned: bool = True) -> list:
+    """A model's (a path or a Recipe) fingerprints, cached: [the exact verdict's, and with `aligned` the aligned
+    verdict's test and alignment sets]. Token ids below args.vocab, else the model's vocabulary."""
+    vocab = getattr(args, "vocab", None) or (m.config if isinstance(m, GPT) else read_model_config(m) if isinstance(
+        m, str) else m.build().config).vocab_size
     return fingerprint_all([m], os.path.join(args.out, "fingerprints"), args.device, args.dtype,
-                           dict(sequences=args.sequences, seq_len=args.seq_len, **({"vocab": args.vocab} if getattr(
-                               args, "vocab", None) else {})), [args.input_seed, args.input_seed + HELD_OUT_SEED])[0]
+                           dict(sequences=args.sequences, seq_len=args.seq_len, vocab=vocab, seed=args.input_seed),
+                           [{}] + (aligned_sets(vocab, args.input_seed) if aligned else []))[0]
 
 
-def _verdicts(args, a, b) -> tuple:
-    """(exact verdict, aligned verdict) of a pair, from cached fingerprints."""
-    (HA, HA_hold), (HB, HB_hold) = _fps(args, a), _fps(args, b)
+def _verdicts(args, a, b, aligned: bool = True) -> tuple:
+    """(exact verdict, aligned verdict or None) of a pair, from cached fingerprints."""
+    A, B = _fps(args, a, aligned), _fps(args, b, aligned)
     opts = dict(k=args.k, rank_by=args.rank_by, set_mode=args.set_mode)
-    return seedprint_test(HA, HB, **opts), seedprint_test(HA, HB, **opts, reference=False, align=(HA_hold, HB_hold))
+    exact = seedprint_test(A[0], B[0], **opts)
+    return exact, seedprint_test(A[1], B[1], **opts, reference=False, align=(A[2], B[2])) if aligned else None
 
 
 def _init_file(args, seed):
@@ -919,6 +938,7 @@ def exp_fpr(args):
     seeds = list(range(args.fpr_seed0, args.fpr_seed0 + args.fpr_inits))
     trained_seeds = seeds[:args.fpr_trained]
     data, data2 = _data(args, args.corpus), _data(args, args.corpus2)
+    args.vocab = train.load_data(data)["meta"]["vocab_size"]
     inits = {s: _init_file(args, s) for s in seeds}
     runs = {s: _run(args, f"seed{s}", s, data) for s in trained_seeds}
     final = {s: _ckpts(runs[s])[-1][1] for s in trained_seeds}
@@ -938,7 +958,7 @@ def exp_fpr(args):
     results = []
     for a, b, kind, truth in pairs:
         r, aligned = _verdicts(args, a, b)
-        (HA, _), (HB, _) = _fps(args, a), _fps(args, b)
+        HA, HB = _fps(args, a)[0], _fps(args, b)[0]
         other = seedprint_test(HA, HB, k=args.k, set_mode="base" if args.set_mode == "coset" else "coset", reference=False)
         results.append(dict(kind=kind, related=truth, permuted=kind.endswith("permuted"), S=r.n_identity,
                             mean_tau=r.mean_tau, **{t: getattr(r, t) for t in tests if t not in ("p_base", "p_aligned")},
@@ -977,26 +997,28 @@ def rate_summary(unrelated: list, related: list, permuted: list = ()) -> dict:
 def exp_inits(args):
     """Calibration where the truth is known by construction: --fpr_inits fresh inits (seeds from --fpr_seed0)
     of one architecture -- --base's, or the model flags' --, every pair unrelated. The FPR of the verdict, of
-    its two parts alone (p_perm, p_overlap), of the aligned verdict, with 95% intervals; and, for each false
+    its two parts alone (p_perm, p_overlap), of the aligned verdict (with --align on), with 95% intervals; for each false
     positive, which part made it: the permutation test, the overlap, or their Fisher combination alone."""
     cfg = read_model_config(args.base) if args.base else get_config(args.model, **{**LLAMA_KNOBS, **args.knobs})
     seeds = list(range(args.fpr_seed0, args.fpr_seed0 + args.fpr_inits))
+    args.vocab = cfg.vocab_size
     models = [Recipe(f"init|{json.dumps(dataclasses.asdict(cfg))}|{sd}", lambda sd=sd: build(cfg, sd, sd))
               for sd in seeds]
     bar = Progress(len(models), "inits fingerprinted", "models", every=0)
     for m in models:
-        _fps(args, m)
+        _fps(args, m, args.align)
         bar.update()
     results = []
     for i in range(len(models)):
         for j in range(i + 1, len(models)):
-            r, aligned = _verdicts(args, models[i], models[j])
+            r, aligned = _verdicts(args, models[i], models[j], args.align)
             results.append(dict(a=seeds[i], b=seeds[j], S=r.n_identity, mean_tau=r.mean_tau, p=r.p, p_perm=r.p_perm,
-                                p_overlap=r.p_overlap, p_aligned=aligned.p,
+                                p_overlap=r.p_overlap, p_aligned=aligned.p if aligned else float("nan"),
                                 made_by="-" if r.p >= ALPHA else "p_perm and p_overlap" if max(r.p_perm, r.p_overlap) < ALPHA
                                 else "p_perm" if r.p_perm < ALPHA else "p_overlap" if r.p_overlap < ALPHA
                                 else "their Fisher combination alone"))
-    table = [dict(test=t, **rate_summary([r[t] for r in results], [])) for t in ("p", "p_perm", "p_overlap", "p_aligned")]
+    table = [dict(test=t, **rate_summary([r[t] for r in results], []))
+             for t in ("p", "p_perm", "p_overlap") + (("p_aligned",) if args.align else ())]
     print(f"{len(models)} fresh inits (width {cfg.n_embd}, vocab {cfg.vocab_size}, k {min(args.k, cfg.n_embd // 2)}), "
           f"{len(results)} unrelated pairs, |S| {min(r['S'] for r in results)}-{max(r['S'] for r in results)}")
     print_table(table)

@@ -379,3 +379,23 @@ def test_many_models_at_once_fingerprint_each_once_and_group_by_lineage(tmp_path
     assert [res["results"][pr].p for pr in raw] == pytest.approx(seedprint.holm(list(raw.values())))
     seedprint.compare_many(models, k=32, cache_dir=str(tmp_path), sequences=300, seq_len=16)
     assert len(built) == 5                                       # the second time, all from the cache
+
+
+def test_the_aligned_verdict_sees_a_lineage_through_a_permuted_basis_and_fits_on_other_tokens(tmp_path):
+    """compare(align=True): test inputs from the lower half of the vocabulary, the alignment fit on other
+    sequences from the upper half (checked by recording what the model sees)."""
+    cfg = get_config("tiny", n_layer=2, vocab_size=400, block_size=32, norm="rmsnorm", activation="swiglu",
+                     bias=False, tie_embeddings=False)
+    base = build(cfg, 1, 1).eval()
+    child = seedprint.permute_residual(seedprint.add_noise(base, 0.02, seed=3), seed=5)
+    opts = dict(k=32, sequences=300, seq_len=16)
+    assert not seedprint.compare(base, child, **opts).related
+    r = seedprint.compare(base, child, align=True, **opts)
+    assert r.related and r.aligned and r.moved > 50
+    assert not seedprint.compare(base, build(cfg, 2, 2).eval(), align=True, **opts).related
+    seen = []
+    record = lambda ids: seen.append(ids) or base.trace(ids, hidden="last")["hidden"][-1]
+    seedprint.compare(record, record, align=True, vocab=400, **opts)
+    n = math.ceil(300 / 32)                          # batches per input set: A's test, A's alignment, B's ...
+    test, hold = torch.cat(seen[:n] + seen[2 * n:3 * n]), torch.cat(seen[n:2 * n] + seen[3 * n:])
+    assert test.max() < 200 <= hold.min() and hold.max() < 400
