@@ -29,8 +29,10 @@ import json
 import math
 import numbers
 import os
+import platform
 import re
 import struct
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -40,6 +42,7 @@ try:
 except ImportError:                   # Windows has none: runs there are not locked, and lock_dir says so
     fcntl = None
 
+import numpy
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -1111,7 +1114,7 @@ def get_tokenizer(name: str):
         return (lambda text: list(text.encode("utf-8")),
                 lambda ids: bytes(int(i) for i in ids).decode("utf-8", errors="replace"), 256)
     if name == "gpt2":
-        import tiktoken
+        import tiktoken                    # only for GPT-2's tokenizer (it downloads its files)
         try:
             enc = tiktoken.get_encoding("gpt2")   # downloads the BPE files unless TIKTOKEN_CACHE_DIR has them
         except Exception as e:
@@ -1202,7 +1205,7 @@ def main(argv=None):
 def report_load(path: str, dtype: Optional[str]) -> dict:
     """Load one model and report its config, parameter count, load time and the growth of the process's
     peak resident memory against the size of the weight files (Unix: resource.getrusage)."""
-    import resource
+    import resource                  # Unix only
     kib = 1 if sys.platform == "darwin" else 1024          # ru_maxrss is bytes on macOS, KiB on Linux
     files = [os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors")] \
         if os.path.isdir(path) else [path]
@@ -1266,9 +1269,6 @@ def provenance(device=None, dtype=None) -> dict:
     """How a result was made, so that every number can be traced to its run: the command line, the git commit
     of the code (with a dirty flag) where there is a repository, the versions of torch and numpy, the device's
     name, the dtype, the thread count, the date and the wall time so far."""
-    import platform
-    import subprocess
-    import numpy
     here = os.path.dirname(os.path.abspath(__file__))
     git = lambda *a: subprocess.run(["git", "-C", here, *a], capture_output=True, text=True, timeout=10)
     try:
@@ -1314,7 +1314,7 @@ def jsonable(obj):
 
 def figure(*subplots, figsize=(5, 3.5)):
     """(matplotlib.pyplot, fig, axes) on the Agg backend (no display needed)."""
-    import matplotlib
+    import matplotlib                # only where a figure is drawn: importing it costs a second
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(*subplots, figsize=figsize)

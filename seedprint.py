@@ -41,6 +41,7 @@ import json
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -220,7 +221,9 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
         sd = math.sqrt(2 * (2 * N + 5) / (9 * N * (N - 1)))      # std of tau-b under independence
         null = null_taus(N, d, k=k, rank_by=rank_by, set_mode=set_mode, temperature=temperature)
         r.p_z = float(min(1.0, 2 * stats.norm.sf(taus.mean() / (sd / math.sqrt(len(S))))))
-        r.p_t = float(stats.ttest_ind(taus, null, alternative="greater").pvalue)
+        with warnings.catch_warnings():           # identical fingerprints (a model against itself) are legitimate
+            warnings.simplefilter("ignore", RuntimeWarning)
+            r.p_t = float(stats.ttest_ind(taus, null, alternative="greater").pvalue)
         r.p_u = float(stats.mannwhitneyu(taus, null, alternative="greater").pvalue)
     return r
 

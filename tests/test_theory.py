@@ -161,3 +161,21 @@ def test_attn0_last_cosine_against_monte_carlo():
     for n, d in ((8, 256), (100, 256)):
         mc, se = th.attn0_last_cosine_mc(n, width=d, n_pairs=48, n_nets=6, seed=7)
         assert abs(mc - float(th.attn0_last_cosine(n))) < 4 * se + 2 / d, (n, mc, se)
+
+
+def test_the_maths_needs_no_torch():
+    """theory.py's closed forms and Monte Carlo run on numpy and scipy alone."""
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            "class NoTorch:\n"                        # any import of torch fails, as on a machine without it
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] == 'torch': raise ModuleNotFoundError(name)\n"
+            "sys.meta_path.insert(0, NoTorch())\n"
+            "import theory\n"
+            "print(round(theory.mlp0_cosine(1), 5), round(float(theory.attn0_last_cosine(128)), 4))\n"
+            "print(round(float(theory.mlp0_cosine_mc(2, 'relu', 64, 32, 2, 0)[0][0]), 1))")
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0.31831", "0.9835", "0.3"]
