@@ -16,8 +16,8 @@ import os
 
 import torch
 
-from model import (GPT, ArgumentParser, GPTConfig, add_config_flags, config_from_flags, lock_dir, print_table,
-                   provenance, run_script, seed_of, write_json)
+from model import (ArgumentParser, GPT, GPTConfig, add_config_flags, check_output, config_from_flags, lock_dir,
+                   print_table, provenance, run_script, seed_int, seed_of, write_json)
 
 STD = 0.02
 EMBEDDING_PARAMS = ("transformer.wte.weight", "transformer.wpe.weight", "lm_head.weight")
@@ -97,11 +97,12 @@ def weight_stats(model: GPT) -> dict:
 def main(argv=None):
     parser = ArgumentParser(prog="init.py", description="Initialize a preset and report each weight group's std.")
     add_config_flags(parser)
-    parser.add_argument("--seed", type=int, default=42, help="seed of the transformer blocks")
-    parser.add_argument("--embed_seed", type=int, default=0, help="seed of embeddings and LM head")
+    parser.add_argument("--seed", type=seed_int, default=42, help="seed of the transformer blocks")
+    parser.add_argument("--embed_seed", type=seed_int, default=0, help="seed of embeddings and LM head")
     parser.add_argument("--out", default="out/init")
     args = parser.parse_args(argv)
     config = config_from_flags(args)                 # a bad preset or knob is one error line, before any work
+    check_output(args.out)
     model = build(config, args.seed, args.embed_seed)
     # group the per-layer matrices: "transformer.h.3.attn.c_proj.weight" -> "h.*.attn.c_proj.weight"
     groups = {}

@@ -124,6 +124,12 @@ class GPTConfig:
         if self.attn_sink and self.attention != "softmax":
             raise ValueError(f"attn_sink adds a learned logit to softmax attention; attention={self.attention!r} "
                              f"has {'its own fixed one' if self.attention == 'softmax1' else 'none to add it to'}")
+        sizes = dict(vocab_size=self.vocab_size, block_size=self.block_size if self.position == "learned" else 1,
+                     mlp_hidden=self.mlp_width, head_size=self.n_head * self.head_dim)
+        too_big = [k for k, v in sizes.items() if v * self.n_embd > MAX_TENSOR]
+        if too_big:
+            raise ValueError(f"{too_big[0]}={getattr(self, too_big[0])} makes a weight of more than 2^40 numbers with "
+                             f"n_embd={self.n_embd}; no machine holds it")
         if not self.rope_low_freq_factor < self.rope_high_freq_factor:
             raise ValueError(f"RoPE llama3 scaling needs rope_low_freq_factor < rope_high_freq_factor, got "
                              f"{self.rope_low_freq_factor} and {self.rope_high_freq_factor}")
@@ -144,6 +150,9 @@ class GPTConfig:
     @property
     def mlp_width(self) -> int:
         return self.mlp_hidden or 4 * self.n_embd
+
+
+MAX_TENSOR = 2 ** 40      # numbers in one weight matrix: 4 TiB in float32, far beyond any machine here
 
 
 # Presets: the papers' numbers. "RoPE GPT-2" = GPT-2 blocks with rotary instead of learned positions.
@@ -219,7 +228,11 @@ class RMSNorm(nn.Module):
 
     def forward(self, x):
         xf = x.float()
-        return self.weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
+        ms = xf.pow(2).mean(-1, keepdim=True)
+        # |x| beyond ~1e19 overflows the float32 statistic to inf, and rsqrt(inf) = 0 would quietly zero the
+        # vector: make it NaN instead, so the pass's finiteness check names the block
+        ms = torch.where(torch.isinf(ms), torch.nan, ms)
+        return self.weight * (xf * torch.rsqrt(ms + self.eps)).to(x.dtype)
 
 
 def make_norm(config: GPTConfig, width: int) -> nn.Module:
@@ -492,7 +505,8 @@ class GPT(nn.Module):
 
     @classmethod
     def from_checkpoint(cls, path: str, device="cpu") -> "GPT":
-        """Rebuild the model of a train.py checkpoint from the file alone (config + weights)."""
+        """Rebuild the model of a train.py checkpoint from the file alone (config + weights). Weights that
+        hold NaN or inf are refused."""
         ckpt = read_checkpoint(path)
         with torch.device("meta"):      # shapes only; the weights come from the file
             model = cls(GPTConfig(**ckpt["config"]))
@@ -506,7 +520,7 @@ class GPT(nn.Module):
             raise ValueError(f"{path}: weights do not match the config stored beside them "
                              f"(first mismatches: {wrong[:5]}); the file is damaged or was edited")
         model.load_state_dict(got)
-        return model
+        return check_finite_weights(model, path)
 
     @classmethod
     def from_pretrained(cls, path: str, device="cpu", dtype: Optional[torch.dtype] = None) -> "GPT":
@@ -521,7 +535,7 @@ class GPT(nn.Module):
             model = cls(config).to(dtype)        # dtype on the meta device: nothing allocated yet
         model = model.to_empty(device=device)
         load_hf_weights(model, headers, hf["architectures"][0], path)
-        return model
+        return check_finite_weights(model, path)
 
 
 def raise_if_nonfinite(finite: torch.Tensor, n_layer: int) -> None:
@@ -556,11 +570,12 @@ def check_token_ids(idx: torch.Tensor, vocab_size: int, where: str = "the input"
     return idx
 
 
-def read_model_config(path: str) -> GPTConfig:
+def read_model_config(path) -> GPTConfig:
     """The GPTConfig of any model this project reads, without reading its weights: for the checks a
     script makes before any work (context length, vocabulary, layer indices). The weight files are checked
     as far as that costs nothing: a Hugging Face directory's tensor names, shapes and sizes against its
     config.json; a checkpoint's file structure (memory-mapped)."""
+    path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no model at {path!r}: give a train.py checkpoint (.pt) or a Hugging Face directory")
     if os.path.isdir(path):
@@ -595,21 +610,26 @@ def check_weights_finite(path: str) -> None:
                              f"the checkpoint is damaged or came from a diverged run")
 
 
-def load_model(path: str, device="cpu", dtype: Optional[torch.dtype] = None) -> GPT:
-    """Any model this project reads: a train.py checkpoint file or a Hugging Face directory. A weight
-    that holds NaN or inf is an error naming it: such a model can only produce fake results."""
+def check_finite_weights(model: GPT, where: str) -> GPT:
+    """A weight that holds NaN or inf is an error naming it: such a model can only produce fake results."""
+    for name, p in model.named_parameters():     # in slices: a whole-tensor check would double the peak memory
+        if not all(torch.isfinite(part).all() for part in p.detach().reshape(-1).split(1 << 20)):
+            raise ValueError(f"{where}: weight {name} holds {int((~torch.isfinite(p)).sum())} NaN/inf value(s); "
+                             f"the checkpoint is damaged or came from a diverged run")
+    return model
+
+
+def load_model(path, device="cpu", dtype: Optional[torch.dtype] = None) -> GPT:
+    """Any model this project reads: a train.py checkpoint file or a Hugging Face directory."""
+    path, device = os.fspath(path), resolve_device(str(device))
+    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+        raise ValueError(f"a model loads in a floating-point dtype ({', '.join(DTYPES)}), not {dtype}")
     if not os.path.exists(path):
         raise FileNotFoundError(f"no model at {path!r}: give a train.py checkpoint (.pt) or a Hugging Face directory")
     if os.path.isdir(path):
-        model = GPT.from_pretrained(path, device=device, dtype=dtype)
-    else:
-        model = GPT.from_checkpoint(path, device=device)
-        model = model.to(dtype) if dtype is not None else model
-    for name, p in model.named_parameters():
-        if not torch.isfinite(p).all():
-            raise ValueError(f"{path}: weight {name} holds {int((~torch.isfinite(p)).sum())} NaN/inf value(s); "
-                             f"the checkpoint is damaged or came from a diverged run")
-    return model
+        return GPT.from_pretrained(path, device=device, dtype=dtype)
+    model = GPT.from_checkpoint(path, device=device)
+    return model.to(dtype) if dtype is not None else model
 
 
 # ----------------------------------------------------------------------------- random inputs, one way for every script
@@ -651,12 +671,14 @@ def write_checkpoint(path: str, model: GPT, step: int = 0, **meta) -> None:
     atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
-def read_checkpoint(path: str, mmap: bool = False) -> dict:
+def read_checkpoint(path, mmap: bool = False) -> dict:
     """A train.py checkpoint as a dict: config, model (state dict), optimizer, step, seeds,
     tokenizer, args, ... Loaded with weights_only=True: a checkpoint is data, never code.
     mmap=True maps the tensors instead of reading them: cheap when only the config is wanted."""
+    path = os.fspath(path)
     if not os.path.isfile(path):
-        hint = " (a Hugging Face directory? use GPT.from_pretrained)" if os.path.isdir(path) else ""
+        hint = (" (a Hugging Face directory: a checkpoint file is wanted here; write one with "
+                "model.write_checkpoint(PATH, GPT.from_pretrained(DIR)))" if os.path.isdir(path) else "")
         raise FileNotFoundError(f"no checkpoint file at {path!r}{hint}")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
@@ -1136,6 +1158,30 @@ def get_tokenizer(name: str):
 
 # ----------------------------------------------------------------------------- command line
 
+def seed_int(s: str) -> int:
+    """An argparse type for seeds: an integer in [0, 2^63) (numpy and torch take no other)."""
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a seed is an integer, got {s!r}") from None
+    if not 0 <= v < 2 ** 63:
+        raise argparse.ArgumentTypeError(f"a seed lies in [0, 2^63), got {v}")
+    return v
+
+
+def check_output(path: str, flag: str = "--out") -> str:
+    """An output directory given on the command line, checked before any work: not empty, not a file, and
+    not under a file."""
+    if not path:
+        raise ValueError(f"{flag} is empty; give a directory")
+    here = os.path.abspath(path)
+    while here and not os.path.exists(here):
+        here = os.path.dirname(here)
+    if os.path.exists(path) and not os.path.isdir(path) or (here and not os.path.isdir(here)):
+        raise FileExistsError(f"{flag} {path}: {here if here != os.path.abspath(path) else path} is a file, not a directory")
+    return path
+
+
 def parse_bool(s: str) -> bool:
     low = str(s).lower()
     if low in ("1", "true", "on", "yes"):
@@ -1178,6 +1224,7 @@ def main(argv=None):
                         help="load in this dtype (default: the checkpoint's own)")
     parser.add_argument("--out", default="out/model", help="directory for presets.json / load.json")
     args = parser.parse_args(argv)
+    check_output(args.out)
     if args.model:
         if not os.path.exists(args.model):
             raise FileNotFoundError(f"no model at {args.model!r}: give a train.py checkpoint or a Hugging Face directory")
@@ -1383,22 +1430,24 @@ class ArgumentParser(argparse.ArgumentParser):
 def run_script(main_fn, name: str, argv=None):
     """Run a script's main under the convention above."""
     debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    out_of_memory = "not enough memory ({}); use a smaller model, fewer or shorter sequences, or another --device"
     try:
         return main_fn(argv)
-    except (OSError, ValueError, FloatingPointError) as e:     # bad input, a missing file, NaN activations
-        if debug:
-            raise
-        sys.stderr.write(f"{name}: error: {one_line(e)}\n")
-        sys.exit(2)
     except KeyboardInterrupt:
         sys.stderr.write(f"{name}: interrupted\n")
         sys.exit(130)
     except Exception as e:
         if debug:
             raise
-        sys.stderr.write(f"{name}: internal error {type(e).__name__}: {one_line(e)} (a bug: rerun with "
-                         f"{DEBUG_ENV}=1 for the traceback and report it)\n")
-        sys.exit(1)
+        if isinstance(e, (OSError, ValueError, FloatingPointError)):     # bad input, a missing file, NaN activations
+            sys.stderr.write(f"{name}: error: {one_line(e)}\n")
+        elif isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(e):
+            sys.stderr.write(f"{name}: error: {out_of_memory.format(one_line(e)[:120])}\n")
+        else:
+            sys.stderr.write(f"{name}: internal error {type(e).__name__}: {one_line(e)} (a bug: rerun with "
+                             f"{DEBUG_ENV}=1 for the traceback and report it)\n")
+            sys.exit(1)
+        sys.exit(2)
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -1412,7 +1461,7 @@ def add_device_flags(parser: argparse.ArgumentParser, dtype_help: str, dtype_def
 
 def resolve_device(name: Optional[str] = "auto") -> torch.device:
     """The torch.device a --device flag names; one that is unknown or absent on this machine is refused."""
-    name = name or "auto"
+    name = "auto" if name is None else name
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -1428,7 +1477,7 @@ def resolve_device(name: Optional[str] = "auto") -> torch.device:
     elif device.type == "mps":
         if not torch.backends.mps.is_available():
             raise ValueError(f"--device {name}: MPS is not available here; run with --device cpu")
-    elif device.type != "cpu":
+    elif device.type != "cpu" or device.index:
         raise ValueError(f"unsupported device {name!r}; use auto, cpu, cuda, cuda:N or mps")
     return device
 
@@ -1445,6 +1494,9 @@ def check_dtype_runs(device: torch.device, dtype: torch.dtype) -> None:
                          f"choose another --dtype") from None
 
 
+_HELD = set()                          # the output directories this process holds locked
+
+
 @contextlib.contextmanager
 def lock_dir(path: str, flag: str = "--out"):
     """Hold an exclusive lock on the output directory `path` (created if needed) while a run writes there:
@@ -1452,8 +1504,10 @@ def lock_dir(path: str, flag: str = "--out"):
     flock on the directory itself, so it creates no file and dies with its process, however it ends.
     Temp files that a killed run left behind (atomic_write's *.tmpPID) are removed once the lock is held;
     directories made here and still empty when the run stops (it failed before writing) are removed."""
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise FileExistsError(f"{flag} {path} is a file, not a directory")
+    check_output(path, flag)
+    if os.path.realpath(path) in _HELD:              # this process holds it already (a nested writer)
+        yield path
+        return
     made, parent = [], os.path.abspath(path)
     while not os.path.exists(parent):
         made.append(parent)
@@ -1474,8 +1528,10 @@ def lock_dir(path: str, flag: str = "--out"):
         for f in os.listdir(path):
             if re.fullmatch(r".+\.tmp\d+", f) and os.path.isfile(os.path.join(path, f)):
                 os.remove(os.path.join(path, f))
+        _HELD.add(os.path.realpath(path))
         yield path
     finally:
+        _HELD.discard(os.path.realpath(path))
         if fd is not None:
             os.close(fd)                 # closing the descriptor releases the lock
         for d in made:                   # innermost first

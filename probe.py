@@ -35,9 +35,9 @@ from scipy.stats import binom, norm
 
 import theory
 from init import build
-from model import (DTYPES, GPT, ArgumentParser, Progress, add_config_flags, add_device_flags, check_dtype_runs,
-                   config_from_flags, figure, lock_dir, peak_flops, print_table, random_batches, resolve_device,
-                   run_script, save_figure, update_results)
+from model import (ArgumentParser, DTYPES, GPT, Progress, add_config_flags, add_device_flags, check_dtype_runs,
+                   check_output, config_from_flags, figure, lock_dir, peak_flops, print_table, random_batches,
+                   resolve_device, run_script, save_figure, seed_int, update_results)
 
 
 # ----------------------------------------------------------------------------- one pass over a model
@@ -168,6 +168,8 @@ def position_variance(model: GPT, inputs: torch.Tensor, batch_size: int = 32) ->
     layer and 1-indexed position: (L, T), pooled over heads and head dimensions around the
     per-(position, head, dim) mean across sequences (unbiased). inputs: token ids (N, T) or input
     embeddings (N, T, n_embd)."""
+    if model.config.sublayers == "mlp":
+        raise ValueError("the model has no attention layers (sublayers=mlp): no aggregated attention output")
     s1 = s2 = None
     n = 0
     device = next(model.parameters()).device
@@ -192,6 +194,24 @@ def forward_flops_per_sequence(model: GPT, seq_len: int) -> float:
 # ----------------------------------------------------------------------------- experiments
 # Each takes the parsed arguments and the base config, prints its table, draws its figure and returns
 # what goes into results.json. Sizes come from --sequences, --seq_len, --seeds, --models.
+
+# The architectures each experiment derives from the base config (knobs it overrides), declared once here so
+# that check_args can refuse a combination that cannot be built before any experiment runs.
+MLP0 = dict(sublayers="mlp", residual=False, norm="none", bias=False)            # W2 act(W1 x): Definition 1
+ATTN0 = dict(sublayers="attn", residual=False, norm="none", attention="uniform", bias=False, position="none")
+DERIVED = {
+    "ablation": {"full": dict(sublayers="both"), "self-attention-only": dict(sublayers="attn"),
+                 "MLP-only": dict(sublayers="mlp")},
+    "mlp0": {"relu": dict(MLP0, activation="relu"), "tanh": dict(MLP0, activation="tanh"),
+             "mlp-only": dict(sublayers="mlp")},
+    "layernorm": {"with norm": dict(sublayers="mlp"), "without norm": dict(sublayers="mlp", norm="none")},
+    "table3": {"MLP0": dict(MLP0, activation="relu", n_layer=1), "MLP0 -> MLP0": dict(MLP0, activation="relu", n_layer=2),
+               "Attn0": dict(ATTN0, n_layer=1)},
+    "intra": {"softmax": dict(sublayers="attn", residual=False, attention="softmax"),
+              "uniform": dict(sublayers="attn", residual=False, attention="uniform")},
+    "variance": {"one block": dict(n_layer=1)},
+}
+
 
 def _build(args, config, seed, **overrides):
     cfg = dataclasses.replace(config, **overrides)
@@ -253,8 +273,8 @@ def exp_contraction(args, config):
 
 def exp_ablation(args, config):
     res, hist = {}, {}
-    for mode, sub in (("full", "both"), ("self-attention-only", "attn"), ("MLP-only", "mlp")):
-        r = _probe(args, _build(args, config, args.seeds[0], sublayers=sub), kind="gaussian")
+    for mode in DERIVED["ablation"]:
+        r = _probe(args, _build(args, config, args.seeds[0], **DERIVED["ablation"][mode]), kind="gaussian")
         res[mode] = dict(cosine=r["cosine"], **token_preference(r["counts"]))
         hist[mode] = np.sort(r["counts"])[::-1][:200].tolist()
     print(f"Table 2 / Fig 7 / Fig 4: Gaussian inputs, {args.model} seed {args.seeds[0]}, {args.sequences} sequences "
@@ -300,9 +320,9 @@ def report_direction(args, config, res):
 def exp_mlp0(args, config):
     stacks = {}
     for act in ("relu", "tanh"):   # same seed: identical weights, only the nonlinearity differs
-        m = _build(args, config, args.seeds[0], sublayers="mlp", residual=False, norm="none", activation=act, bias=False)
+        m = _build(args, config, args.seeds[0], **DERIVED["mlp0"][act])
         stacks[f"MLP0 {act}"] = _probe(args, m, kind="gaussian")["cosine"]
-    std = _build(args, config, args.seeds[0], sublayers="mlp")
+    std = _build(args, config, args.seeds[0], **DERIVED["mlp0"]["mlp-only"])
     stacks[f"MLP-only ({config.activation}, {config.norm}, residual)"] = _probe(args, std, kind="gaussian")["cosine"]
     theory_curve = [theory.mlp0_cosine(layer) for layer in range(config.n_layer + 1)]
     print(f"Fig 5: inter-sequence cosine through MLP blocks, {args.model} width, Gaussian inputs")
@@ -316,7 +336,8 @@ def exp_layernorm(args, config):
     without it: LayerNorm decides how much of GELU's asymmetry is engaged."""
     res = {}
     for label, norm_kind in ((f"with {config.norm}", config.norm), ("without norm", "none")):
-        model = _build(args, config, args.seeds[0], sublayers="mlp", norm=norm_kind)
+        model = _build(args, config, args.seeds[0], **DERIVED["layernorm"]["with norm" if norm_kind == config.norm
+                                                                           else "without norm"])
         moments = [torch.zeros(3, dtype=torch.float64) for _ in model.transformer.h]
 
         def record(acc):
@@ -352,11 +373,9 @@ def exp_table3(args, config):
     the extra linear W2 preserves cosines at large width) and uniform-attention blocks (Attn0 through
     W_V, W_O), chained through `embeds`. Last position of two different sequences."""
     seed, T = args.seeds[0], args.seq_len[0]
-    mlp0 = dict(sublayers="mlp", residual=False, norm="none", activation="relu", bias=False)
-    attn0 = dict(sublayers="attn", residual=False, norm="none", attention="uniform", bias=False, position="none")
-    m1 = _build(args, config, seed, n_layer=1, **mlp0)
-    m2 = _build(args, config, seed, n_layer=2, **mlp0)           # its first block is m1's block
-    a1 = _build(args, config, seed + 1, n_layer=1, **attn0)
+    m1 = _build(args, config, seed, **DERIVED["table3"]["MLP0"])
+    m2 = _build(args, config, seed, **DERIVED["table3"]["MLP0 -> MLP0"])   # its first block is m1's block
+    a1 = _build(args, config, seed + 1, **DERIVED["table3"]["Attn0"])
     last = lambda m, x: m.trace(embeds=x, hidden="last")["hidden"][-1]
     every = lambda m, x: m.trace(embeds=x, hidden="all")["hidden"][-1]
     settings = {"MLP0": lambda x: last(m1, x), "MLP0 -> MLP0": lambda x: last(m2, x),
@@ -386,7 +405,7 @@ def exp_intra(args, config, lengths=(64, 1024), n_seq=16):
     for T in [t for t in lengths if t <= config.block_size]:
         curves = {}
         for attention in ("softmax", "uniform"):
-            model = _build(args, config, args.seeds[0], sublayers="attn", residual=False, attention=attention)
+            model = _build(args, config, args.seeds[0], **DERIVED["intra"][attention])
             per_layer = np.zeros((config.n_layer, n_seq))
             g = torch.Generator(device=args.device).manual_seed(args.data_seed)
             for i in range(n_seq):
@@ -418,7 +437,7 @@ def exp_variance(args, config):
     """Fig 9: per-position std of the first attention block's aggregated output (before W_O) on
     Gaussian inputs, against std(t=1) / sqrt(t) (Eq. 2)."""
     T = max(args.seq_len)
-    model = _build(args, config, args.seeds[0], n_layer=1)
+    model = _build(args, config, args.seeds[0], **DERIVED["variance"]["one block"])
     inputs = torch.cat([b["embeds"] for b in model_inputs(model, "gaussian", args.sequences, T, args.batch_size,
                                                            args.data_seed)])
     std = np.sqrt(position_variance(model, inputs, args.batch_size)[0])
@@ -551,13 +570,13 @@ def main(argv=None):
     add_config_flags(parser)
     parser.add_argument("--exp", nargs="+", default=["table1"], choices=EXPERIMENTS + ("all",),
                         help="which tables / figures to make (default table1)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43], help="block init seeds")
+    parser.add_argument("--seeds", type=seed_int, nargs="+", default=[42, 43], help="block init seeds")
     parser.add_argument("--models", type=int, default=8, help="number of seeds for --exp direction (paper: 100)")
-    parser.add_argument("--embed_seed", type=int, default=0, help="shared embedding / LM head seed")
+    parser.add_argument("--embed_seed", type=seed_int, default=0, help="shared embedding / LM head seed")
     parser.add_argument("--sequences", type=int, default=512, help="random sequences per model")
     parser.add_argument("--seq_len", type=int, nargs="+", default=[64])
     parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--data_seed", type=int, default=1234, help="seed of the random inputs")
+    parser.add_argument("--data_seed", type=seed_int, default=1234, help="seed of the random inputs")
     add_device_flags(parser, "dtype of the weights (bfloat16: the paper's GPU setting)", dtype_default="float32")
     parser.add_argument("--out", default="out/probe")
     args = parser.parse_args(argv)
@@ -579,6 +598,7 @@ def main(argv=None):
 
 def check_args(args, config) -> None:
     """Every count and range of the command line, against the model it will run on, before any work."""
+    check_output(args.out)
     positive = dict(sequences=args.sequences, batch_size=args.batch_size, models=args.models)
     for name, value in positive.items():
         if value < 1:
@@ -591,6 +611,16 @@ def check_args(args, config) -> None:
     exps = list(EXPERIMENTS) if "all" in args.exp else args.exp
     if "table3" in exps and min(args.seq_len) < 2:
         raise ValueError("--exp table3 compares two positions: --seq_len must be at least 2")
+    for name in exps:
+        for label, knobs in DERIVED.get(name, {}).items():
+            try:
+                derived = dataclasses.replace(config, **knobs)
+            except ValueError as e:
+                raise ValueError(f"--exp {name} builds a model with {knobs} ({label}), which these flags make "
+                                 f"impossible: {e}") from None
+            if name == "variance" and derived.sublayers == "mlp":
+                raise ValueError("--exp variance measures attention outputs: the model needs attention layers "
+                                 "(not --sublayers mlp)")
 
 
 def run_experiments(args, config, rank: int, world: int) -> None:

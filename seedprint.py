@@ -52,10 +52,11 @@ from scipy import optimize, stats
 
 import train
 from init import build
-from model import (DTYPES, GPT, LLAMA_KNOBS, ArgumentParser, Progress, add_config_flags, add_device_flags,
-                   atomic_write, check_dtype_runs, check_weights_finite, config_overrides, figure, get_config,
-                   load_model, lock_dir, parse_bool, print_table, qkv_sizes, random_batches, read_model_config, resolve_device,
-                   run_script, save_figure, update_results, write_checkpoint)
+from model import (ArgumentParser, DTYPES, GPT, LLAMA_KNOBS, Progress, add_config_flags, add_device_flags,
+                   atomic_write, check_dtype_runs, check_output, check_weights_finite, config_overrides, figure,
+                   get_config, get_tokenizer, load_model, lock_dir, parse_bool, print_table, qkv_sizes,
+                   random_batches, read_model_config, resolve_device, run_script, save_figure, seed_int,
+                   update_results, write_checkpoint)
 
 ALPHA = 0.01
 EXPERIMENTS = ("table4a", "table4b", "table4c", "table5", "fig11", "fpr", "baselines")
@@ -205,7 +206,8 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
         HB, moved = HB[:, match], int((match != np.arange(len(match))).sum())
     N, d = HA.shape
     S, k = identity_set(HA, HB, k, rank_by, set_mode)
-    C = kendall_tau_matrix(softmax_rows(HA[:, S], temperature), softmax_rows(HB[:, S], temperature))
+    C = kendall_tau_matrix(softmax_rows(HA[:, S], temperature), softmax_rows(HB[:, S], temperature)) if len(S) \
+        else np.zeros((0, 0))                        # no shared identity dimension: no evidence of a lineage
     z, p_perm = permutation_test(C)
     p_over, p = 1.0, p_perm
     if set_mode == "coset":
@@ -286,6 +288,11 @@ def fingerprint(model, sequences: int = 2000, seq_len: int = 64, inputs: str = "
     if bad:
         raise ValueError(f"{name}: {bad} of {len(H)} fingerprint rows hold NaN or inf (an fp16/bf16 overflow?); "
                          f"load the model in float32 (--dtype float32)")
+    constant = int((H.std(axis=0) <= 1e-6 * (np.abs(H).max() + 1e-30)).sum())
+    if constant > H.shape[1] // 2:
+        raise ValueError(f"{name}: {constant} of {H.shape[1]} fingerprint dimensions are constant across the "
+                         f"{len(H)} inputs: the model's final states carry no information to rank (a degenerate "
+                         f"or overflowing model, or too few distinct inputs)")
     return H
 
 
@@ -400,6 +407,9 @@ def compare_many(models: list, k: int = 400, rank_by: str = "smallest", set_mode
     for c in configs:
         if seq_len > c.block_size:
             raise ValueError(f"seq_len {seq_len} exceeds a model's context of {c.block_size} tokens; lower --seq_len")
+    if len({c.n_embd for c in configs}) > 1:
+        raise ValueError(f"the models differ in width ({sorted({c.n_embd for c in configs})}): SeedPrint compares "
+                         f"models of one architecture")
     if opts.get("inputs", "tokens") == "tokens" and "vocab" not in opts and configs:
         opts["vocab"] = min(c.vocab_size for c in configs)
     if align and "vocab" not in opts:
@@ -1112,7 +1122,7 @@ def main(argv=None):
                    help="all = the paper's tables, fig11, fpr and baselines; derivatives (needs --base) and inits run alone")
     p.add_argument("--sequences", type=int, default=2000, help="random input sequences N")
     p.add_argument("--seq_len", type=int, default=64, help="tokens per input (the paper: 1024)")
-    p.add_argument("--input_seed", type=int, default=0)
+    p.add_argument("--input_seed", type=seed_int, default=0)
     p.add_argument("--k", type=int, default=400, help="identity dimensions per model (capped at half the width)")
     p.add_argument("--rank_by", choices=("smallest", "largest", "abs"), default="smallest")
     p.add_argument("--set_mode", choices=("coset", "base"), default="coset")
@@ -1127,8 +1137,8 @@ def main(argv=None):
     g.add_argument("--corpus2", default="brown", help="continual-training corpus (Table 5)")
     g.add_argument("--tokenizer", choices=("bytes", "gpt2"), default="gpt2")
     g.add_argument("--data_from", default=None, help="offline: a directory holding the corpora (train.py --from)")
-    g.add_argument("--seeds", type=int, nargs="+", default=[42, 123, 1000, 2000])
-    g.add_argument("--data_seed", type=int, default=1234)
+    g.add_argument("--seeds", type=seed_int, nargs="+", default=[42, 123, 1000, 2000])
+    g.add_argument("--data_seed", type=seed_int, default=1234)
     g.add_argument("--steps", type=int, default=200)
     g.add_argument("--ckpt_every", type=int, default=50)
     g.add_argument("--batch_size", type=int, default=16)
@@ -1138,7 +1148,7 @@ def main(argv=None):
     g.add_argument("--fpr_trained", type=int, default=4, help="--exp fpr: how many of them are trained")
     g.add_argument("--fpr_descendants", type=int, default=None,
                    help="--exp fpr: how many trained models get a continual descendant (default: all)")
-    g.add_argument("--fpr_seed0", type=int, default=100)
+    g.add_argument("--fpr_seed0", type=seed_int, default=100)
     g.add_argument("--base", default=None, help="--exp derivatives: the real checkpoint (a Hugging Face directory) "
                    "the derivatives are made of; --exp inits: its architecture")
     g.add_argument("--deriv_steps", type=int, default=40, help="--exp derivatives: steps of each short training run")
@@ -1152,6 +1162,17 @@ def main(argv=None):
         p.error("--sequences must be at least 10 and --seq_len at least 1")
     if args.exp == "derivatives" and not args.base:
         p.error("--exp derivatives needs --base DIR (a Hugging Face checkpoint)")
+    check_output(args.out)
+    if args.base:
+        if not os.path.isdir(args.base):
+            raise FileNotFoundError(f"--base {args.base}: a Hugging Face directory is wanted (config.json, *.safetensors"
+                                    f"{', tokenizer.json' if args.exp == 'derivatives' else ''})")
+        read_model_config(args.base)
+        if args.exp == "derivatives":
+            get_tokenizer(args.base)                   # its corpora are tokenized by the base's own tokenizer
+            check_weights_finite(args.base)
+    if args.exp is not None:                          # the training settings of the experiments, before any data
+        train.TrainConfig(batch_size=args.batch_size, max_steps=args.steps, lr=args.lr, ckpt_every=args.ckpt_every)
     for name in ("steps", "ckpt_every", "batch_size", "top", "fpr_inits", "deriv_steps"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")

@@ -17,8 +17,9 @@ triples that are sink heads. Uniform attention gives alpha_1 = H_T / T (0.074 at
     python sink.py MODEL                            # any model: 100 random-token sequences of 64, no BOS
     python sink.py MODEL --text wikitext2 --bos on  # text through the model's own tokenizer, BOS prepended
     python sink.py MODEL --exp interventions        # mask edit and variance amplification at position k
-    python sink.py --exp testbed                    # Bigram-Backcopy, no BOS: does a first-position sink form
-                                                    #   on a CPU, and does calibration stop it? (4 variants x 3 seeds)
+    python sink.py MODEL --exp variance             # Eq. 2 by layer: is position 1 the variance outlier?
+    python sink.py --exp testbed                    # a first-position sink grown on a CPU (no BOS), and every
+                                                    #   sink control on one protocol (8 mechanisms x 3 seeds)
     python sink.py --exp calibration                # Fig 12 / Table 7 on natural text, small scale
 """
 import dataclasses
@@ -33,10 +34,11 @@ import torch
 import train
 from probe import position_variance
 
-from model import (DTYPES, GPT, LLAMA_KNOBS, ArgumentParser, Progress, add_config_flags, add_device_flags,
-                   check_dtype_runs, check_token_ids, config_overrides, figure, get_config, get_tokenizer, load_model,
-                   lock_dir, one_line, parse_bool, print_table, random_batches, read_checkpoint, read_json, read_model_config, resolve_device, run_script,
-                   save_figure, update_results, write_json)
+from model import (ArgumentParser, DTYPES, GPT, LLAMA_KNOBS, Progress, add_config_flags, add_device_flags,
+                   check_dtype_runs, check_output, check_token_ids, config_overrides, figure, get_config,
+                   get_tokenizer, load_model, lock_dir, one_line, parse_bool, print_table, random_batches,
+                   read_checkpoint, read_json, read_model_config, resolve_device, run_script, save_figure, seed_int,
+                   update_results, write_json)
 
 EPS = 0.3
 
@@ -76,8 +78,10 @@ def attention_batches(tokens: torch.Tensor, L: int, H: int, budget: float = 2 **
 def key_scores(model: GPT, tokens: torch.Tensor, attn_mask=None, hooks=()) -> torch.Tensor:
     """alpha for every (sequence, layer, head, key): (N, L, H, T), float32, from the model's own attention.
     hooks: (module, forward_pre_hook) pairs active during the pass (the interventions)."""
-    handles = [m.register_forward_pre_hook(h) for m, h in hooks]
     cfg = model.config
+    if cfg.sublayers == "mlp":
+        raise ValueError("the model has no attention layers (sublayers=mlp): no attention to score")
+    handles = [m.register_forward_pre_hook(h) for m, h in hooks]
     try:
         device = next(model.parameters()).device
         out = []
@@ -104,9 +108,12 @@ def sink_rate(model: GPT, tokens: torch.Tensor, eps: float = EPS) -> float:
 
 def attention_mass(model: GPT, tokens: torch.Tensor) -> list:
     """Where each layer's attention goes, averaged over heads, sequences and the queries t >= 2 (query 1
-    can only see itself): to the first token, to itself, to the previous token, and everywhere else."""
+    can only see itself): to the first token, to itself, to the previous token, everywhere else, and, for
+    the sink controls whose rows sum to less than 1, nowhere ("none")."""
+    if model.config.sublayers == "mlp":
+        raise ValueError("the model has no attention layers (sublayers=mlp): no attention to follow")
     rows, cfg = [], model.config
-    sums = torch.zeros(cfg.n_layer, 4, dtype=torch.float64)
+    sums, count = torch.zeros(cfg.n_layer, 5, dtype=torch.float64), 0
     device = next(model.parameters()).device
     with torch.no_grad():
         for batch in attention_batches(tokens, cfg.n_layer, cfg.n_head):
@@ -115,12 +122,13 @@ def attention_mass(model: GPT, tokens: torch.Tensor) -> list:
                 first, self_ = q[..., 0], q.diagonal(offset=1, dim1=-2, dim2=-1)
                 prev = q.diagonal(offset=0, dim1=-2, dim2=-1)
                 prev = torch.cat([torch.zeros_like(prev[..., :1]), prev[..., 1:]], -1)   # t = 2: previous is first
-                parts = torch.stack([first, self_, prev, 1 - first - self_ - prev])       # (4, B, H, T-1)
+                total = q.sum(-1)
+                parts = torch.stack([first, self_, prev, total - first - self_ - prev, 1 - total])   # (5, B, H, T-1)
                 sums[layer] += parts.flatten(1).sum(1).cpu()
-    total = sums.sum(1, keepdim=True)
+            count += batch.shape[0] * cfg.n_head * (batch.shape[1] - 1)
     for layer in range(cfg.n_layer):
-        f = (sums[layer] / total[layer]).tolist()
-        rows.append(dict(layer=layer + 1, first=f[0], self=f[1], previous=f[2], rest=f[3]))
+        f = (sums[layer] / count).tolist()
+        rows.append(dict(layer=layer + 1, first=f[0], self=f[1], previous=f[2], rest=f[3], none=f[4]))
     return rows
 
 
@@ -214,13 +222,14 @@ def random_tokens(vocab: int, n: int, T: int, seed: int = 0, bos=None) -> torch.
     return _with_bos(next(random_batches("tokens", n, T - (bos is not None), n, seed, vocab=vocab)), bos)
 
 
-def windows(ids: np.ndarray, T: int, n: int, seed: int = 0, bos=None) -> torch.Tensor:
+def windows(ids: np.ndarray, T: int, n: int, seed: int = 0, bos=None, name: str = "the input") -> torch.Tensor:
     """n windows of T tokens at random non-overlapping offsets of a token stream ("100 randomly selected
-    sequences"); with a BOS id, BOS + T - 1 tokens."""
+    sequences"); with a BOS id, BOS + T - 1 tokens. A stream too short for n windows is refused."""
     width = T - (bos is not None)
     slots = len(ids) // width
-    if slots < 1:
-        raise ValueError(f"the input holds {len(ids)} tokens, fewer than one window of {width}")
+    if slots < n:
+        raise ValueError(f"{name} holds {len(ids)} tokens: {slots} windows of {width}, fewer than the {n} sequences "
+                         f"asked for; lower --sequences or the lengths, or give more text")
     pick = np.sort(np.random.default_rng(seed).choice(slots, size=min(n, slots), replace=False))
     return _with_bos(torch.from_numpy(np.stack([ids[s * width:(s + 1) * width] for s in pick]).astype(np.int64)), bos)
 
@@ -253,14 +262,23 @@ def model_inputs(args, model: GPT, path: str, T: int) -> torch.Tensor:
     """The sequences of the command line: random tokens (default), --text through the model's own
     tokenizer, or --ids; --bos on prepends the model's bos_token_id. Range-checked once, here."""
     bos = bos_token_id(path) if args.bos else None
-    if args.text:
-        encode = get_tokenizer(args.tokenizer or model_tokenizer(path))[0]
-        tokens = windows(np.array(encode(train.read_text(text_file(args.text)))), T, args.sequences, args.data_seed, bos)
-    elif args.ids:
-        tokens = windows(read_ids(args.ids), T, args.sequences, args.data_seed, bos)
+    if args.text or args.ids:
+        tokens = windows(input_stream(args, path), T, args.sequences, args.data_seed, bos, args.text or args.ids)
     else:
         tokens = random_tokens(model.config.vocab_size, args.sequences, T, args.data_seed, bos)
     return check_token_ids(tokens, model.config.vocab_size, args.text or args.ids or "the random tokens")
+
+
+def input_stream(args, path: str) -> np.ndarray:
+    """The token stream of --text (through the model's own tokenizer, or --tokenizer) or --ids, read once."""
+    key = (args.text, args.ids, args.tokenizer, path)
+    if getattr(args, "_stream", (None,))[0] != key:
+        if args.text:
+            encode = get_tokenizer(args.tokenizer or model_tokenizer(path))[0]
+            args._stream = key, np.array(encode(train.read_text(text_file(args.text))), dtype=np.int64)
+        else:
+            args._stream = key, read_ids(args.ids)
+    return args._stream[1]
 
 
 def text_file(name: str) -> str:
@@ -269,10 +287,13 @@ def text_file(name: str) -> str:
     if os.path.isfile(name):
         return name
     files = dict(wikitext2="wikitext2_test.txt", shakespeare="tinyshakespeare.txt", brown="brown.txt")
-    path = os.path.join("data", files.get(name, name))
+    if name not in files:
+        raise FileNotFoundError(f"no text file {name!r} ({'a directory' if os.path.isdir(name) else 'no such file'}); "
+                                f"give a UTF-8 file, or a corpus name: {', '.join(files)}")
+    path = os.path.join("data", files[name])
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"no text {name!r}: give a file, or fetch a named corpus once with "
-                                f"`python train.py prepare {name}` (it lands in data/)")
+        raise FileNotFoundError(f"the corpus {name!r} is not in data/ yet: fetch it once with "
+                                f"`python train.py prepare {name}`")
     return path
 
 
@@ -507,17 +528,20 @@ def testbed_data(args) -> tuple:
 def sink_profile(model: GPT, tokens: torch.Tensor, eps: float = EPS) -> dict:
     """One model's numbers on the comparison protocol: the sink rate (overall and per layer), the attention
     to the first token (alpha_1, mean over sequences, layers and heads, and per layer), and the massive
-    activation: the largest |h| over the median |h| at the residual state where that ratio peaks."""
+    activation: the largest |h| over the median |h| at the residual state where that ratio peaks; and where each
+    layer's attention goes (attention_mass)."""
     alpha = key_scores(model, tokens)[..., 0]                               # (N, L, H)
     peak = max(massive_activations(model, tokens[:16]), key=lambda r: r["ratio"])
     return dict(**sink_rates(alpha, eps), alpha_1=alpha.mean().item(), alpha_1_per_layer=alpha.mean((0, 2)).tolist(),
-                massive_ratio=peak["ratio"], massive_state=peak["state"], massive_position=peak["top_position"])
+                massive_ratio=peak["ratio"], massive_state=peak["state"], massive_position=peak["top_position"],
+                mass=attention_mass(model, tokens))
 
 
 def exp_testbed(args) -> dict:
-    """Does a first-position sink form, and what does each mechanism do to it? Bigram-Backcopy (its iid
-    or induction variants, with or without BOS documents; LLaMA-style blocks, context --block_size, 64 unless
-    set), each variant trained from the same init (shared parameters are drawn alike) on the same data
+    """Does a first-position sink form, and what does each mechanism do to it? Bigram-Backcopy (on iid tokens
+    by default, or with a bigram chain, or its induction variant; with or without BOS documents; LLaMA-style
+    blocks, TESTBED_KNOBS unless flags say otherwise), each variant trained from the same init (shared
+    parameters are drawn alike) on the same data
     order for the same steps, for every seed: the protocol of sink_profile on held-out sequences, the sink
     rate at each of --lengths (Fig 12's protocol), and the validation loss against the task's floor."""
     T = args.testbed_block
@@ -591,8 +615,9 @@ def exp_calibration(args) -> dict:
         out_dir = os.path.join(args.out, "calibration", name)
         cfg = train.TrainConfig(data=data, out_dir=out_dir, model=args.model, knobs={**LLAMA_KNOBS, **args.knobs,
                                 **VARIANTS[name]}, init_seed=args.seeds[0], data_seed=args.data_seed,
-                                batch_size=args.batch_size, max_steps=args.steps, lr=args.lr, ckpt_every=args.steps,
-                                eval_every=args.steps, log_every=50, device=args.device)
+                                batch_size=args.batch_size, max_steps=args.steps, lr=args.lr,
+                                weight_decay=args.weight_decay, ckpt_every=args.steps, eval_every=args.steps, log_every=50,
+                                device=args.device)
         train.ensure(cfg)
         path = train.list_checkpoints(out_dir)[-1][1]
         model = load_model(path).eval()
@@ -618,6 +643,14 @@ def exp_calibration(args) -> dict:
 
 # ----------------------------------------------------------------------------- command line
 
+# The testbed's recipe (README: the search that found it): no BOS, Bigram-Backcopy on iid tokens, learned
+# positions, 2 layers of 1 head, context 16, weight decay 0.5 -- its baseline forms a first-position sink.
+TESTBED_KNOBS = dict(position="learned", n_layer=2, n_head=1, block_size=16)
+EXP_DEFAULTS = {None: dict(lengths=[64], steps=600, batch_size=32, lr=3e-3, weight_decay=0.1),
+                "testbed": dict(steps=3000, batch_size=64, lr=1e-3, weight_decay=0.5),
+                "calibration": dict(lengths=[64], steps=600, batch_size=32, lr=3e-3, weight_decay=0.1)}
+
+
 def main(argv=None):
     p = ArgumentParser(prog="sink.py", description="Attention sinks: the metric on any model, the causal "
                        "interventions, and a testbed where calibration can be put to the test.")
@@ -632,9 +665,10 @@ def main(argv=None):
                    help="prepend the model's bos_token_id (config.json); --exp testbed: train on documents that "
                    "open with a BOS token")
     g.add_argument("--sequences", type=int, default=100)
-    g.add_argument("--lengths", type=int, nargs="+", default=[64])
+    g.add_argument("--lengths", type=int, nargs="+", default=None, help="sequence lengths T (default 64; --exp "
+                   "testbed: its context)")
     g.add_argument("--eps", type=float, default=EPS)
-    g.add_argument("--data_seed", type=int, default=1234)
+    g.add_argument("--data_seed", type=seed_int, default=1234)
     add_device_flags(g, "load the model in this dtype (default: its own); the metric is float32 either way")
     g = p.add_argument_group("--exp interventions")
     g.add_argument("--k", type=int, nargs="+", default=None, help="1-indexed positions (default T/8, T/4, T/2)")
@@ -645,22 +679,28 @@ def main(argv=None):
     g = p.add_argument_group("--exp testbed / calibration (models trained here)")
     add_config_flags(p, default_model="tiny")
     g.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
-    g.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    g.add_argument("--steps", type=int, default=600)
-    g.add_argument("--batch_size", type=int, default=32)
-    g.add_argument("--lr", type=float, default=3e-3)
-    g.add_argument("--weight_decay", type=float, default=0.1)
+    g.add_argument("--seeds", type=seed_int, nargs="+", default=[0, 1, 2])
+    g.add_argument("--steps", type=int, default=None, help="default: testbed 3000, calibration 600")
+    g.add_argument("--batch_size", type=int, default=None, help="default: testbed 64, calibration 32")
+    g.add_argument("--lr", type=float, default=None, help="default: testbed 1e-3, calibration 3e-3")
+    g.add_argument("--weight_decay", type=float, default=None, help="default: testbed 0.5, calibration 0.1")
     g.add_argument("--testbed_tokens", type=int, default=2_000_000)
     g.add_argument("--testbed_vocab", type=int, default=64, help="the task's tokens (4 of them triggers)")
-    g.add_argument("--successors", type=int, default=4, help="likely successors of each token; 0: iid tokens, "
-                   "only the copy is predictable")
+    g.add_argument("--successors", type=int, default=0, help="likely successors of each token (Guo et al.: a few); "
+                   "0: iid tokens, only the copy is predictable")
     g.add_argument("--recall", type=int, default=0, help="0: Bigram-Backcopy; > 0: its induction variant (see "
                    "bigram_backcopy)")
     g.add_argument("--train_text", default="shakespeare", help="--exp calibration: training corpus (train.py name)")
     g.add_argument("--data_from", default=None, help="offline: a directory holding the corpora (train.py --from)")
     p.add_argument("--out", default="out/sink")
     args = p.parse_args(argv)
+    for key, value in EXP_DEFAULTS.get(args.exp, EXP_DEFAULTS[None]).items():      # the flags left unset
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     args.knobs = config_overrides(args)
+    if args.exp == "testbed":
+        args.knobs = {**TESTBED_KNOBS, **args.knobs}
+        args.lengths = args.lengths or [args.knobs["block_size"]]
     if args.tokenizer is None and args.exp == "calibration":
         args.tokenizer = "bytes"
     check_args(p, args)
@@ -689,6 +729,7 @@ def check_args(p, args) -> None:
         p.error("give a MODEL to measure" + (", or --exp NAME" if args.exp is None else f" (--exp {args.exp})"))
     if args.exp in ("testbed", "calibration") and args.model_path:
         p.error(f"--exp {args.exp} trains its own models; drop MODEL")
+    check_output(args.out)
     for name in ("steps", "batch_size", "testbed_tokens", "testbed_vocab"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
@@ -701,8 +742,15 @@ def check_args(p, args) -> None:
             p.error("the testbed's vocabulary is --testbed_vocab (plus BOS), not --vocab_size")
         if args.testbed_vocab < 8 or not 0 <= args.successors <= args.testbed_vocab - 4:
             p.error("need --testbed_vocab >= 8 (4 ids are triggers) and 0 <= --successors <= --testbed_vocab - 4")
-        args.testbed_block = args.knobs.get("block_size", 64)
-        get_config(args.model, **{**LLAMA_KNOBS, **args.knobs, "block_size": args.testbed_block})
+        args.testbed_block = args.knobs["block_size"]
+        for name in args.variants:                       # every variant's model can be built, before any trains
+            try:
+                cfg = get_config(args.model, **{**LLAMA_KNOBS, **args.knobs, **VARIANTS[name]})
+            except ValueError as e:
+                raise ValueError(f"--variants {name} sets {VARIANTS[name]}, which these flags make impossible: "
+                                 f"{e}") from None
+            if cfg.sublayers == "mlp":
+                raise ValueError("the testbed measures attention: --sublayers mlp has none")
         if max(args.lengths) > args.testbed_block:
             p.error(f"--lengths {max(args.lengths)} exceeds the testbed's context {args.testbed_block}")
         val_windows = int(args.testbed_tokens * 0.02) // (args.testbed_block + 1)
@@ -710,22 +758,27 @@ def check_args(p, args) -> None:
             p.error(f"--testbed_tokens {args.testbed_tokens} leave {val_windows} held-out sequences; "
                     f"{max(64, args.sequences)} are needed")
     if args.exp == "calibration":
-        cfg = get_config(args.model, **{**LLAMA_KNOBS, **args.knobs})
+        for name in args.variants:
+            cfg = get_config(args.model, **{**LLAMA_KNOBS, **args.knobs, **VARIANTS[name]})
+            if cfg.sublayers == "mlp":
+                raise ValueError("--exp calibration measures attention: --sublayers mlp has none")
         if max(args.lengths) > cfg.block_size:
             raise ValueError(f"--lengths {max(args.lengths)} exceeds the trained models' block_size {cfg.block_size}")
         get_tokenizer(args.tokenizer)
+        text_file(args.text or "wikitext2")                  # the evaluation text, checked before any training
     if args.model_path:
         cfg = read_model_config(args.model_path)
+        if cfg.sublayers == "mlp":
+            raise ValueError(f"{args.model_path} has no attention layers (sublayers=mlp): no sink to measure")
         too_long = [T for T in args.lengths if T > cfg.block_size]
         if too_long:
             raise ValueError(f"--lengths {too_long[0]} exceeds the context of {args.model_path} ({cfg.block_size} tokens)")
         if args.bos:
             bos_token_id(args.model_path)                   # refuses a model that names no BOS
-        if args.text:
-            text_file(args.text)
-            get_tokenizer(args.tokenizer or model_tokenizer(args.model_path))
-        if args.ids:
-            read_ids(args.ids)
+        if args.text or args.ids:                           # read once: enough windows for every length?
+            stream = input_stream(args, args.model_path)
+            for T in args.lengths:
+                windows(stream, T, args.sequences, args.data_seed, 0 if args.bos else None, args.text or args.ids)
         if args.exp == "interventions":
             T = args.lengths[0]
             ks = args.k or [T // 8, T // 4, T // 2]

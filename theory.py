@@ -304,16 +304,17 @@ def attn0_quality_at_init(preset: str = "gpt2-nano", seq_len: int = 256, batch: 
 # ----------------------------------------------------------------------------- the script
 
 def main(argv=None):
-    from model import ArgumentParser, lock_dir, print_table, update_results   # the scripts' shared plumbing
+    from model import ArgumentParser, check_output, lock_dir, print_table, seed_int, update_results   # plumbing
     parser = ArgumentParser(prog="theory.py", description="Every closed form of the paper beside Monte Carlo; "
                             "figures under --out.")
     parser.add_argument("--quick", action="store_true", help="smaller Monte Carlo, no GPT-2 init check")
     parser.add_argument("--width", type=int, default=None, help="Monte Carlo width (default 512, quick 256)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--out", default="out/theory")
     args = parser.parse_args(argv)
-    if args.width is not None and args.width < 2:
-        parser.error(f"--width must be at least 2, got {args.width}")
+    if args.width is not None and not 2 <= args.width <= 4096:
+        parser.error(f"--width must lie in [2, 4096] (the Monte Carlo's memory grows as its square), got {args.width}")
+    check_output(args.out)
     t_start = time.time()
     with lock_dir(args.out):
         res = run_all(args, print_table)

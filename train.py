@@ -41,10 +41,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from init import build
-from model import (DTYPES, GPT, GPTConfig, ArgumentParser, Progress, add_config_flags, add_device_flags, atomic_write,
-                   check_dtype_runs, config_overrides, figure, get_config, get_tokenizer, lock_dir, parse_bool,
-                   peak_flops, provenance, read_checkpoint, read_json, resolve_device, run_script, save_figure, write_checkpoint,
-                   write_json)
+from model import (ArgumentParser, DTYPES, GPT, GPTConfig, Progress, add_config_flags, add_device_flags,
+                   atomic_write, check_dtype_runs, check_output, check_weights_finite, config_overrides, figure,
+                   get_config, get_tokenizer, lock_dir, parse_bool, peak_flops, provenance, read_checkpoint,
+                   read_json, resolve_device, run_script, save_figure, seed_int, write_checkpoint, write_json)
 
 
 @dataclass
@@ -89,16 +89,19 @@ class TrainConfig:
             need(name, lambda v: v == int(v) and v >= 1, "an integer >= 1")
         for name in ("warmup", "eval_every", "log_every"):
             need(name, lambda v: v == int(v) and v >= 0, "an integer >= 0")
-        need("lr", lambda v: v > 0, "a finite number > 0")
+        f32 = 3.4e38                               # optimizer state is float32: a larger number overflows it
+        need("lr", lambda v: 0 < v < f32, "a finite number > 0")
         for name in ("min_lr", "weight_decay", "grad_clip"):
-            need(name, lambda v: v >= 0, "a finite number >= 0")
+            need(name, lambda v: 0 <= v < f32, "a finite number >= 0")
+        for name in ("init_seed", "embed_seed", "data_seed"):
+            need(name, lambda v: v == int(v) and 0 <= v < 2 ** 63, "an integer in [0, 2^63)")
         for name in ("beta1", "beta2"):
             need(name, lambda v: 0 <= v < 1, "a number in [0, 1)")
         for name in ("micro_batch", "seq_len"):
             if getattr(self, name) is not None:
                 need(name, lambda v: v == int(v) and v >= 1, "an integer >= 1")
         if self.peak_tflops is not None:
-            need("peak_tflops", lambda v: v > 0, "a finite number > 0")
+            need("peak_tflops", lambda v: 0 < v < f32, "a finite number > 0")
         if self.min_lr > self.lr:
             raise ValueError(f"--min_lr {self.min_lr} is above the peak --lr {self.lr}")
         if self.dtype not in (None, *DTYPES):
@@ -229,15 +232,18 @@ def prepare(sources, out_dir: str, tokenizer: str = "gpt2", val_fraction: float 
     if missing:
         kind = "is a directory, not a text file" if os.path.isdir(missing[0]) else "no such text file or named corpus"
         raise FileNotFoundError(f"{missing[0]}: {kind}; give UTF-8 text files or named corpora {sorted(CORPORA)}")
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise FileExistsError(f"--out {out_dir} is a file, not a directory")
+    check_output(out_dir)
     encode, _, vocab_size = get_tokenizer(tokenizer)
     if vocab_size > 2 ** 16:
         raise ValueError(f"vocab {vocab_size} does not fit uint16")
-    files = [corpus_file(f, source=from_dir) if f in CORPORA else f for f in sources]
-    text = "\n\n".join(read_text(f) for f in files)
-    tokens = encode_in_blocks(encode, text, progress=Progress(len(text), f"tokenize ({tokenizer})", "chars"))
-    return save_tokens(tokens, out_dir, tokenizer, vocab_size, [os.path.basename(f) for f in files], val_fraction)
+    with lock_dir(out_dir):                       # refused at once if another run writes there
+        files = [corpus_file(f, source=from_dir) if f in CORPORA else f for f in sources]
+        text = "\n\n".join(read_text(f) for f in files)
+        most = len(text.encode("utf-8"))          # no tokenizer makes more tokens than bytes
+        if int(most * val_fraction) < 2 or most - int(most * val_fraction) < 2:
+            raise ValueError(f"{most} bytes of text are too few to split with --val_fraction {val_fraction}")
+        tokens = encode_in_blocks(encode, text, progress=Progress(len(text), f"tokenize ({tokenizer})", "chars"))
+        return save_tokens(tokens, out_dir, tokenizer, vocab_size, [os.path.basename(f) for f in files], val_fraction)
 
 
 def read_text(path: str) -> str:
@@ -303,8 +309,10 @@ def load_data(data_dir: str) -> dict:
         raise ValueError(f"{meta_path} lacks valid {', '.join(bad)} (a {META_FIELDS[bad[0]].__name__}); "
                          f"run prepare again")
     doc_len = meta.get("doc_len", 0)
-    if isinstance(doc_len, bool) or not isinstance(doc_len, int) or doc_len < 0 or doc_len == 1:
-        raise ValueError(f"{meta_path}: doc_len must be an integer >= 2 (or absent), got {doc_len!r}")
+    if isinstance(doc_len, bool) or not isinstance(doc_len, int) or doc_len < 0 or doc_len == 1 or (
+            doc_len and (meta["train_tokens"] % doc_len or meta["val_tokens"] % doc_len)):
+        raise ValueError(f"{meta_path}: doc_len must be an integer >= 2 that divides train_tokens and val_tokens "
+                         f"(or be absent), got {doc_len!r}")
     if meta["vocab_size"] > 2 ** 16:
         raise ValueError(f"{meta_path}: vocab_size {meta['vocab_size']} does not fit the uint16 token files")
     data = dict(meta=meta)
@@ -314,7 +322,26 @@ def load_data(data_dir: str) -> dict:
             raise ValueError(f"{path} is missing or does not hold the {meta[f'{name}_tokens']} tokens meta.json "
                              f"says; run prepare again")
         data[name] = np.memmap(path, dtype=np.uint16, mode="r")
+        check_tokens(data[name], meta, path)
     return data
+
+
+def check_tokens(tokens: np.ndarray, meta: dict, path: str, chunk: int = 1 << 26) -> None:
+    """One pass over a token file: every id below the vocabulary, and the sha256 that prepare recorded (data
+    prepared before it was recorded is range-checked only). A file changed behind meta.json is refused."""
+    digest, top = hashlib.sha256(), 0
+    for i in range(0, len(tokens), chunk):
+        part = np.asarray(tokens[i:i + chunk])
+        top = max(top, int(part.max()) if len(part) else 0)
+        digest.update(part.tobytes())
+    if top >= meta["vocab_size"]:
+        raise ValueError(f"{path} holds token id {top}, beyond the vocabulary of {meta['vocab_size']} in meta.json; "
+                         f"the file is damaged or belongs to other data: run prepare again")
+    name = os.path.basename(path).split(".")[0]
+    expected = (meta.get("sha256") or {}).get(name) if isinstance(meta.get("sha256"), dict) else None
+    if expected and digest.hexdigest() != expected:
+        raise ValueError(f"{path} does not hold the tokens meta.json records (sha256 {digest.hexdigest()[:12]}..., "
+                         f"expected {expected[:12]}...): it changed after prepare; run prepare again")
 
 
 def batch_offsets(data_seed: int, step: int, n_tokens: int, T: int, batch_size: int, doc_len: int = 0) -> np.ndarray:
@@ -428,8 +455,7 @@ def resolve_run(args: TrainConfig) -> dict:
     device = resolve_device(args.device)
     autocast_dtype = DTYPES[args.dtype or ("bfloat16" if device.type == "cuda" else "float32")]
     check_dtype_runs(device, autocast_dtype)
-    if os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
-        raise FileExistsError(f"--out_dir {args.out_dir} is a file, not a directory")
+    check_output(args.out_dir, "--out_dir")
     if args.resume and not list_checkpoints(args.out_dir):
         raise FileNotFoundError(f"--resume: {args.out_dir} holds no checkpoint to resume; drop --resume to start "
                                 f"a new run there")
@@ -439,6 +465,7 @@ def resolve_run(args: TrainConfig) -> dict:
     base = None
     if args.init_from:
         base = read_checkpoint(args.init_from, mmap=True)      # checks only: the weights are read below
+        check_weights_finite(args.init_from)
         config = GPTConfig(**base["config"])
         asked = get_config(args.model, **overrides) if args.model else dataclasses.replace(config, **overrides)
         differ = [f"{k}: flags {getattr(asked, k)!r}, checkpoint {getattr(config, k)!r}"
@@ -492,6 +519,11 @@ def resume_state(args: TrainConfig, config: GPTConfig, meta: dict) -> Optional[d
                                     f"a new run there")
         return None
     state = read_checkpoint(existing[-1][1])
+    rng = state.get("rng")
+    if not isinstance(state.get("optimizer"), dict) or not isinstance(state.get("args"), dict) or not isinstance(
+            rng, dict) or not isinstance(rng.get("cpu"), torch.Tensor) or not isinstance(state.get("step"), int):
+        raise ValueError(f"--resume: {existing[-1][1]} lacks the optimizer, rng, args or step of a train.py run "
+                         f"(damaged, or written by something else); resume from another directory or start anew")
     saved = state.get("args", {})
     differ = [f"--{k} {getattr(args, k)!r} (checkpoint: {saved.get(k)!r})" for k in RUN_DEFINING
               if saved.get(k) != getattr(args, k)]
@@ -704,9 +736,9 @@ def parse_args(argv=None) -> TrainConfig:
     p.add_argument("--data", default=d.data, help="directory made by `train.py prepare`")
     p.add_argument("--out_dir", default=d.out_dir, help="checkpoints ckpt_STEP.pt, log.json, loss.png")
     add_config_flags(p, default_model=None)
-    p.add_argument("--init_seed", type=int, default=d.init_seed, help="seed of the transformer blocks")
-    p.add_argument("--embed_seed", type=int, default=d.embed_seed, help="seed of the embeddings and untied LM head")
-    p.add_argument("--data_seed", type=int, default=d.data_seed, help="seed of the batch order")
+    p.add_argument("--init_seed", type=seed_int, default=d.init_seed, help="seed of the transformer blocks")
+    p.add_argument("--embed_seed", type=seed_int, default=d.embed_seed, help="seed of the embeddings and untied LM head")
+    p.add_argument("--data_seed", type=seed_int, default=d.data_seed, help="seed of the batch order")
     p.add_argument("--init_from", default=None, help="start from this checkpoint's weights (continual training)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out_dir from its last checkpoint")
     p.add_argument("--batch_size", type=int, default=d.batch_size, help="sequences per optimizer step, all processes")

@@ -5,18 +5,21 @@ killed while it writes checkpoints) and a field-by-field mutation of a valid Hug
 import importlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 import train
 from conftest import assert_matches, cli_error, llama_family, naive_llama_family, write_hf
-from model import GPT, read_checkpoint
+from init import build
+from model import GPT, get_config, read_checkpoint, write_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--n_layer", "2", "--n_embd", "32", "--n_head", "2", "--block_size", "64"]
@@ -50,6 +53,7 @@ def files(tmp_path_factory):
     f.update(empty_pt=root / "empty.pt", cut_pt=root / "cut.pt", foreign_pt=root / "foreign.pt")
 
     spec, cfg, t = llama_family("LlamaForCausalLM")
+    cfg_hf = cfg
     f["hf"] = root / "hf"
     write_hf(f["hf"], cfg, t, shards=1)
     weights = (f["hf"] / "model-00001-of-00001.safetensors").read_bytes()
@@ -81,6 +85,23 @@ def files(tmp_path_factory):
     (f["broken_meta"] / "meta.json").write_text(json.dumps({"tokenizer": "bytes", "vocab_size": "256"}))
     f["a_dir"] = root / "a_dir"
     f["a_dir"].mkdir()
+    for name, knobs in (("mlp_only", dict(sublayers="mlp")), ("wide", dict(n_embd=64))):
+        cfg = get_config("tiny", **{**dict(n_layer=2, n_embd=32, n_head=2, block_size=64, vocab_size=256), **knobs})
+        write_checkpoint(str(root / f"{name}.pt"), build(cfg, 0))
+        f[name] = root / f"{name}.pt"
+    f["big_ids"] = root / "big_ids"
+    shutil.copytree(f["data"], f["big_ids"])
+    np.full(json.loads((f["data"] / "meta.json").read_text())["train_tokens"], 300, np.uint16).tofile(
+        f["big_ids"] / "train.bin")                                        # the right size, ids beyond the vocab
+    f["resume_bad"] = root / "resume_bad"
+    shutil.copytree(run, f["resume_bad"])
+    state = read_checkpoint(str(f["ckpt"]))
+    del state["optimizer"]
+    torch.save(state, f["resume_bad"] / f["ckpt"].name)
+    np.save(root / "short.npy", np.arange(20))
+    f["short_npy"] = root / "short.npy"
+    f["hf_huge"] = root / "hf_huge"                   # finite weights whose squares overflow float32 in RMSNorm
+    write_hf(f["hf_huge"], cfg_hf, {k: v * 1e30 if v.dim() == 2 else v for k, v in t.items()}, shards=1)
     f["resume_empty"] = root / "resume_empty"
     f["resume_empty"].mkdir()
     return f
@@ -113,8 +134,13 @@ CASES = [
     ("init", ["--model", "tiny", "--n_head", "5"], "not divisible by n_head=5"),
     ("init", ["--model", "tiny", "--n_layer", "two"], "invalid int value: 'two'"),
     ("init", ["--model", "tiny", "--rope_factor", "nan"], "rope_factor must be a finite number > 0"),
-    ("theory", ["--width", "1"], "--width must be at least 2"),
+    ("init", ["--model", "tiny", "--vocab_size", "4611686018427387904"], "more than 2^40 numbers"),
+    ("init", ["--model", "tiny", "--out", "{text}"], "is a file, not a directory"),
+    ("model", ["--out", ""], "--out is empty"),
+    ("theory", ["--width", "1"], "--width must lie in [2, 4096]"),
+    ("theory", ["--width", "1000000000"], "--width must lie in [2, 4096]"),
     ("theory", ["--width", "wide"], "invalid int value"),
+    ("theory", ["--seed", "-1"], "a seed lies in [0, 2^63)"),
     ("probe", ["--model", "tiny", "--rope_theta", "0"], "rope_theta must be a finite number > 0"),
     ("probe", ["--model", "tiny", "--seq_len", "4096"], "--seq_len 4096 is outside [1, the model's block_size 256]"),
     ("probe", ["--model", "tiny", "--sequences", "1"], "--sequences must be at least 2"),
@@ -124,8 +150,12 @@ CASES = [
     ("probe", ["--model", "tiny", "--device", "gpu"], "unknown device 'gpu'"),
     pytest.param("probe", ["--model", "tiny", "--device", "cuda"], "no CUDA device", marks=NO_CUDA),
     ("probe", ["--model", "tiny", "--exp", "direction", "--models", "0"], "--models must be at least 1"),
+    ("probe", ["--model", "tiny", "--exp", "variance", "--sublayers", "mlp"], "needs attention layers"),
+    ("probe", ["--model", "tiny", "--exp", "table1", "intra", "--attn_sink", "on"], "--exp intra builds a model"),
+    ("probe", ["--model", "tiny", "--device", "cpu:1"], "unsupported device 'cpu:1'"),
+    ("probe", ["--model", "tiny", "--data_seed", "99999999999999999999999"], "a seed lies in [0, 2^63)"),
     ("seedprint", ["{ckpt}", "{ckpt}", "--k", "0"], "at least 2"),
-    ("seedprint", ["{ckpt}"], "give two models"),
+    ("seedprint", ["{ckpt}"], "give two or more models"),
     ("seedprint", ["{missing}", "{ckpt}"], "no model at"),
     ("seedprint", ["{hf_gemma}", "{hf}"], "unsupported architecture 'GemmaForCausalLM'"),
     ("seedprint", ["{hf}", "{hf_cut}"], "not a valid .safetensors file"),
@@ -133,10 +163,15 @@ CASES = [
     ("seedprint", ["{ckpt}", "{ckpt}", "--seq_len", "999"], "--seq_len 999 exceeds the context"),
     ("seedprint", ["{ckpt}", "{ckpt}", "--device", "tpu"], "unknown device 'tpu'"),
     ("seedprint", ["--exp", "fpr", "--fpr_trained", "99"], "--fpr_trained"),
+    ("seedprint", ["{ckpt}", "{wide}"], "the models differ in width"),
+    ("seedprint", ["--exp", "table4b", "--lr", "nan"], "--lr must be a finite number > 0"),
+    ("seedprint", ["--exp", "derivatives", "--base", "{hf}"], "no tokenizer"),
+    ("seedprint", ["{hf_huge}", "{hf}"], "non-finite activations (NaN/inf), first in block 1"),
     ("sink", ["{missing}"], "no model at"),
     ("sink", ["{ckpt}", "--bos", "on"], "names no bos_token_id"),
     ("sink", ["{ckpt}", "--bos", "maybe"], "expected on/off"),
-    ("sink", ["{ckpt}", "--text", "nowhere"], "train.py prepare"),
+    ("sink", ["{ckpt}", "--text", "nowhere"], "no text file 'nowhere'"),
+    ("sink", ["{ckpt}", "--text", "wikitext2"], "train.py prepare wikitext2"),
     ("sink", ["{ckpt}", "--ids", "{text}"], ".npy or train.py .bin"),
     ("sink", ["{ckpt}", "--ids", "{a_dir}"], "is a directory, not a token-id file"),
     ("sink", ["{ckpt}", "--ids", "{bad_npy}"], "ids.npy is not a readable .npy array"),
@@ -149,6 +184,10 @@ CASES = [
     ("sink", ["{ckpt}", "--exp", "interventions", "--lengths", "16", "--layer", "7"], "--layer must index"),
     ("sink", ["{ckpt}", "--exp", "interventions", "--lengths", "16", "--lambdas", "nan"], "--lambdas must be finite"),
     ("sink", ["--exp", "testbed", "--steps", "0"], "--steps must be at least 1"),
+    ("sink", ["{mlp_only}"], "no attention layers"),
+    ("sink", ["{ckpt}", "--ids", "{short_npy}", "--sequences", "4", "--lengths", "16", "30"], "short.npy holds 20"),
+    ("sink", ["--exp", "calibration", "--text", "{missing}.txt"], "no text file"),
+    ("sink", ["--exp", "testbed", "--variants", "sink_logit", "--attention", "uniform"], "--variants sink_logit"),
     ("sink", ["--exp", "calibration", "--lengths", "4096"], "exceeds the trained models' block_size"),
     ("train", ["--data", "{missing}", "--out_dir", "OUT"], "no prepared data"),
     ("train", ["--data", "{text}", "--out_dir", "OUT"], "a file, not a directory"),
@@ -162,6 +201,13 @@ CASES = [
     ("train", ["--data", "{data}", "--out_dir", "OUT", "--eval_sequences", "100000"], "--eval_sequences 100000"),
     ("train", ["--data", "{data}", "--out_dir", "OUT", "--n_layer", "-1"], "n_layer must be an integer >= 1"),
     ("train", ["--data", "{data}", "--out_dir", "OUT", "--dtype", "fp8"], "invalid choice: 'fp8'"),
+    ("train", ["--data", "{data}", "--out_dir", "OUT", "--lr", "1e300"], "--lr must be a finite number > 0"),
+    ("train", ["--data", "{data}", "--out_dir", "OUT", "--data_seed", "-1"], "a seed lies in [0, 2^63)"),
+    ("train", ["--data", "{data}", "--out_dir", "OUT", "--init_from", "{nan_ckpt}"], "NaN/inf"),
+    ("train", ["--data", "{big_ids}", "--out_dir", "OUT"], "holds token id 300"),
+    ("train", ["--data", "{data}", "--out_dir", "{resume_bad}", *TINY, "--eval_every", "0", "--resume"],
+     "lacks the optimizer"),
+    ("train", ["prepare", "{text}", "--tokenizer", "bytes", "--out", "OUT", "--val_fraction", "0.0001"], "too few"),
     pytest.param("train", ["--data", "{data}", "--out_dir", "OUT", "--device", "cuda"], "no CUDA device", marks=NO_CUDA),
     ("train", ["prepare", "{a_dir}", "--out", "OUT"], "is a directory, not a text file"),
     ("train", ["prepare", "{latin1}", "--tokenizer", "bytes", "--out", "OUT"], "latin1.txt is not UTF-8 text"),
@@ -170,16 +216,18 @@ CASES = [
 
 
 @pytest.mark.parametrize("script,argv,culprit", CASES)
-def test_bad_input_is_refused_in_one_line_and_writes_nothing(files, tmp_path, script, argv, culprit):
+def test_bad_input_is_refused_in_one_line_and_writes_nothing(files, tmp_path, script, argv, culprit, monkeypatch):
+    monkeypatch.chdir(tmp_path)                 # a clean working directory: no data/ a user may have fetched
     out = tmp_path / "out"
     paths = dict({k: str(v) for k, v in files.items()}, missing=str(files["root"] / "missing.pt"))
     argv = [str(out) if a == "OUT" else a.format(**paths) for a in argv]
-    if script != "train":
+    if script != "train" and "--out" not in argv:
         argv += ["--out", str(out)]
     before = snapshot(files["root"])
     line = cli_error(importlib.import_module(script).main, f"{script}.py", argv)
     assert culprit in line, line
     assert not out.exists(), f"{script}.py wrote {sorted(os.listdir(out))} while refusing"
+    assert os.listdir(tmp_path) == [], f"{script}.py wrote {os.listdir(tmp_path)} into its working directory"
     assert snapshot(files["root"]) == before
 
 

@@ -219,8 +219,10 @@ def test_random_tokens_windows_bos_and_id_files(tmp_path):
     w = sink.windows(stream, 10, 5, seed=0)
     assert w.shape == (5, 10) and all((row.numpy() % 10 == np.arange(10)).all() for row in w)   # aligned slots
     assert (sink.windows(stream, 10, 5, seed=0, bos=99)[:, 0] == 99).all()
-    with pytest.raises(ValueError, match="fewer than one window"):
+    with pytest.raises(ValueError, match="0 windows of 1000"):
         sink.windows(stream, 1000, 5)
+    with pytest.raises(ValueError, match="3 windows of 30, fewer than the 5"):   # 100 // 30 = 3
+        sink.windows(stream, 30, 5)
     np.save(tmp_path / "ids.npy", np.arange(12).reshape(3, 4))
     np.arange(7, dtype=np.uint16).tofile(tmp_path / "ids.bin")
     assert sink.read_ids(str(tmp_path / "ids.npy")).tolist() == list(range(12))
