@@ -811,7 +811,7 @@ def hf_config(hf: dict) -> GPTConfig:
     if arch not in HF_FAMILIES:
         raise ValueError(f"unsupported architecture {arch!r}; model.py loads exactly {', '.join(HF_FAMILIES)}. "
                          f"For any other family, fingerprint a model you load yourself: seedprint.fingerprint "
-                         f"accepts a callable ids -> final-norm last-token states (see the README)")
+                         f"accepts a callable ids -> final-norm last-token states (see docs/real_checkpoints.md)")
     fields = {k: v for k, v in hf.items() if k not in HF_INERT}   # every field is popped as it is read
     for key, inert in HF_INERT_IF.items():
         if key in fields and fields.pop(key) not in (inert, None):
@@ -936,8 +936,8 @@ def read_json(path: str, what: str = "JSON"):
 def read_hf_config(path: str):
     """(GPTConfig, the raw config.json dict) of a Hugging Face directory."""
     if not os.path.isdir(path):
-        raise FileNotFoundError(f"{path!r} is not a Hugging Face model directory (config.json + *.safetensors): "
-                                f"{'a file; a train.py checkpoint is read by read_checkpoint' if os.path.isfile(path) else 'no such directory'}")
+        what = "a file; a train.py checkpoint is read by read_checkpoint" if os.path.isfile(path) else "no such directory"
+        raise FileNotFoundError(f"{path!r} is not a Hugging Face model directory (config.json + *.safetensors): {what}")
     cfg_path = os.path.join(path, "config.json")
     if not os.path.exists(cfg_path):
         raise FileNotFoundError(f"{path!r} is not a Hugging Face model directory (no config.json)")
@@ -1109,7 +1109,8 @@ def load_hf_weights(model: GPT, headers: dict, arch: str, where: str) -> None:
     params = dict(model.named_parameters())
     handles = {}
     try:
-        for file, hf_name, param_name, rows, transpose, dtype, offset, nbytes in plan_hf_weights(model, headers, arch, where):
+        plan = plan_hf_weights(model, headers, arch, where)
+        for file, hf_name, param_name, rows, transpose, dtype, offset, nbytes in plan:
             fh = handles.get(file) or handles.setdefault(file, open(file, "rb"))
             dest = params[param_name][rows] if rows is not None else params[param_name]
             fh.seek(offset)
@@ -1178,7 +1179,8 @@ def check_output(path: str, flag: str = "--out") -> str:
     while here and not os.path.exists(here):
         here = os.path.dirname(here)
     if os.path.exists(path) and not os.path.isdir(path) or (here and not os.path.isdir(here)):
-        raise FileExistsError(f"{flag} {path}: {here if here != os.path.abspath(path) else path} is a file, not a directory")
+        culprit = here if here != os.path.abspath(path) else path
+        raise FileExistsError(f"{flag} {path}: {culprit} is a file, not a directory")
     return path
 
 
@@ -1312,10 +1314,11 @@ def write_json(path: str, obj) -> None:
 STARTED = time.time()            # when this process imported model.py: the wall time of a run starts here
 
 
-def provenance(device=None, dtype=None) -> dict:
+def provenance(device=None, dtype=None, started: float = None) -> dict:
     """How a result was made, so that every number can be traced to its run: the command line, the git commit
     of the code (with a dirty flag) where there is a repository, the versions of torch and numpy, the device's
-    name, the dtype, the thread count, the date and the wall time so far."""
+    name, the dtype, the thread count, the date and the wall time so far (since `started`, a time.time(), where
+    one process makes several results, e.g. an experiment's training runs; else since the process started)."""
     here = os.path.dirname(os.path.abspath(__file__))
     git = lambda *a: subprocess.run(["git", "-C", here, *a], capture_output=True, text=True, timeout=10)
     try:
@@ -1334,7 +1337,8 @@ def provenance(device=None, dtype=None) -> dict:
     return dict(command=" ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]), git=commit, torch=str(torch.__version__),
                 numpy=str(numpy.__version__), device=str(device) if device is not None else None, device_name=name,
                 dtype=str(dtype).replace("torch.", "") if dtype is not None else None, threads=torch.get_num_threads(),
-                date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), wall_seconds=round(time.time() - STARTED, 1))
+                date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                wall_seconds=round(time.time() - (STARTED if started is None else started), 1))
 
 
 def update_results(path: str, results: dict, device=None, dtype=None) -> None:

@@ -254,7 +254,7 @@ def fingerprint(model, sequences: int = 2000, seq_len: int = 64, inputs: str = "
                 progress: bool = False, low: int = 0) -> np.ndarray:
     """H (sequences x d, float32): the final-norm state of the last token on random sequences.
     model: a GPT, or any callable ids (B, T) int64 -> (B, d) final-norm last-token states, e.g. a model
-    loaded by your own transformers install (tokens only; see the README).
+    loaded by your own transformers install (tokens only; see docs/real_checkpoints.md).
     inputs="tokens": ids uniform in [low, vocab) (default: the model's vocabulary). inputs="gaussian": embeddings
     N(mean, std) fed past the token table (GPT only; see the H0 above for why tokens are the default).
     The same seed gives the same inputs on every device and dtype. A NaN or inf row is an error."""
@@ -1083,9 +1083,21 @@ def exp_baselines(args):
 
 # ----------------------------------------------------------------------------- many models at once
 
+def short_names(paths: list) -> list:
+    """Each path's shortest tail of components that no other path ends with: seed0/ckpt_0000200.pt and
+    seed1/ckpt_0000200.pt, never ckpt_0000200.pt twice."""
+    parts = [os.path.normpath(p).split(os.sep) for p in paths]
+    names = []
+    for i, p in enumerate(parts):
+        k = next((k for k in range(1, len(p) + 1) if all(q[-k:] != p[-k:] for j, q in enumerate(parts) if j != i)),
+                 len(p))
+        names.append(os.path.join(*p[-k:]) or paths[i])
+    return names
+
+
 def report_matrix(args, res: dict, seconds: float) -> dict:
     """Print the verdict, Holm-adjusted p and mean tau of every pair as matrices, the lineages, and a heatmap."""
-    n, names = len(args.models), [os.path.basename(os.path.normpath(m)) or m for m in args.models]
+    n, names = len(args.models), short_names(args.models)
     cell = lambda i, j, f: "-" if i == j else f(res["results"][(min(i, j), max(i, j))])
     for title, f in (("verdict (Holm-adjusted over all pairs)", lambda r: "RELATED" if r.related else "unrelated"),
                      ("p (Holm-adjusted)", lambda r: f"{r.p:.2g}"), ("mean tau", lambda r: f"{r.mean_tau:+.3f}")):

@@ -278,7 +278,7 @@ def attn0_quality_at_init(preset: str = "gpt2-nano", seq_len: int = 256, batch: 
     """How close real causal softmax attention is to Attn0 at GPT-2 init, per layer, on random tokens:
     the mean KL(attention row || uniform over the visible prefix), and the mean cosine between each
     head's softmax output sum_s p_ts v_s and its Attn0 output (1/t) sum_{s<=t} v_s."""
-    import torch
+    import torch                                   # this check alone needs torch: the closed forms above do not
     from init import build
     from model import get_config, qkv_sizes
     model = build(get_config(preset), seed=seed).eval()
@@ -455,5 +455,5 @@ def _figures(out, res, L):
 
 
 if __name__ == "__main__":
-    from model import run_script
+    from model import run_script                   # exit codes and one-line errors, as in every script
     run_script(main, "theory.py")

@@ -296,7 +296,8 @@ def load_data(data_dir: str) -> dict:
     """meta.json plus np.memmap views of train.bin and val.bin (nothing read into memory). Whatever is
     missing, malformed or of the wrong size is one error naming the file."""
     if not os.path.isdir(data_dir):
-        raise FileNotFoundError(f"no prepared data in {data_dir!r} ({'a file, not a directory' if os.path.exists(data_dir) else 'no such directory'}). "
+        what = "a file, not a directory" if os.path.exists(data_dir) else "no such directory"
+        raise FileNotFoundError(f"no prepared data in {data_dir!r} ({what}). "
                                 f"Make it with: python train.py prepare shakespeare --tokenizer bytes --out {data_dir}")
     meta_path = os.path.join(data_dir, "meta.json")
     if not os.path.exists(meta_path):
@@ -594,7 +595,13 @@ def _train(args: TrainConfig, run: dict) -> dict:
         seeds = dict(init_seed=args.init_seed, embed_seed=args.embed_seed)
     seeds = dict(seeds, data_seed=args.data_seed)
     optimizer = make_optimizer(model, args, device_type)
-    start, log = 0, dict(train=[], val=[])
+    start, log, began = 0, dict(train=[], val=[]), time.time()
+
+    def save_log():
+        how = provenance(device, run["autocast_dtype"], began)      # this run's wall time, not the process's
+        write_json(os.path.join(args.out_dir, "log.json"), dict(log, args=dataclasses.asdict(args), seeds=seeds,
+                                                                provenance=how))
+
     if run["resume"] is not None:
         state = run["resume"]
         model.load_state_dict(state["model"])
@@ -697,12 +704,10 @@ def _train(args: TrainConfig, run: dict) -> dict:
         if steps_timed == 0:
             t0 = time.time()           # evaluation and checkpoint time is not training throughput
         if master and (args.log_every and (done % args.log_every == 0 or last)):
-            write_json(os.path.join(args.out_dir, "log.json"), dict(log, args=dataclasses.asdict(args), seeds=seeds,
-                                                                    provenance=provenance(device, run["autocast_dtype"])))
+            save_log()
     check_finite()
     if master:
-        write_json(os.path.join(args.out_dir, "log.json"), dict(log, args=dataclasses.asdict(args), seeds=seeds,
-                                                                provenance=provenance(device, run["autocast_dtype"])))
+        save_log()
         plot_log(log, os.path.join(args.out_dir, "loss.png"))
     if ddp:
         dist.destroy_process_group()

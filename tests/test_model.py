@@ -332,3 +332,7 @@ def test_every_result_and_checkpoint_records_how_it_was_made(tmp_path):
     write_checkpoint(str(tmp_path / "c.pt"), build(get_config("tiny", n_layer=1), 0), step=3)
     ckpt = read_checkpoint(str(tmp_path / "c.pt"))
     assert ckpt["step"] == 3 and ckpt["provenance"]["dtype"] == "float32"
+    import time
+    from model import STARTED, provenance
+    since = provenance(started=time.time() - 2.0)["wall_seconds"]       # one run among several in a process
+    assert 2.0 <= since < 3.0 and provenance()["wall_seconds"] >= round(time.time() - STARTED, 1) - 0.1

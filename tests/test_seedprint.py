@@ -361,6 +361,13 @@ def test_holm_and_lineages_against_naive_definitions():
     assert seedprint.lineages(6, [(0, 2), (2, 5), (3, 4)]) == [[0, 2, 5], [1], [3, 4]]
 
 
+
+def test_short_names_tell_every_model_apart():
+    paths = ["out/a/seed0/ckpt_0000200.pt", "out/a/seed1/ckpt_0000200.pt", "out/a/seed0/ckpt_0000000.pt", "hf/SmolLM2/"]
+    names = seedprint.short_names(paths)
+    assert names == ["seed0/ckpt_0000200.pt", "seed1/ckpt_0000200.pt", "ckpt_0000000.pt", "SmolLM2"]
+    assert all(p.rstrip("/").endswith(n) for p, n in zip(paths, names)) and len(set(names)) == len(names)
+
 def test_many_models_at_once_fingerprint_each_once_and_group_by_lineage(tmp_path):
     cfg = get_config("tiny", n_layer=2, vocab_size=300, block_size=32, norm="rmsnorm", activation="swiglu",
                      bias=False, tie_embeddings=False)

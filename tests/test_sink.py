@@ -75,6 +75,21 @@ def test_attention_mass_of_uniform_attention_in_closed_form():
         (np.mean(1 / ts), np.mean(1 / ts), np.mean([(t > 2) / t for t in ts]), np.mean([max(t - 3, 0) / t for t in ts])))
 
 
+
+def test_attention_mass_counts_what_softmax1_gives_to_no_token():
+    """With q = k = 0 every logit is 0, so softmax + 1 gives query t 1/(t + 1) on each of its t keys and
+    1/(t + 1) to the extra zero logit: the "none" column, which plain softmax leaves at 0."""
+    T, n = 12, 16
+    model = build(get_config("tiny", n_layer=1, n_head=2, n_embd=n, vocab_size=32, block_size=T, attention="softmax1"), 0)
+    with torch.no_grad():
+        model.transformer.h[0].attn.c_attn.weight[:2 * n].zero_()          # the q and k rows of W_qkv
+        model.transformer.h[0].attn.c_attn.bias[:2 * n].zero_()
+    row = sink.attention_mass(model, torch.randint(0, 32, (4, T)))[0]
+    ts = np.arange(2, T + 1)
+    assert (row["first"], row["self"], row["previous"], row["rest"], row["none"]) == pytest.approx(
+        (np.mean(1 / (ts + 1)), np.mean(1 / (ts + 1)), np.mean([(t > 2) / (t + 1) for t in ts]),
+         np.mean([max(t - 3, 0) / (t + 1) for t in ts]), np.mean(1 / (ts + 1))))
+
 def test_a_bf16_model_is_measured_in_float32():
     """bf16 probabilities would fail the metric's own row-sum check at T = 256; the metric takes them in fp32."""
     cfg = get_config("tiny", n_layer=2, n_embd=32, n_head=2, vocab_size=64, block_size=256)

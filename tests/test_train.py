@@ -350,3 +350,30 @@ def test_resuming_on_data_that_changed_is_refused(tmp_path):
     msg = error_of(resume)
     assert "the data in" in msg and "--max_steps" not in msg      # the data alone differs
     assert [s for s, _ in train.list_checkpoints(str(tmp_path / "out"))] == [0, 1]
+
+
+def test_ensure_trains_once_and_finishes_a_run_that_stopped(data_dir, tmp_path, monkeypatch):
+    """train.ensure, how experiments get a trained model: a run that stopped part-way (its last checkpoint and
+    its log lost) is continued to the same weights as the uninterrupted run; a finished run is never retrained."""
+    out = tmp_path / "r"
+    args = train.parse_args(["--data", data_dir, "--out_dir", str(out), *TINY, "--max_steps", "4",
+                             "--ckpt_every", "2", "--eval_every", "0"])
+    train.ensure(args)
+    full = final_state(out)
+    os.remove(train.checkpoint_path(str(out), 4))
+    os.remove(out / "log.json")
+    train.ensure(args)
+    again = final_state(out)
+    assert again["step"] == 4 and all(torch.equal(full["model"][k], again["model"][k]) for k in full["model"])
+    monkeypatch.setattr(train, "train", lambda a: pytest.fail("a finished run was trained again"))
+    assert train.ensure(args) == json.loads((out / "log.json").read_text())
+
+
+def test_prepared_makes_data_once(tmp_path, monkeypatch):
+    (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
+    out = str(tmp_path / "d")
+    assert train.prepared([str(tmp_path / "t.txt")], out, "bytes") == out
+    meta = json.loads((tmp_path / "d" / "meta.json").read_text())
+    assert meta["train_tokens"] + meta["val_tokens"] == len(TEXT.encode("utf-8"))
+    monkeypatch.setattr(train, "prepare", lambda *a, **k: pytest.fail("prepared data was made again"))
+    assert train.prepared([str(tmp_path / "t.txt")], out, "bytes") == out
