@@ -723,8 +723,8 @@ def _run(args, name, seed, data, steps=None, init_from=None, data_seed=None):
 
 
 def _data(args, corpus):
-    return train.prepared([corpus], os.path.join(args.out, "data", f"{corpus}_{args.tokenizer}"), args.tokenizer,
-                          args.data_from)
+    return train.prepared([corpus], os.path.join(args.out, "data", f"{train.corpus_label(corpus)}_{args.tokenizer}"),
+                          args.tokenizer, args.data_from)
 
 
 def _ckpts(run):
@@ -859,7 +859,8 @@ def _base_checkpoint(args) -> tuple:
 
 def _base_data(args, corpus) -> str:
     """A corpus tokenized by the base model's own tokenizer (its directory's tokenizer.json)."""
-    return train.prepared([corpus], os.path.join(args.out, "derivatives", f"data_{corpus}"), args.base, args.data_from)
+    return train.prepared([corpus], os.path.join(args.out, "derivatives", f"data_{train.corpus_label(corpus)}"),
+                          args.base, args.data_from)
 
 
 def _base_run(args, name, data, init_from=None, seed=0, lr=1e-4) -> str:

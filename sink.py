@@ -608,8 +608,8 @@ def _plot_testbed(args, res):
 def exp_calibration(args) -> dict:
     """Fig 12 / Table 7 at small scale: the variants trained from one init on one data order (natural
     text), their sink rate at each length on the evaluation text, and its perplexity."""
-    data = train.prepared([args.train_text], os.path.join(args.out, "calibration", f"{args.train_text}_{args.tokenizer}"),
-                          args.tokenizer, args.data_from)
+    data = train.prepared([args.train_text], os.path.join(args.out, "calibration",
+                          f"{train.corpus_label(args.train_text)}_{args.tokenizer}"), args.tokenizer, args.data_from)
     res = {}
     for name in args.variants:
         out_dir = os.path.join(args.out, "calibration", name)

@@ -254,6 +254,16 @@ def read_text(path: str) -> str:
         raise ValueError(f"{path} is not UTF-8 text (byte {e.start}); convert it, or tokenize it yourself") from None
 
 
+def corpus_label(source: str) -> str:
+    """A corpus as one safe path component, for naming its prepared data under an experiment's --out: a named
+    corpus is its name; a file is its stem and a hash of its absolute path (so /a/x.txt and /b/x.txt differ,
+    and a path never reaches outside --out)."""
+    if source in CORPORA:
+        return source
+    stem = os.path.splitext(os.path.basename(os.path.normpath(source)))[0] or "text"
+    return f"{stem}-{hashlib.sha256(os.path.abspath(source).encode()).hexdigest()[:8]}"
+
+
 def prepared(sources, out_dir: str, tokenizer: str = "gpt2", from_dir: Optional[str] = None) -> str:
     """out_dir, after preparing it if it holds no complete data yet (meta.json is written last): how
     experiments get their data, made once."""

@@ -1,5 +1,6 @@
 """seedprint.py: the cross matrix against scipy, the permutation test against Monte Carlo permutations,
 its calibration where the reference tests fail, lineage on tiny trained models, caches and bad input."""
+import json
 import math
 import os
 
@@ -406,3 +407,41 @@ def test_the_aligned_verdict_sees_a_lineage_through_a_permuted_basis_and_fits_on
     n = math.ceil(300 / 32)                          # batches per input set: A's test, A's alignment, B's ...
     test, hold = torch.cat(seen[:n] + seen[2 * n:3 * n]), torch.cat(seen[n:2 * n] + seen[3 * n:])
     assert test.max() < 200 <= hold.min() and hold.max() < 400
+
+
+def test_the_calibration_study_end_to_end(tmp_path):
+    """--exp fpr on tiny models: every kind of pair is there as many times as the design says, the table
+    counts what the pairs say, a permuted descendant gets the aligned verdict of its unpermuted self (the
+    alignment undoes the permutation), and corpora given as paths are prepared under --out, nowhere else."""
+    corpora = tmp_path / "corpora"
+    corpora.mkdir()
+    for name, step in (("a.txt", 7919), ("b.txt", 104729)):
+        (corpora / name).write_text("".join(chr(32 + (i * step) % 90) for i in range(20000)))
+    out = tmp_path / "out"
+    inits, trained, steps, every = 3, 2, 4, 2
+    seedprint.main(["--exp", "fpr", "--tokenizer", "bytes", "--corpus", str(corpora / "a.txt"), "--corpus2",
+                    str(corpora / "b.txt"), "--n_embd", "32", "--n_layer", "1", "--block_size", "16", "--seq_len", "16",
+                    "--fpr_inits", str(inits), "--fpr_trained", str(trained), "--fpr_descendants", "1",
+                    "--steps", str(steps), "--ckpt_every", str(every), "--batch_size", "4", "--sequences", "40",
+                    "--k", "8", "--out", str(out)])
+    assert sorted(os.listdir(corpora)) == ["a.txt", "b.txt"]
+    res = json.loads((out / "results.json").read_text())["fpr"]
+    kinds = [r["kind"] for r in res["pairs"]]
+    expected = {"init vs init": inits * (inits - 1) // 2, "trained vs trained": trained * (trained - 1) // 2,
+                "trained vs another init": trained * (inits - 1), "init vs its checkpoint": trained * (steps // every),
+                "base vs continual descendant": 1, "init vs continual descendant": 1}
+    expected.update({f"{k}, B permuted": v for k, v in list(expected.items())[3:]})
+    assert {k: kinds.count(k) for k in expected} == expected and len(kinds) == sum(expected.values())
+    for r in res["pairs"]:
+        assert r["related"] == (r["kind"] not in list(expected)[:3])
+    related = [r for r in res["pairs"] if r["related"] and not r["permuted"]]
+    permuted = [r for r in res["pairs"] if r["permuted"]]
+    for r, q in zip(related, permuted):                 # the permuted copies follow the related pairs in order
+        assert q["kind"] == r["kind"] + ", B permuted" and q["moved"] > 0
+        assert q["tau_aligned"] == pytest.approx(r["tau_aligned"], abs=1e-9)
+        assert q["p_aligned"] == pytest.approx(r["p_aligned"], rel=1e-6)
+    unrelated = [r for r in res["pairs"] if not r["related"]]
+    for row in res["table"]:
+        x = sum(r[row["test"]] < seedprint.ALPHA for r in unrelated)
+        assert row["FPR"] == f"{100 * x / len(unrelated):.2f}%"
+    assert (out / "fpr_qq.png").is_file()
