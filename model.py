@@ -124,11 +124,11 @@ class GPTConfig:
         if self.attn_sink and self.attention != "softmax":
             raise ValueError(f"attn_sink adds a learned logit to softmax attention; attention={self.attention!r} "
                              f"has {'its own fixed one' if self.attention == 'softmax1' else 'none to add it to'}")
-        sizes = dict(vocab_size=self.vocab_size, block_size=self.block_size if self.position == "learned" else 1,
-                     mlp_hidden=self.mlp_width, head_size=self.n_head * self.head_dim)
+        sizes = {"vocab_size": self.vocab_size, "block_size": self.block_size if self.position == "learned" else 1,
+                 "MLP width": self.mlp_width, "n_head x head_dim": self.n_head * self.head_dim}
         too_big = [k for k, v in sizes.items() if v * self.n_embd > MAX_TENSOR]
         if too_big:
-            raise ValueError(f"{too_big[0]}={getattr(self, too_big[0])} makes a weight of more than 2^40 numbers with "
+            raise ValueError(f"{too_big[0]} = {sizes[too_big[0]]} makes a weight of more than 2^40 numbers with "
                              f"n_embd={self.n_embd}; no machine holds it")
         if not self.rope_low_freq_factor < self.rope_high_freq_factor:
             raise ValueError(f"RoPE llama3 scaling needs rope_low_freq_factor < rope_high_freq_factor, got "
@@ -520,7 +520,7 @@ class GPT(nn.Module):
             raise ValueError(f"{path}: weights do not match the config stored beside them "
                              f"(first mismatches: {wrong[:5]}); the file is damaged or was edited")
         model.load_state_dict(got)
-        return check_finite_weights(model, path)
+        return check_model_weights_finite(model, path)
 
     @classmethod
     def from_pretrained(cls, path: str, device="cpu", dtype: Optional[torch.dtype] = None) -> "GPT":
@@ -535,7 +535,7 @@ class GPT(nn.Module):
             model = cls(config).to(dtype)        # dtype on the meta device: nothing allocated yet
         model = model.to_empty(device=device)
         load_hf_weights(model, headers, hf["architectures"][0], path)
-        return check_finite_weights(model, path)
+        return check_model_weights_finite(model, path)
 
 
 def raise_if_nonfinite(finite: torch.Tensor, n_layer: int) -> None:
@@ -587,7 +587,7 @@ def read_model_config(path) -> GPTConfig:
     return GPTConfig(**read_checkpoint(path, mmap=True)["config"])
 
 
-def check_weights_finite(path: str) -> None:
+def check_file_weights_finite(path: str) -> None:
     """Stream every weight of the model at `path` once, tensor by tensor (memory: the largest tensor), and
     refuse one that holds NaN or inf, naming it. For scripts that read several models: all are checked
     before the work on any begins."""
@@ -601,22 +601,24 @@ def check_weights_finite(path: str) -> None:
                     fh.seek(offset)
                     t = torch.frombuffer(bytearray(fh.read(nbytes)), dtype=dtype) if nbytes else torch.zeros(0)
                     if not torch.isfinite(t).all():
-                        raise ValueError(f"{path}: tensor {name} holds {int((~torch.isfinite(t)).sum())} NaN/inf "
-                                         f"value(s); the checkpoint is damaged or came from a diverged run")
+                        raise nonfinite_weight(path, name, t)
         return
     for name, t in read_checkpoint(path, mmap=True)["model"].items():
         if t.is_floating_point() and not torch.isfinite(t).all():
-            raise ValueError(f"{path}: weight {name} holds {int((~torch.isfinite(t)).sum())} NaN/inf value(s); "
-                             f"the checkpoint is damaged or came from a diverged run")
+            raise nonfinite_weight(path, name, t)
 
 
-def check_finite_weights(model: GPT, where: str) -> GPT:
+def check_model_weights_finite(model: GPT, where: str) -> GPT:
     """A weight that holds NaN or inf is an error naming it: such a model can only produce fake results."""
     for name, p in model.named_parameters():     # in slices: a whole-tensor check would double the peak memory
         if not all(torch.isfinite(part).all() for part in p.detach().reshape(-1).split(1 << 20)):
-            raise ValueError(f"{where}: weight {name} holds {int((~torch.isfinite(p)).sum())} NaN/inf value(s); "
-                             f"the checkpoint is damaged or came from a diverged run")
+            raise nonfinite_weight(where, name, p)
     return model
+
+
+def nonfinite_weight(where: str, name: str, t: torch.Tensor) -> ValueError:
+    return ValueError(f"{where}: weight {name} holds {int((~torch.isfinite(t)).sum())} NaN/inf value(s); the "
+                      f"checkpoint is damaged, came from a diverged run, or overflows the dtype it is loaded in")
 
 
 def load_model(path, device="cpu", dtype: Optional[torch.dtype] = None) -> GPT:
@@ -628,8 +630,8 @@ def load_model(path, device="cpu", dtype: Optional[torch.dtype] = None) -> GPT:
         raise FileNotFoundError(f"no model at {path!r}: give a train.py checkpoint (.pt) or a Hugging Face directory")
     if os.path.isdir(path):
         return GPT.from_pretrained(path, device=device, dtype=dtype)
-    model = GPT.from_checkpoint(path, device=device)
-    return model.to(dtype) if dtype is not None else model
+    model = GPT.from_checkpoint(path, device=device)      # checked finite as stored ...
+    return check_model_weights_finite(model.to(dtype), path) if dtype is not None else model   # ... and as cast
 
 
 # ----------------------------------------------------------------------------- random inputs, one way for every script
@@ -1159,13 +1161,16 @@ def get_tokenizer(name: str):
 
 # ----------------------------------------------------------------------------- command line
 
+SEED_LIMIT = 2 ** 63            # seeds lie in [0, 2^63): numpy and torch take no other
+
+
 def seed_int(s: str) -> int:
-    """An argparse type for seeds: an integer in [0, 2^63) (numpy and torch take no other)."""
+    """An argparse type for seeds: an integer in [0, SEED_LIMIT)."""
     try:
         v = int(s)
     except ValueError:
         raise argparse.ArgumentTypeError(f"a seed is an integer, got {s!r}") from None
-    if not 0 <= v < 2 ** 63:
+    if not 0 <= v < SEED_LIMIT:
         raise argparse.ArgumentTypeError(f"a seed lies in [0, 2^63), got {v}")
     return v
 

@@ -53,7 +53,7 @@ from scipy import optimize, stats
 import train
 from init import build
 from model import (ArgumentParser, DTYPES, GPT, LLAMA_KNOBS, Progress, add_config_flags, add_device_flags,
-                   atomic_write, check_dtype_runs, check_output, check_weights_finite, config_overrides, figure,
+                   atomic_write, check_dtype_runs, check_output, check_file_weights_finite, config_overrides, figure,
                    get_config, get_tokenizer, load_model, lock_dir, parse_bool, print_table, qkv_sizes,
                    random_batches, read_model_config, resolve_device, run_script, save_figure, seed_int,
                    update_results, write_checkpoint)
@@ -716,8 +716,9 @@ def _run(args, name, seed, data, steps=None, init_from=None, data_seed=None):
                             knobs={} if init_from else {**LLAMA_KNOBS, **args.knobs}, init_seed=seed,
                             embed_seed=seed, data_seed=args.data_seed if data_seed is None else data_seed,
                             init_from=init_from, batch_size=args.batch_size, max_steps=steps or args.steps,
-                            lr=args.lr, warmup=min(30, (steps or args.steps) // 10), ckpt_every=args.ckpt_every,
-                            eval_every=0, log_every=50, device=args.device)
+                            lr=args.lr, min_lr=min(train.TrainConfig.min_lr, args.lr),
+                            warmup=min(30, (steps or args.steps) // 10), ckpt_every=args.ckpt_every, eval_every=0,
+                            log_every=50, device=args.device)
     train.ensure(cfg)
     return out_dir
 
@@ -1092,7 +1093,7 @@ def short_names(paths: list) -> list:
     for i, p in enumerate(parts):
         k = next((k for k in range(1, len(p) + 1) if all(q[-k:] != p[-k:] for j, q in enumerate(parts) if j != i)),
                  len(p))
-        names.append(os.path.join(*p[-k:]) or paths[i])
+        names.append(os.sep.join(p[-k:]) or paths[i])      # os.sep.join keeps a leading root: /x/m, x/m
     return names
 
 
@@ -1146,7 +1147,7 @@ def main(argv=None):
     p.add_argument("--out", default="out/seedprint")
     g = p.add_argument_group("experiments (small models trained here)")
     add_config_flags(p, default_model="tiny")
-    g.add_argument("--corpus", default="shakespeare", help="pretraining corpus: a named corpus of train.py")
+    g.add_argument("--corpus", default="shakespeare", help="pretraining corpus: a named corpus of train.py, or a text file")
     g.add_argument("--corpus2", default="brown", help="continual-training corpus (Table 5)")
     g.add_argument("--tokenizer", choices=("bytes", "gpt2"), default="gpt2")
     g.add_argument("--data_from", default=None, help="offline: a directory holding the corpora (train.py --from)")
@@ -1183,12 +1184,13 @@ def main(argv=None):
         read_model_config(args.base)
         if args.exp == "derivatives":
             get_tokenizer(args.base)                   # its corpora are tokenized by the base's own tokenizer
-            check_weights_finite(args.base)
-    if args.exp is not None:                          # the training settings of the experiments, before any data
-        train.TrainConfig(batch_size=args.batch_size, max_steps=args.steps, lr=args.lr, ckpt_every=args.ckpt_every)
+            check_file_weights_finite(args.base)
     for name in ("steps", "ckpt_every", "batch_size", "top", "fpr_inits", "deriv_steps"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.exp is not None:                          # the training settings of the experiments, before any data
+        train.TrainConfig(batch_size=args.batch_size, max_steps=args.steps, lr=args.lr, ckpt_every=args.ckpt_every,
+                          min_lr=min(train.TrainConfig.min_lr, args.lr))
     if not 0 <= args.fpr_trained <= args.fpr_inits or len(set(args.seeds)) < 2:
         p.error("need 0 <= --fpr_trained <= --fpr_inits and at least two distinct --seeds")
     args.knobs = config_overrides(args)
@@ -1202,7 +1204,7 @@ def main(argv=None):
                 raise ValueError(f"--seq_len {args.seq_len} exceeds the context of {path} "
                                  f"({read_model_config(path).block_size} tokens)")
         for path in args.models:
-            check_weights_finite(path)
+            check_file_weights_finite(path)
     else:
         cfg = read_model_config(args.base) if args.base else get_config(args.model, **{**LLAMA_KNOBS, **args.knobs})
         if args.seq_len > cfg.block_size:

@@ -112,6 +112,9 @@ def attention_mass(model: GPT, tokens: torch.Tensor) -> list:
     the sink controls whose rows sum to less than 1, nowhere ("none")."""
     if model.config.sublayers == "mlp":
         raise ValueError("the model has no attention layers (sublayers=mlp): no attention to follow")
+    if tokens.ndim != 2 or tokens.shape[1] < 2:
+        raise ValueError(f"attention_mass needs (sequences, T >= 2) tokens: query 1 sees only itself; got shape "
+                         f"{tuple(tokens.shape)}")
     rows, cfg = [], model.config
     sums, count = torch.zeros(cfg.n_layer, 5, dtype=torch.float64), 0
     device = next(model.parameters()).device
@@ -275,26 +278,31 @@ def input_stream(args, path: str) -> np.ndarray:
     if getattr(args, "_stream", (None,))[0] != key:
         if args.text:
             encode = get_tokenizer(args.tokenizer or model_tokenizer(path))[0]
-            args._stream = key, np.array(encode(train.read_text(text_file(args.text))), dtype=np.int64)
+            args._stream = key, np.array(encode(train.read_text(text_file(args.text, args.data_from))), dtype=np.int64)
         else:
             args._stream = key, read_ids(args.ids)
     return args._stream[1]
 
 
-def text_file(name: str) -> str:
-    """A text file's path; a corpus name (wikitext2, shakespeare, brown) means data/<its file>, made by
-    `python train.py prepare NAME`."""
+def calibration_text(args) -> np.ndarray:
+    """--exp calibration's evaluation text (--text, default wikitext2) in the trained models' tokenizer, read
+    once: checked before any training, reused for every variant."""
+    if getattr(args, "_calibration_text", None) is None:
+        encode = get_tokenizer(args.tokenizer)[0]
+        text = train.read_text(text_file(args.text or "wikitext2", args.data_from))
+        args._calibration_text = np.array(encode(text), dtype=np.int64)
+    return args._calibration_text
+
+
+def text_file(name: str, from_dir: str = None) -> str:
+    """A text file's path, or a named corpus of train.py (wikitext2, shakespeare, brown), fetched on first use
+    (offline: from --data_from)."""
     if os.path.isfile(name):
         return name
-    files = dict(wikitext2="wikitext2_test.txt", shakespeare="tinyshakespeare.txt", brown="brown.txt")
-    if name not in files:
-        raise FileNotFoundError(f"no text file {name!r} ({'a directory' if os.path.isdir(name) else 'no such file'}); "
-                                f"give a UTF-8 file, or a corpus name: {', '.join(files)}")
-    path = os.path.join("data", files[name])
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"the corpus {name!r} is not in data/ yet: fetch it once with "
-                                f"`python train.py prepare {name}`")
-    return path
+    if name in train.CORPORA:
+        return train.corpus_file(name, source=from_dir)
+    raise FileNotFoundError(f"no text file {name!r} ({'a directory' if os.path.isdir(name) else 'no such file'}); "
+                            f"give a UTF-8 file, or a corpus name: {', '.join(train.CORPORA)}")
 
 
 def model_tokenizer(path: str) -> str:
@@ -560,6 +568,7 @@ def exp_testbed(args) -> dict:
             cfg = train.TrainConfig(data=data, out_dir="", model=args.model, knobs={**knobs, **VARIANTS[name]},
                                     init_seed=seed, embed_seed=seed, data_seed=args.data_seed,
                                     batch_size=args.batch_size, max_steps=args.steps, lr=args.lr,
+                                    min_lr=min(train.TrainConfig.min_lr, args.lr),   # the cosine ends at or below lr
                                     weight_decay=args.weight_decay, warmup=min(100, args.steps // 10),
                                     ckpt_every=args.steps, eval_every=args.steps, eval_sequences=64,
                                     log_every=max(args.steps // 4, 1), device=args.device)
@@ -616,13 +625,13 @@ def exp_calibration(args) -> dict:
         cfg = train.TrainConfig(data=data, out_dir=out_dir, model=args.model, knobs={**LLAMA_KNOBS, **args.knobs,
                                 **VARIANTS[name]}, init_seed=args.seeds[0], data_seed=args.data_seed,
                                 batch_size=args.batch_size, max_steps=args.steps, lr=args.lr,
-                                weight_decay=args.weight_decay, ckpt_every=args.steps, eval_every=args.steps, log_every=50,
+                                min_lr=min(train.TrainConfig.min_lr, args.lr), weight_decay=args.weight_decay,
+                                ckpt_every=args.steps, eval_every=args.steps, log_every=50,
                                 device=args.device)
         train.ensure(cfg)
         path = train.list_checkpoints(out_dir)[-1][1]
         model = load_model(path).eval()
-        encode = get_tokenizer(args.tokenizer)[0]
-        stream = np.array(encode(train.read_text(text_file(args.text or "wikitext2"))))
+        stream = calibration_text(args)
         rates = {T: sink_rate(model, windows(stream, T, args.sequences, args.data_seed), args.eps)
                  for T in args.lengths}
         T = max(rates)
@@ -643,12 +652,11 @@ def exp_calibration(args) -> dict:
 
 # ----------------------------------------------------------------------------- command line
 
-# The testbed's recipe (README: the search that found it): no BOS, Bigram-Backcopy on iid tokens, learned
+# The testbed's recipe (docs/sinks.md: the search that found it): no BOS, Bigram-Backcopy on iid tokens, learned
 # positions, 2 layers of 1 head, context 16, weight decay 0.5 -- its baseline forms a first-position sink.
 TESTBED_KNOBS = dict(position="learned", n_layer=2, n_head=1, block_size=16)
 EXP_DEFAULTS = {None: dict(lengths=[64], steps=600, batch_size=32, lr=3e-3, weight_decay=0.1),
-                "testbed": dict(steps=3000, batch_size=64, lr=1e-3, weight_decay=0.5),
-                "calibration": dict(lengths=[64], steps=600, batch_size=32, lr=3e-3, weight_decay=0.1)}
+                "testbed": dict(steps=3000, batch_size=64, lr=1e-3, weight_decay=0.5)}     # calibration: None's
 
 
 def main(argv=None):
@@ -764,8 +772,7 @@ def check_args(p, args) -> None:
                 raise ValueError("--exp calibration measures attention: --sublayers mlp has none")
         if max(args.lengths) > cfg.block_size:
             raise ValueError(f"--lengths {max(args.lengths)} exceeds the trained models' block_size {cfg.block_size}")
-        get_tokenizer(args.tokenizer)
-        text_file(args.text or "wikitext2")                  # the evaluation text, checked before any training
+        windows(calibration_text(args), max(args.lengths), args.sequences, 0, name=args.text or "wikitext2")
     if args.model_path:
         cfg = read_model_config(args.model_path)
         if cfg.sublayers == "mlp":

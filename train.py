@@ -42,9 +42,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from init import build
 from model import (ArgumentParser, DTYPES, GPT, GPTConfig, Progress, add_config_flags, add_device_flags,
-                   atomic_write, check_dtype_runs, check_output, check_weights_finite, config_overrides, figure,
+                   atomic_write, check_dtype_runs, check_output, check_file_weights_finite, config_overrides, figure,
                    get_config, get_tokenizer, lock_dir, parse_bool, peak_flops, provenance, read_checkpoint,
-                   read_json, resolve_device, run_script, save_figure, seed_int, write_checkpoint, write_json)
+                   read_json, resolve_device, run_script, save_figure, SEED_LIMIT, seed_int, write_checkpoint,
+                   write_json)
 
 
 @dataclass
@@ -94,7 +95,7 @@ class TrainConfig:
         for name in ("min_lr", "weight_decay", "grad_clip"):
             need(name, lambda v: 0 <= v < f32, "a finite number >= 0")
         for name in ("init_seed", "embed_seed", "data_seed"):
-            need(name, lambda v: v == int(v) and 0 <= v < 2 ** 63, "an integer in [0, 2^63)")
+            need(name, lambda v: v == int(v) and 0 <= v < SEED_LIMIT, "an integer in [0, 2^63)")
         for name in ("beta1", "beta2"):
             need(name, lambda v: 0 <= v < 1, "a number in [0, 1)")
         for name in ("micro_batch", "seq_len"):
@@ -161,8 +162,9 @@ OFFLINE_ENV = "BORN_BIASED_DATA"     # a directory holding the corpora's files, 
 
 
 def corpus_file(name: str, data_dir: str = DATA_DIR, source: Optional[str] = None) -> str:
-    """Path of the named corpus's text under data_dir, fetched on first use: copied from `source` (default
-    $BORN_BIASED_DATA) when it holds the file, else downloaded and extracted. Checked against its sha256."""
+    """Path of the named corpus's text under data_dir, fetched on first use: copied from `source` (a directory
+    given with --from / --data_from: it must hold the file), else from $BORN_BIASED_DATA when that holds it,
+    else downloaded and extracted. Checked against its sha256."""
     if name not in CORPORA:
         raise ValueError(f"unknown corpus {name!r}; named corpora: {sorted(CORPORA)} (or give a text file's path)")
     c = CORPORA[name]
@@ -172,6 +174,9 @@ def corpus_file(name: str, data_dir: str = DATA_DIR, source: Optional[str] = Non
         with open(path, "rb") as fh:
             if sha(fh.read()) == c["sha256"]:
                 return path
+    if source and not os.path.isfile(os.path.join(source, c["file"])):
+        raise FileNotFoundError(f"{source} holds no {c['file']} (the {name} corpus): put it there, or drop the "
+                                f"offline directory to download it")
     source = source or os.environ.get(OFFLINE_ENV)
     if source and os.path.isfile(os.path.join(source, c["file"])):
         with open(os.path.join(source, c["file"]), "rb") as fh:
@@ -187,8 +192,10 @@ def corpus_file(name: str, data_dir: str = DATA_DIR, source: Optional[str] = Non
         raise ValueError(f"{origin} does not hold the expected {name} text (sha256 {sha(data)[:12]}..., expected "
                          f"{c['sha256'][:12]}...)")
     os.makedirs(data_dir, exist_ok=True)
-    with open(path, "wb") as fh:
-        fh.write(data)
+    def save(tmp):
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+    atomic_write(path, save)
     print(f"{name}: {len(data):,} bytes from {origin} -> {path} ({c['license']})")
     return path
 
@@ -333,8 +340,17 @@ def load_data(data_dir: str) -> dict:
             raise ValueError(f"{path} is missing or does not hold the {meta[f'{name}_tokens']} tokens meta.json "
                              f"says; run prepare again")
         data[name] = np.memmap(path, dtype=np.uint16, mode="r")
-        check_tokens(data[name], meta, path)
+        # one pass over the file per process and version of it (an experiment loads its data for every run);
+        # under torchrun rank 0 alone reads it (torchrun stops every rank when one fails)
+        stat = os.stat(path)
+        key = (os.path.abspath(path), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+        if key not in CHECKED_TOKENS and int(os.environ.get("RANK", 0)) == 0:
+            check_tokens(data[name], meta, path)
+            CHECKED_TOKENS.add(key)
     return data
+
+
+CHECKED_TOKENS = set()      # token files this process has read through, by path, size, mtime and inode
 
 
 def check_tokens(tokens: np.ndarray, meta: dict, path: str, chunk: int = 1 << 26) -> None:
@@ -476,7 +492,7 @@ def resolve_run(args: TrainConfig) -> dict:
     base = None
     if args.init_from:
         base = read_checkpoint(args.init_from, mmap=True)      # checks only: the weights are read below
-        check_weights_finite(args.init_from)
+        check_file_weights_finite(args.init_from)
         config = GPTConfig(**base["config"])
         asked = get_config(args.model, **overrides) if args.model else dataclasses.replace(config, **overrides)
         differ = [f"{k}: flags {getattr(asked, k)!r}, checkpoint {getattr(config, k)!r}"

@@ -368,6 +368,7 @@ def test_short_names_tell_every_model_apart():
     names = seedprint.short_names(paths)
     assert names == ["seed0/ckpt_0000200.pt", "seed1/ckpt_0000200.pt", "ckpt_0000000.pt", "SmolLM2"]
     assert all(p.rstrip("/").endswith(n) for p, n in zip(paths, names)) and len(set(names)) == len(names)
+    assert seedprint.short_names(["/x/m", "x/m"]) == ["/x/m", "x/m"]
 
 def test_many_models_at_once_fingerprint_each_once_and_group_by_lineage(tmp_path):
     cfg = get_config("tiny", n_layer=2, vocab_size=300, block_size=32, norm="rmsnorm", activation="swiglu",

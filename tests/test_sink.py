@@ -269,6 +269,7 @@ def test_measure_a_llama_directory_on_its_own_tokenizer_with_bos(tmp_path):
 
     class Args:
         text, ids, tokenizer, bos, sequences, data_seed = str(tmp_path / "t.txt"), None, None, True, 6, 1234
+        data_from = None
     from model import GPT
     tokens = sink.model_inputs(Args, GPT.from_pretrained(str(tmp_path / "llama")), str(tmp_path / "llama"), 16)
     assert (tokens[:, 0] == cfg["bos_token_id"]).all()

@@ -377,3 +377,23 @@ def test_prepared_makes_data_once(tmp_path, monkeypatch):
     assert meta["train_tokens"] + meta["val_tokens"] == len(TEXT.encode("utf-8"))
     monkeypatch.setattr(train, "prepare", lambda *a, **k: pytest.fail("prepared data was made again"))
     assert train.prepared([str(tmp_path / "t.txt")], out, "bytes") == out
+
+
+def test_token_files_are_read_through_once_per_version(tmp_path, monkeypatch):
+    """load_data hashes each token file once per process, and again once the file changed behind meta.json."""
+    (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
+    out = str(tmp_path / "d")
+    train.prepare([str(tmp_path / "t.txt")], out, "bytes")
+    calls = []
+    check = train.check_tokens
+    monkeypatch.setattr(train, "check_tokens", lambda *a: calls.append(a[2]) or check(*a))
+    train.load_data(out)
+    train.load_data(out)
+    assert sorted(os.path.basename(c) for c in calls) == ["train.bin", "val.bin"]
+    path = tmp_path / "d" / "val.bin"
+    ids = np.fromfile(path, dtype=np.uint16)
+    ids[[0, 1]] = ids[[1, 0]] if ids[0] != ids[1] else ids[[0, 1]] + 1   # same size, other tokens
+    ids.tofile(path)
+    os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 10 ** 9))
+    with pytest.raises(ValueError, match="changed after prepare"):
+        train.load_data(out)
