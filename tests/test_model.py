@@ -336,3 +336,16 @@ def test_every_result_and_checkpoint_records_how_it_was_made(tmp_path):
     from model import STARTED, provenance
     since = provenance(started=time.time() - 2.0)["wall_seconds"]       # one run among several in a process
     assert 2.0 <= since < 3.0 and provenance()["wall_seconds"] >= round(time.time() - STARTED, 1) - 0.1
+
+
+def test_a_weight_that_overflows_the_asked_dtype_is_refused(tmp_path):
+    """load_model checks a checkpoint's weights finite as stored and again as cast: 1e5 is finite in float32
+    and inf in float16 (largest 65504)."""
+    from model import load_model, write_checkpoint
+    model = build(get_config("tiny", n_layer=1), 0)
+    with torch.no_grad():
+        model.transformer.h[0].mlp.c_fc.weight[0, 0] = 1e5
+    write_checkpoint(str(tmp_path / "c.pt"), model)
+    assert load_model(tmp_path / "c.pt", dtype=torch.bfloat16).transformer.h[0].mlp.c_fc.weight[0, 0] > 9e4
+    with pytest.raises(ValueError, match="c_fc.weight holds 1 NaN/inf value"):
+        load_model(tmp_path / "c.pt", dtype=torch.float16)
