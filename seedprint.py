@@ -131,6 +131,18 @@ def permutation_test(C: np.ndarray):
     return float(z), float(stats.norm.sf(z))
 
 
+def permutation_p_monte_carlo(C: np.ndarray, draws: int = 20_000, seed: int = 0) -> float:
+    """The permutation test's p by sampling instead of the closed form: (1 + #{pi: T(pi) >= T(id)}) / (1 + draws)
+    over uniformly random permutations pi of C's columns, exact for any C (no normal approximation). For the
+    calibration study: is a false positive's small p_perm the closed form's tail, or the data?"""
+    n, rng, hits = len(C), np.random.default_rng(seed), 0
+    observed = np.trace(C) - 1e-12 * max(1.0, abs(np.trace(C)))       # ties count as at least as large
+    for lo in range(0, draws, 1000):
+        perms = np.argsort(rng.random((min(1000, draws - lo), n)), axis=1)
+        hits += int((C[np.arange(n), perms].sum(axis=1) >= observed).sum())
+    return (1 + hits) / (1 + draws)
+
+
 def overlap_p(overlap: int, d: int, k: int, log: bool = False) -> float:
     """P(|S| >= overlap) when B's k identity dimensions are a uniformly random k-subset of d, as H0's
     exchangeability makes them: hypergeometric. log=True: its logarithm, exact where p underflows."""
@@ -205,9 +217,7 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
         match = align_coordinates(*align)
         HB, moved = HB[:, match], int((match != np.arange(len(match))).sum())
     N, d = HA.shape
-    S, k = identity_set(HA, HB, k, rank_by, set_mode)
-    C = kendall_tau_matrix(softmax_rows(HA[:, S], temperature), softmax_rows(HB[:, S], temperature)) if len(S) \
-        else np.zeros((0, 0))                        # no shared identity dimension: no evidence of a lineage
+    S, k, C = cross_matrix(HA, HB, k, rank_by, set_mode, temperature)
     z, p_perm = permutation_test(C)
     p_over, p = 1.0, p_perm
     if set_mode == "coset":
@@ -228,6 +238,15 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
             r.p_t = float(stats.ttest_ind(taus, null, alternative="greater").pvalue)
         r.p_u = float(stats.mannwhitneyu(taus, null, alternative="greater").pvalue)
     return r
+
+
+def cross_matrix(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = "smallest", set_mode: str = "coset",
+                 temperature: float = 10.0):
+    """Steps 2-3: (S, k used, C), C[j, l] the Kendall tau-b between identity dimension j of A and l of B."""
+    S, k = identity_set(HA, HB, k, rank_by, set_mode)
+    C = kendall_tau_matrix(softmax_rows(HA[:, S], temperature), softmax_rows(HB[:, S], temperature)) if len(S) \
+        else np.zeros((0, 0))                        # no shared identity dimension: no evidence of a lineage
+    return S, k, C
 
 
 @functools.lru_cache(maxsize=16)
@@ -1027,7 +1046,8 @@ def exp_inits(args):
     for i in range(len(models)):
         for j in range(i + 1, len(models)):
             r, aligned = _verdicts(args, models[i], models[j], args.align)
-            results.append(dict(a=seeds[i], b=seeds[j], S=r.n_identity, mean_tau=r.mean_tau, p=r.p, p_perm=r.p_perm,
+            results.append(dict(a=seeds[i], b=seeds[j], S=r.n_identity, mean_tau=r.mean_tau, z_perm=r.z_perm, p=r.p,
+                                p_perm=r.p_perm,
                                 p_overlap=r.p_overlap, p_aligned=aligned.p if aligned else float("nan"),
                                 made_by="-" if r.p >= ALPHA else "p_perm and p_overlap" if max(r.p_perm, r.p_overlap) < ALPHA
                                 else "p_perm" if r.p_perm < ALPHA else "p_overlap" if r.p_overlap < ALPHA
@@ -1037,11 +1057,15 @@ def exp_inits(args):
     print(f"{len(models)} fresh inits (width {cfg.n_embd}, vocab {cfg.vocab_size}, k {min(args.k, cfg.n_embd // 2)}), "
           f"{len(results)} unrelated pairs, |S| {min(r['S'] for r in results)}-{max(r['S'] for r in results)}")
     print_table(table)
+    z = np.array([r["z_perm"] for r in results])
+    print(f"z of the permutation test over the {len(z)} pairs: mean {z.mean():+.3f}, sd {z.std():.3f} (its null: 0, 1)")
     false = [r for r in results if r["p"] < ALPHA]
-    for r in false:
+    for r in false:                                   # is a small p_perm the closed form's tail, or the data?
+        fps = [_fps(args, models[seeds.index(s)], False)[0] for s in (r["a"], r["b"])]
+        r["p_perm_monte_carlo"] = permutation_p_monte_carlo(cross_matrix(*fps, args.k, args.rank_by, args.set_mode)[2])
         print(f"  false positive: seeds {r['a']}, {r['b']}: |S| {r['S']}, p {r['p']:.2g} (p_perm {r['p_perm']:.2g}, "
-              f"p_overlap {r['p_overlap']:.2g}): made by {r['made_by']}")
-    return dict(config=dataclasses.asdict(cfg), table=table, pairs=results,
+              f"by Monte Carlo {r['p_perm_monte_carlo']:.2g}; p_overlap {r['p_overlap']:.2g}): made by {r['made_by']}")
+    return dict(config=dataclasses.asdict(cfg), table=table, pairs=results, z_mean=float(z.mean()), z_sd=float(z.std()),
                 made_by={k: sum(r["made_by"] == k for r in false) for k in dict.fromkeys(r["made_by"] for r in false)})
 
 

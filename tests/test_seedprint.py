@@ -47,6 +47,22 @@ def test_permutation_moments_are_exact_and_the_tail_matches_monte_carlo():
     assert seedprint.permutation_test(C[:1, :1]) == (0.0, 1.0)
 
 
+def test_monte_carlo_permutation_p_against_every_permutation():
+    """The sampled p against the exact permutation distribution, enumerated over all 7! permutations, on a C
+    with ties (rounded) and a diagonal signal; and it never reports less than 1 / (draws + 1)."""
+    import itertools
+    rng = np.random.default_rng(3)
+    n = 7
+    C = np.round(rng.standard_normal((n, n)) * 0.1 + 0.04 * np.eye(n), 2)
+    T = np.array([C[np.arange(n), list(p)].sum() for p in itertools.permutations(range(n))])
+    exact = (T >= np.trace(C) - 1e-12).mean()
+    assert 0.01 < exact < 0.3
+    draws = 40_000
+    p = seedprint.permutation_p_monte_carlo(C, draws=draws, seed=1)
+    assert abs(p - exact) < 4 * math.sqrt(exact * (1 - exact) / draws), (p, exact)
+    assert seedprint.permutation_p_monte_carlo(np.eye(12) * 10, draws=500) == 1 / 501     # 12!: no draw ties it
+
+
 def test_overlap_p_is_the_hypergeometric_tail_of_random_subsets():
     rng = np.random.default_rng(2)
     d, k = 64, 16
@@ -446,3 +462,23 @@ def test_the_calibration_study_end_to_end(tmp_path):
         x = sum(r[row["test"]] < seedprint.ALPHA for r in unrelated)
         assert row["FPR"] == f"{100 * x / len(unrelated):.2f}%"
     assert (out / "fpr_qq.png").is_file()
+
+
+def test_the_calibration_on_fresh_inits_end_to_end(tmp_path, monkeypatch):
+    """--exp inits: every pair of the inits once, the table counts what the pairs say, the z summary is the
+    pairs' z, and each false positive (alpha raised so that there are some) gets a Monte Carlo p_perm near its
+    closed-form one."""
+    monkeypatch.setattr(seedprint, "ALPHA", 0.3)
+    out = tmp_path / "out"
+    seedprint.main(["--exp", "inits", "--n_embd", "32", "--n_layer", "1", "--vocab_size", "64", "--block_size", "16",
+                    "--seq_len", "16", "--fpr_inits", "5", "--sequences", "60", "--k", "12", "--out", str(out)])
+    res = json.loads((out / "results.json").read_text())["inits"]
+    assert sorted((r["a"], r["b"]) for r in res["pairs"]) == [(a, b) for a in range(100, 105) for b in range(a + 1, 105)]
+    for row in res["table"]:
+        x = sum(r[row["test"]] < 0.3 for r in res["pairs"])
+        assert row["FPR"] == f"{100 * x / len(res['pairs']):.2f}%"
+    z = np.array([r["z_perm"] for r in res["pairs"]])
+    assert res["z_mean"] == pytest.approx(z.mean()) and res["z_sd"] == pytest.approx(z.std())
+    false = [r for r in res["pairs"] if r["p"] < 0.3]
+    assert false and all(abs(r["p_perm_monte_carlo"] - r["p_perm"]) < 0.1 for r in false)
+    assert sum(res["made_by"].values()) == len(false)
