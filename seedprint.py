@@ -171,10 +171,11 @@ class SeedPrintResult:
         """The verdict in one line: which test, on which set, how many dimensions."""
         how = (f"aligned (B's coordinates matched to A's on held-out inputs, {self.moved} moved), then " if self.aligned
                else "")
-        return (f"{'RELATED (shared initialization)' if self.related else 'unrelated'}: {how}dimension-permutation "
-                f"test of mean tau {self.mean_tau:+.4f} over |S| = {self.n_identity} identity dimensions (k = "
-                f"{self.k}), N = {self.n_inputs}: p_perm {self.p_perm:.3g}, p_overlap {self.p_overlap:.3g}, "
-                f"combined p {self.p:.3g} vs alpha {ALPHA}")
+        what = ("RELATED (a shared initialization, or, in this aligned mode, training on the same data: README)"
+                if self.related and self.aligned else "RELATED (shared initialization)" if self.related else "unrelated")
+        return (f"{what}: {how}dimension-permutation test of mean tau {self.mean_tau:+.4f} over |S| = {self.n_identity} "
+                f"identity dimensions (k = {self.k}), N = {self.n_inputs}: p_perm {self.p_perm:.3g}, p_overlap "
+                f"{self.p_overlap:.3g}, combined p {self.p:.3g} vs alpha {ALPHA}")
 
 
 def check_options(k: int = 400, rank_by: str = "smallest", set_mode: str = "coset", temperature: float = 10.0,
@@ -1166,7 +1167,8 @@ def main(argv=None):
     p.add_argument("--set_mode", choices=("coset", "base"), default="coset")
     p.add_argument("--align", type=parse_bool, default=False, metavar="on|off",
                    help="match B's coordinates to A's on held-out inputs first: sees through a permutation of the "
-                   "residual basis; its false-positive rate is measured, not exact (README)")
+                   "residual basis, but also calls models trained on the same data from other inits related; its "
+                   "false-positive rate is measured, not exact (README)")
     add_device_flags(p, "load the models in this dtype (default: each checkpoint's own; float32 on CPU is exact)")
     p.add_argument("--out", default="out/seedprint")
     g = p.add_argument_group("experiments (small models trained here)")
