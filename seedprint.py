@@ -736,8 +736,7 @@ def _run(args, name, seed, data, steps=None, init_from=None, data_seed=None):
                             knobs={} if init_from else {**LLAMA_KNOBS, **args.knobs}, init_seed=seed,
                             embed_seed=seed, data_seed=args.data_seed if data_seed is None else data_seed,
                             init_from=init_from, batch_size=args.batch_size, max_steps=steps or args.steps,
-                            lr=args.lr, min_lr=min(train.TrainConfig.min_lr, args.lr),
-                            warmup=min(30, (steps or args.steps) // 10), ckpt_every=args.ckpt_every, eval_every=0,
+                            lr=args.lr, warmup=min(30, (steps or args.steps) // 10), ckpt_every=args.ckpt_every, eval_every=0,
                             log_every=50, device=args.device)
     train.ensure(cfg)
     return out_dir
@@ -1215,8 +1214,7 @@ def main(argv=None):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     if args.exp is not None:                          # the training settings of the experiments, before any data
-        train.TrainConfig(batch_size=args.batch_size, max_steps=args.steps, lr=args.lr, ckpt_every=args.ckpt_every,
-                          min_lr=min(train.TrainConfig.min_lr, args.lr))
+        train.TrainConfig(batch_size=args.batch_size, max_steps=args.steps, lr=args.lr, ckpt_every=args.ckpt_every)
     if not 0 <= args.fpr_trained <= args.fpr_inits or len(set(args.seeds)) < 2:
         p.error("need 0 <= --fpr_trained <= --fpr_inits and at least two distinct --seeds")
     args.knobs = config_overrides(args)

@@ -568,7 +568,6 @@ def exp_testbed(args) -> dict:
             cfg = train.TrainConfig(data=data, out_dir="", model=args.model, knobs={**knobs, **VARIANTS[name]},
                                     init_seed=seed, embed_seed=seed, data_seed=args.data_seed,
                                     batch_size=args.batch_size, max_steps=args.steps, lr=args.lr,
-                                    min_lr=min(train.TrainConfig.min_lr, args.lr),   # the cosine ends at or below lr
                                     weight_decay=args.weight_decay, warmup=min(100, args.steps // 10),
                                     ckpt_every=args.steps, eval_every=args.steps, eval_sequences=64,
                                     log_every=max(args.steps // 4, 1), device=args.device)
@@ -625,8 +624,7 @@ def exp_calibration(args) -> dict:
         cfg = train.TrainConfig(data=data, out_dir=out_dir, model=args.model, knobs={**LLAMA_KNOBS, **args.knobs,
                                 **VARIANTS[name]}, init_seed=args.seeds[0], data_seed=args.data_seed,
                                 batch_size=args.batch_size, max_steps=args.steps, lr=args.lr,
-                                min_lr=min(train.TrainConfig.min_lr, args.lr), weight_decay=args.weight_decay,
-                                ckpt_every=args.steps, eval_every=args.steps, log_every=50,
+                                weight_decay=args.weight_decay, ckpt_every=args.steps, eval_every=args.steps, log_every=50,
                                 device=args.device)
         train.ensure(cfg)
         path = train.list_checkpoints(out_dir)[-1][1]

@@ -65,7 +65,7 @@ class TrainConfig:
     seq_len: Optional[int] = None          # tokens per training window (default: the model's block_size)
     max_steps: int = 300
     lr: float = 1e-3
-    min_lr: float = 1e-4
+    min_lr: Optional[float] = None         # the cosine's end (default: 1e-4, or lr where lr is lower)
     warmup: int = 30
     weight_decay: float = 0.1
     beta1: float = 0.9
@@ -92,6 +92,8 @@ class TrainConfig:
             need(name, lambda v: v == int(v) and v >= 0, "an integer >= 0")
         f32 = 3.4e38                               # optimizer state is float32: a larger number overflows it
         need("lr", lambda v: 0 < v < f32, "a finite number > 0")
+        if self.min_lr is None:
+            self.min_lr = min(1e-4, self.lr)
         for name in ("min_lr", "weight_decay", "grad_clip"):
             need(name, lambda v: 0 <= v < f32, "a finite number >= 0")
         for name in ("init_seed", "embed_seed", "data_seed"):
@@ -778,7 +780,8 @@ def parse_args(argv=None) -> TrainConfig:
     p.add_argument("--seq_len", type=int, default=None, help="tokens per training window (default: block_size)")
     p.add_argument("--max_steps", type=int, default=d.max_steps)
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate")
-    p.add_argument("--min_lr", type=float, default=d.min_lr, help="learning rate at the end of the cosine")
+    p.add_argument("--min_lr", type=float, default=None, help="learning rate at the end of the cosine "
+                   "(default: 1e-4, or --lr where that is lower)")
     p.add_argument("--warmup", type=int, default=d.warmup, help="linear warmup steps")
     p.add_argument("--weight_decay", type=float, default=d.weight_decay)
     p.add_argument("--beta1", type=float, default=d.beta1)

@@ -397,3 +397,12 @@ def test_token_files_are_read_through_once_per_version(tmp_path, monkeypatch):
     os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 10 ** 9))
     with pytest.raises(ValueError, match="changed after prepare"):
         train.load_data(out)
+
+
+def test_the_cosine_ends_at_or_below_the_peak_learning_rate():
+    """min_lr defaults to 1e-4, or to lr where lr is lower (experiments pass only --lr); an explicit min_lr above
+    lr is refused naming both flags."""
+    assert train.TrainConfig(lr=1e-3).min_lr == 1e-4 and train.TrainConfig(lr=5e-5).min_lr == 5e-5
+    assert train.parse_args(["--data", "d", "--lr", "5e-5"]).min_lr == 5e-5
+    with pytest.raises(ValueError, match="--min_lr 0.001 is above the peak --lr 0.0005"):
+        train.TrainConfig(lr=5e-4, min_lr=1e-3)
