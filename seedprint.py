@@ -21,8 +21,9 @@ state, while independently initialized models do not.
 
 Where the H0 breaks: anything that unrelated models share *coordinate by coordinate* -- a shared token
 embedding table (init.py's embed_seed), Gaussian input embeddings fed past the table, a fixed position
-table -- makes coordinates align by construction. A deliberate permutation of B's basis hides a true
-lineage (a false negative, never a false positive).
+table -- makes coordinates align by construction. A deliberate permutation of B's basis, signs flipped or not,
+hides a true lineage (a false negative, never a false positive); the aligned mode (--align on) matches B's
+coordinates to A's first and sees through it, at a measured cost in calibration (README).
 
 The reference implementation's tests stay as reference outputs, not the verdict: the analytic z of mean
 tau (p_z = 2 sf(z), as the reference computes it: a one-sided test at alpha/2, not a two-sided p), and a
@@ -162,15 +163,15 @@ class SeedPrintResult:
     n_inputs: int
     p_raw: float = float("nan")  # p before the Holm adjustment across pairs (compare_many)
     aligned: bool = False   # B's coordinates were matched to A's on held-out inputs before the test
-    moved: int = 0          # how many of B's coordinates the alignment moved (0: B was already in A's basis)
+    moved: int = 0          # how many of B's coordinates the alignment moved or negated (0: B was in A's basis)
     p_z: float = float("nan")   # reference outputs, not the verdict: analytic 2 sf(z) (one-sided at alpha/2),
     p_t: float = float("nan")   # one-sided t-test and Mann-Whitney U against independent-Gaussian taus
     p_u: float = float("nan")
 
     def explain(self) -> str:
         """The verdict in one line: which test, on which set, how many dimensions."""
-        how = (f"aligned (B's coordinates matched to A's on held-out inputs, {self.moved} moved), then " if self.aligned
-               else "")
+        how = (f"aligned (B's coordinates matched to A's, with signs, on held-out inputs, {self.moved} moved), then "
+               if self.aligned else "")
         what = ("RELATED (a shared initialization, or, in this aligned mode, training on the same data: README)"
                 if self.related and self.aligned else "RELATED (shared initialization)" if self.related else "unrelated")
         return (f"{what}: {how}dimension-permutation test of mean tau {self.mean_tau:+.4f} over |S| = {self.n_identity} "
@@ -191,15 +192,20 @@ def check_options(k: int = 400, rank_by: str = "smallest", set_mode: str = "cose
         raise ValueError(f"need temperature > 0 and 0 < alpha < 1, got {temperature}, {alpha}")
 
 
-def align_coordinates(HA: np.ndarray, HB: np.ndarray) -> np.ndarray:
-    """match[j] = the coordinate of B that plays A's coordinate j: the permutation maximizing the summed
-    Pearson correlation (across inputs) of matched pairs, by the assignment algorithm. Fit on held-out
-    inputs, never on the test's: a permutation of B's residual basis (function-preserving) is undone, and
-    under H0 the match is mostly fitted noise, independent of the test inputs (README: its measured FPR)."""
+def align_coordinates(HA: np.ndarray, HB: np.ndarray):
+    """(match, sign): B's coordinate match[j], times sign[j] (+-1), plays A's coordinate j. The signed
+    permutation maximizing the summed |Pearson correlation| (across inputs) of matched pairs, by the assignment
+    algorithm, each sign that of its pair's correlation. Signed, because for an RMSNorm model every signed
+    permutation of the residual basis is function-preserving (an orthogonal map that keeps the coordinates:
+    RMS(x) ignores signs, and the gains move with their coordinates), and x -> -x alone hides a lineage from
+    the exact verdict. Fit on held-out inputs, never on the test's: under H0 the match is mostly fitted noise,
+    independent of the test inputs (README: its measured FPR)."""
     za = (HA - HA.mean(0)) / np.maximum(HA.std(0), 1e-12)
     zb = (HB - HB.mean(0)) / np.maximum(HB.std(0), 1e-12)
-    rows, match = optimize.linear_sum_assignment(za.T @ zb, maximize=True)
-    return match[np.argsort(rows)]
+    corr = za.T @ zb
+    rows, match = optimize.linear_sum_assignment(np.abs(corr), maximize=True)
+    match = match[np.argsort(rows)]
+    return match, np.where(corr[np.arange(len(match)), match] < 0, -1.0, 1.0)
 
 
 def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = "smallest", set_mode: str = "coset",
@@ -215,8 +221,8 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
     if align is not None:
         if align[0].shape[1] != HA.shape[1] or align[1].shape != align[0].shape:
             raise ValueError("the held-out fingerprints must have the test fingerprints' width, and the same shape")
-        match = align_coordinates(*align)
-        HB, moved = HB[:, match], int((match != np.arange(len(match))).sum())
+        match, sign = align_coordinates(*align)
+        HB, moved = HB[:, match] * sign, int(((match != np.arange(len(match))) | (sign < 0)).sum())
     N, d = HA.shape
     S, k, C = cross_matrix(HA, HB, k, rank_by, set_mode, temperature)
     z, p_perm = permutation_test(C)
@@ -587,19 +593,29 @@ def _residual_sides(name: str, p: torch.Tensor, d: int):
 
 
 @torch.no_grad()
-def permute_residual(model: GPT, seed: int = 0) -> GPT:
-    """The same function in a permuted residual basis: coordinate j becomes perm[j] in every weight that reads
-    or writes the stream (norms act per coordinate or on the whole vector, so they commute)."""
-    out, d = _copy(model), model.config.n_embd
-    perm = torch.randperm(d, generator=torch.Generator().manual_seed(seed))
+def permute_residual(model: GPT, seed: int = 0, flip: float = 0.0) -> GPT:
+    """The same function in a permuted residual basis: new coordinate j is old coordinate perm[j] in every weight
+    that reads or writes the stream (norms act per coordinate or on the whole vector, so they commute).
+    flip > 0: a signed permutation, each new coordinate negated with probability flip (1: all of them), which an
+    RMSNorm model also keeps (RMS ignores signs; the gains move with their coordinates, unsigned). A
+    LayerNorm's mean does not commute with a sign flip, so flips are refused there."""
+    cfg, d = model.config, model.config.n_embd
+    if not 0 <= flip <= 1:
+        raise ValueError(f"flip is the fraction of coordinates negated, in [0, 1]; got {flip}")
+    if flip and cfg.norm == "layernorm":
+        raise ValueError("a sign flip keeps the function of RMSNorm models only (LayerNorm subtracts the mean "
+                         "across coordinates); use flip=0")
+    out, g = _copy(model), torch.Generator().manual_seed(seed)
+    perm = torch.randperm(d, generator=g)
+    s = torch.where(torch.rand(d, generator=g) < flip, -1.0, 1.0)
     for n, p in out.named_parameters():
-        side = _residual_sides(n, p, d)
-        if side == "in":
-            p.copy_(p[:, perm])
-        elif side == "out":
-            p.copy_(p[perm])
-        elif side == "vector":
-            p.copy_(p[perm])
+        side, sign = _residual_sides(n, p, d), s.to(p.dtype)
+        if side == "in":                     # reads the stream: its columns
+            p.copy_(p[:, perm] * sign)
+        elif side == "out":                  # writes the stream: its rows
+            p.copy_(p[perm] * sign[:, None])
+        elif side == "vector":               # a writer's bias moves and flips; a norm's gain only moves
+            p.copy_(p[perm] * (1 if (".ln_" in n or "ln_f" in n) else sign))
     return out
 
 
@@ -928,6 +944,8 @@ def exp_derivatives(args):
         (f"continued training on brown ({args.deriv_steps} steps)", True, continued, False),
         ("vocabulary extension (+1024 tokens)", True, R("vocab1024", lambda: extend_vocab(base, 1024)), False),
         ("permuted residual basis", True, R("perm", lambda: permute_residual(base, 1)), True),
+        ("signed permutation of the residual basis", True, R("perm_signs", lambda: permute_residual(base, 1, 0.5)), True),
+        ("negated, permuted residual basis", True, R("perm_negated", lambda: permute_residual(base, 1, 1.0)), True),
         ("permuted MLP units", True, R("mlpperm", lambda: permute_mlp(base, 1)), True),
         ("rotated residual stream (QuaRot)", True, R("rotate", lambda: rotate_residual(base, 1)), True),
         *[(f"fresh init, seed {sd}", False, Recipe(f"init|{json.dumps(dataclasses.asdict(cfg))}|{sd}",
@@ -967,7 +985,8 @@ def exp_fpr(args):
     """The false-positive rate of every test on unrelated pairs of three kinds -- init vs init, trained vs
     trained (same data and order), trained vs another seed's init -- and its power on related pairs:
     each init vs its checkpoints, each base vs its continual descendant and the init vs that descendant; and
-    every related pair again with B's residual basis permuted (function-preserving: still related). Each pair
+    every related pair again with B's residual basis permuted, signs flipped at random for RMSNorm models
+    (function-preserving: still related). Each pair
     gets the exact verdict and the aligned one (p_aligned)."""
     seeds = list(range(args.fpr_seed0, args.fpr_seed0 + args.fpr_inits))
     trained_seeds = seeds[:args.fpr_trained]
@@ -985,7 +1004,9 @@ def exp_fpr(args):
     for s in trained_seeds[:args.fpr_descendants]:
         child = _ckpts(_run(args, f"seed{s}_on_{args.corpus2}", s, data2, steps=args.steps // 2, init_from=final[s]))[-1][1]
         pairs += [(final[s], child, "base vs continual descendant", True), (inits[s], child, "init vs continual descendant", True)]
-    pairs += [(a, Recipe(f"permuted|{json.dumps(weights_identity(b))}", lambda b=b: permute_residual(load_model(b), 1)),
+    flip = 0.0 if read_model_config(inits[seeds[0]]).norm == "layernorm" else 0.5     # signs: RMSNorm only
+    pairs += [(a, Recipe(f"permuted{flip}|{json.dumps(weights_identity(b))}",
+                         lambda b=b: permute_residual(load_model(b), 1, flip)),
                kind + ", B permuted", True) for a, b, kind, truth in list(pairs) if truth]
     tests = ("p", "p_perm", "p_overlap", "p_base", "p_t", "p_u", "p_z", "p_aligned")
     bar = Progress(len(pairs), "pairs tested", "pairs")
@@ -1165,8 +1186,8 @@ def main(argv=None):
     p.add_argument("--rank_by", choices=("smallest", "largest", "abs"), default="smallest")
     p.add_argument("--set_mode", choices=("coset", "base"), default="coset")
     p.add_argument("--align", type=parse_bool, default=False, metavar="on|off",
-                   help="match B's coordinates to A's on held-out inputs first: sees through a permutation of the "
-                   "residual basis, but also calls models trained on the same data from other inits related; its "
+                   help="match B's coordinates to A's (a signed permutation) on held-out inputs first: sees "
+                   "through a permutation of the residual basis, signs flipped or not, but also calls models trained on the same data from other inits related; its "
                    "false-positive rate is measured, not exact (README)")
     add_device_flags(p, "load the models in this dtype (default: each checkpoint's own; float32 on CPU is exact)")
     p.add_argument("--out", default="out/seedprint")

@@ -308,17 +308,25 @@ def test_reparametrizations_keep_the_logits_and_move_the_coordinates(knobs):
     x = torch.randint(0, 100, (3, 12), generator=torch.Generator().manual_seed(0))
     ref = _logits(m, x)
     states = lambda mm: mm.trace(x, hidden="last")["hidden"][-1].double()
-    for f in (seedprint.permute_residual, seedprint.permute_mlp, seedprint.rotate_residual):
+    signed = lambda mm, seed: seedprint.permute_residual(mm, seed, flip=0.5)
+    negated = lambda mm, seed: seedprint.permute_residual(mm, seed, flip=1.0)
+    for f in (seedprint.permute_residual, signed, negated, seedprint.permute_mlp, seedprint.rotate_residual):
         d = f(m, seed=3)
-        assert (_logits(d, x) - ref).abs().max() <= 1e-5 * ref.abs().max(), f.__name__
+        assert (_logits(d, x) - ref).abs().max() <= 1e-5 * ref.abs().max(), f
         if f is not seedprint.permute_mlp:     # the residual coordinates did move
-            assert not torch.allclose(states(d), states(m), atol=1e-3), f.__name__
-    perm = seedprint.permute_residual(m, seed=3)
-    match = [int(np.argmax([torch.allclose(states(perm)[:, l], states(m)[:, j], atol=1e-5) for l in range(64)]))
-             for j in range(64)]
-    assert sorted(match) == list(range(64))    # a permutation of the final states' coordinates, exactly
+            assert not torch.allclose(states(d), states(m), atol=1e-3), f
+    for flip, negatives in ((0.0, [0]), (0.5, range(16, 49)), (1.0, [64])):
+        new = states(seedprint.permute_residual(m, seed=3, flip=flip))
+        match = {(l, s) for j in range(64) for l in range(64) for s in (1, -1)
+                 if torch.allclose(s * new[:, l], states(m)[:, j], atol=1e-5)}
+        assert sorted(l for l, _ in match) == list(range(64))      # a signed permutation of the states, exactly
+        assert sum(s < 0 for _, s in match) in negatives
     with pytest.raises(ValueError, match="RMSNorm"):
         seedprint.rotate_residual(build(get_config("tiny", n_layer=1), 0))
+    with pytest.raises(ValueError, match="RMSNorm"):
+        seedprint.permute_residual(build(get_config("tiny", n_layer=1), 0), flip=0.5)
+    with pytest.raises(ValueError, match="flip"):
+        seedprint.permute_residual(m, flip=1.5)
 
 
 def test_quantize_prune_merge_low_rank_noise_and_vocab_against_their_definitions():
@@ -354,14 +362,17 @@ def test_alignment_recovers_a_permutation_that_hides_a_lineage():
     N, d = 1200, 40
     base = rng.standard_normal((2 * N, d)) + np.linspace(-1, 1, d)          # distinct column means
     child = base + 0.3 * rng.standard_normal((2 * N, d))
-    perm = rng.permutation(d)
+    perm, sign = rng.permutation(d), np.where(rng.random(d) < 0.5, -1.0, 1.0)
     test, hold = slice(0, N), slice(N, 2 * N)
-    assert np.array_equal(seedprint.align_coordinates(base[hold], child[hold][:, perm]), np.argsort(perm))
-    hidden = child[:, perm]
+    hidden = child[:, perm] * sign                                          # a signed permutation
+    match, found = seedprint.align_coordinates(base[hold], hidden[hold])
+    assert np.array_equal(match, np.argsort(perm)) and np.array_equal(found, sign[np.argsort(perm)])
+    assert np.allclose(hidden[:, match] * found, child)                    # undone exactly
     assert seedprint.seedprint_test(base[test], child[test], k=20).related
     assert not seedprint.seedprint_test(base[test], hidden[test], k=20).related          # the exact test is blind
     r = seedprint.seedprint_test(base[test], hidden[test], k=20, align=(base[hold], hidden[hold]))
-    assert r.related and r.aligned and r.moved == int((perm != np.arange(d)).sum()) and "aligned" in r.explain()
+    assert r.related and r.aligned and r.moved == int(((perm != np.arange(d)) | (sign < 0)).sum())
+    assert "aligned" in r.explain() and r.mean_tau == pytest.approx(seedprint.seedprint_test(base[test], child[test], k=20).mean_tau)
     other = rng.standard_normal((2 * N, d))
     assert not seedprint.seedprint_test(base[test], other[test], k=20, align=(base[hold], other[hold])).related
 
@@ -412,7 +423,7 @@ def test_the_aligned_verdict_sees_a_lineage_through_a_permuted_basis_and_fits_on
     cfg = get_config("tiny", n_layer=2, vocab_size=400, block_size=32, norm="rmsnorm", activation="swiglu",
                      bias=False, tie_embeddings=False)
     base = build(cfg, 1, 1).eval()
-    child = seedprint.permute_residual(seedprint.add_noise(base, 0.02, seed=3), seed=5)
+    child = seedprint.permute_residual(seedprint.add_noise(base, 0.02, seed=3), seed=5, flip=1.0)   # all negated
     opts = dict(k=32, sequences=300, seq_len=16)
     assert not seedprint.compare(base, child, **opts).related
     r = seedprint.compare(base, child, align=True, **opts)
