@@ -44,6 +44,7 @@ except ImportError:                   # Windows has none: runs there are not loc
 
 import numpy
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -1547,6 +1548,15 @@ def lock_dir(path: str, flag: str = "--out"):
             if os.path.isdir(d) and not os.listdir(d):
                 os.rmdir(d)
 
+
+
+def leave_process_group() -> None:
+    """End a torchrun job's process group with every rank at once. A rank that tears gloo down while another
+    still works (rank 0 writing results.json) can abort at exit ("terminate called without an active
+    exception", SIGABRT); the barrier makes the ranks leave together."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 if __name__ == "__main__":
     run_script(main, "model.py")

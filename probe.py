@@ -36,8 +36,8 @@ from scipy.stats import binom, norm
 import theory
 from init import build
 from model import (ArgumentParser, DTYPES, GPT, Progress, add_config_flags, add_device_flags, check_dtype_runs,
-                   check_output, config_from_flags, figure, lock_dir, peak_flops, print_table, random_batches,
-                   resolve_device, run_script, save_figure, seed_int, update_results)
+                   check_output, config_from_flags, figure, leave_process_group, lock_dir, peak_flops, print_table,
+                   random_batches, resolve_device, run_script, save_figure, seed_int, update_results)
 
 
 # ----------------------------------------------------------------------------- one pass over a model
@@ -593,7 +593,7 @@ def main(argv=None):
     with lock_dir(args.out) if rank == 0 else contextlib.nullcontext():
         run_experiments(args, config, rank, world)
     if world > 1:
-        dist.destroy_process_group()
+        leave_process_group()
 
 
 def check_args(args, config) -> None:

@@ -43,9 +43,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from init import build
 from model import (ArgumentParser, DTYPES, GPT, GPTConfig, Progress, add_config_flags, add_device_flags,
                    atomic_write, check_dtype_runs, check_output, check_file_weights_finite, config_overrides, figure,
-                   get_config, get_tokenizer, lock_dir, parse_bool, peak_flops, provenance, read_checkpoint,
-                   read_json, resolve_device, run_script, save_figure, SEED_LIMIT, seed_int, write_checkpoint,
-                   write_json)
+                   get_config, get_tokenizer, leave_process_group, lock_dir, parse_bool, peak_flops, provenance,
+                   read_checkpoint, read_json, resolve_device, run_script, save_figure, SEED_LIMIT, seed_int,
+                   write_checkpoint, write_json)
 
 
 @dataclass
@@ -738,7 +738,7 @@ def _train(args: TrainConfig, run: dict) -> dict:
         save_log()
         plot_log(log, os.path.join(args.out_dir, "loss.png"))
     if ddp:
-        dist.destroy_process_group()
+        leave_process_group()
     return log
 
 
