@@ -44,7 +44,7 @@ import os
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -53,7 +53,7 @@ from scipy import optimize, stats
 
 import train
 from init import build
-from model import (ArgumentParser, DTYPES, GPT, LLAMA_KNOBS, Progress, add_config_flags, add_device_flags,
+from model import (ArgumentParser, DTYPES, GPT, GPTConfig, LLAMA_KNOBS, Progress, add_config_flags, add_device_flags,
                    atomic_write, check_dtype_runs, check_output, check_file_weights_finite, config_overrides, figure,
                    get_config, get_tokenizer, load_model, lock_dir, parse_bool, print_table, qkv_sizes,
                    random_batches, read_model_config, resolve_device, run_script, save_figure, seed_int,
@@ -163,6 +163,7 @@ class SeedPrintResult:
     n_inputs: int
     p_raw: float = float("nan")  # p before the Holm adjustment across pairs (compare_many)
     aligned: bool = False   # B's coordinates were matched to A's on held-out inputs before the test
+    signed: bool = False    # the alignment could negate coordinates (RMSNorm models), not only move them
     moved: int = 0          # how many of B's coordinates the alignment moved or negated (0: B was in A's basis)
     p_z: float = float("nan")   # reference outputs, not the verdict: analytic 2 sf(z) (one-sided at alpha/2),
     p_t: float = float("nan")   # one-sided t-test and Mann-Whitney U against independent-Gaussian taus
@@ -170,8 +171,8 @@ class SeedPrintResult:
 
     def explain(self) -> str:
         """The verdict in one line: which test, on which set, how many dimensions."""
-        how = (f"aligned (B's coordinates matched to A's, with signs, on held-out inputs, {self.moved} moved), then "
-               if self.aligned else "")
+        how = (f"aligned (B's coordinates matched to A's{', with signs,' if self.signed else ''} on held-out "
+               f"inputs, {self.moved} moved), then " if self.aligned else "")
         what = ("RELATED (a shared initialization, or, in this aligned mode, training on the same data: README)"
                 if self.related and self.aligned else "RELATED (shared initialization)" if self.related else "unrelated")
         return (f"{what}: {how}dimension-permutation test of mean tau {self.mean_tau:+.4f} over |S| = {self.n_identity} "
@@ -192,27 +193,37 @@ def check_options(k: int = 400, rank_by: str = "smallest", set_mode: str = "cose
         raise ValueError(f"need temperature > 0 and 0 < alpha < 1, got {temperature}, {alpha}")
 
 
-def align_coordinates(HA: np.ndarray, HB: np.ndarray):
-    """(match, sign): B's coordinate match[j], times sign[j] (+-1), plays A's coordinate j. The signed
-    permutation maximizing the summed |Pearson correlation| (across inputs) of matched pairs, by the assignment
-    algorithm, each sign that of its pair's correlation. Signed, because for an RMSNorm model every signed
-    permutation of the residual basis is function-preserving (an orthogonal map that keeps the coordinates:
-    RMS(x) ignores signs, and the gains move with their coordinates), and x -> -x alone hides a lineage from
-    the exact verdict. Fit on held-out inputs, never on the test's: under H0 the match is mostly fitted noise,
-    independent of the test inputs (README: its measured FPR)."""
+def align_coordinates(HA: np.ndarray, HB: np.ndarray, signed: bool = True):
+    """(match, sign): B's coordinate match[j], times sign[j] (+-1), plays A's coordinate j. signed=True: the
+    signed permutation maximizing the summed |Pearson correlation| (across inputs) of matched pairs, by the
+    assignment algorithm, each sign that of its pair's correlation. Signed, because for an RMSNorm (or norm-free)
+    model every signed permutation of the residual basis is function-preserving (an orthogonal map that keeps
+    the coordinates: RMS(x) ignores signs, and the gains move with their coordinates), and x -> -x alone hides a
+    lineage from the exact verdict. signed=False (LayerNorm models, whose mean does not commute with a sign
+    flip): the permutation maximizing the summed correlation, every sign +1. Fit on held-out inputs, never on
+    the test's: under H0 the match is mostly fitted noise, independent of the test inputs (README: its
+    measured FPR)."""
     za = (HA - HA.mean(0)) / np.maximum(HA.std(0), 1e-12)
     zb = (HB - HB.mean(0)) / np.maximum(HB.std(0), 1e-12)
     corr = za.T @ zb
-    rows, match = optimize.linear_sum_assignment(np.abs(corr), maximize=True)
+    rows, match = optimize.linear_sum_assignment(np.abs(corr) if signed else corr, maximize=True)
     match = match[np.argsort(rows)]
-    return match, np.where(corr[np.arange(len(match)), match] < 0, -1.0, 1.0)
+    matched = corr[np.arange(len(match)), match]
+    return match, np.where(signed & (matched < 0), -1.0, 1.0)
+
+
+def signs_keep_function(*configs) -> bool:
+    """Whether a sign flip of residual coordinates is function-preserving for every model given (None: a model
+    whose architecture is unknown, e.g. a fingerprint array, taken as RMSNorm): not with LayerNorm."""
+    return all(c is None or c.norm != "layernorm" for c in configs)
 
 
 def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = "smallest", set_mode: str = "coset",
                    temperature: float = 10.0, alpha: float = ALPHA, reference: bool = True,
-                   align=None) -> SeedPrintResult:
+                   align=None, signed: bool = True) -> SeedPrintResult:
     """Steps 2-4 on the fingerprints of two models on the same N inputs. align=(HA_hold, HB_hold): the two
-    models' fingerprints on other, held-out inputs; B's coordinates are first matched to A's on them."""
+    models' fingerprints on other, held-out inputs; B's coordinates are first matched to A's on them, by a
+    signed permutation or (signed=False, for LayerNorm models) a plain one."""
     check_options(k, rank_by, set_mode, temperature, alpha)
     if HA.shape != HB.shape:
         raise ValueError(f"fingerprints differ in shape {HA.shape} vs {HB.shape}: the models must have the same "
@@ -221,7 +232,7 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
     if align is not None:
         if align[0].shape[1] != HA.shape[1] or align[1].shape != align[0].shape:
             raise ValueError("the held-out fingerprints must have the test fingerprints' width, and the same shape")
-        match, sign = align_coordinates(*align)
+        match, sign = align_coordinates(*align, signed=signed)
         HB, moved = HB[:, match] * sign, int(((match != np.arange(len(match))) | (sign < 0)).sum())
     N, d = HA.shape
     S, k, C = cross_matrix(HA, HB, k, rank_by, set_mode, temperature)
@@ -235,7 +246,7 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
     taus = np.diag(C)
     r = SeedPrintResult(related=bool(p < alpha), p=p, p_perm=p_perm, p_overlap=p_over,
                         mean_tau=float(taus.mean()) if len(S) else 0.0, z_perm=z, n_identity=len(S), k=k, n_inputs=N,
-                        aligned=align is not None, moved=moved)
+                        aligned=align is not None, signed=align is not None and signed, moved=moved)
     if reference and len(S) >= 2:
         sd = math.sqrt(2 * (2 * N + 5) / (9 * N * (N - 1)))      # std of tau-b under independence
         null = null_taus(N, d, k=k, rank_by=rank_by, set_mode=set_mode, temperature=temperature)
@@ -353,6 +364,7 @@ class Recipe:
     is made, and built only when that key is not cached."""
     key: str
     build: Callable[[], GPT]
+    config: Optional[GPTConfig] = None     # its architecture, where known without building it (None: unknown)
 
 
 def fingerprint_all(models: list, cache_dir: str = None, device="cpu", dtype: str = None, options: dict = None,
@@ -428,7 +440,8 @@ def compare_many(models: list, k: int = 400, rank_by: str = "smallest", set_mode
     lineages, i.e. the models joined by a chain of related pairs}."""
     check_options(k, rank_by, set_mode, temperature, alpha)
     opts = dict(fingerprint_options)
-    configs = [c for c in (_config(m) for m in models) if c is not None]   # configs only: no weights
+    every = [_config(m) for m in models]                                   # configs only: no weights (None: unknown)
+    configs = [c for c in every if c is not None]
     seq_len = opts.get("seq_len", 64)
     for c in configs:
         if seq_len > c.block_size:
@@ -449,7 +462,8 @@ def compare_many(models: list, k: int = 400, rank_by: str = "smallest", set_mode
                          f"architecture")
     pairs = [(i, j) for i in range(len(models)) for j in range(i + 1, len(models))]
     results = {(i, j): seedprint_test(H[i][0], H[j][0], k, rank_by, set_mode, temperature, alpha,
-                                      align=(H[i][1], H[j][1]) if align else None) for i, j in pairs}
+                                      align=(H[i][1], H[j][1]) if align else None,
+                                      signed=signs_keep_function(every[i], every[j])) for i, j in pairs}
     for (i, j), p in zip(pairs, holm([results[pr].p for pr in pairs])):
         r = results[(i, j)]
         r.p_raw, r.p, r.related = r.p, p, bool(p < alpha)
@@ -484,9 +498,9 @@ def lineages(n: int, related: list) -> list:
 
 
 def _config(m):
-    """The config of a GPT or a model path (also refuses an unsupported family, before any work); None for a
-    callable or a fingerprint array."""
-    if isinstance(m, GPT):
+    """The config of a GPT, a model path (also refuses an unsupported family, before any work) or a Recipe that
+    names it; None for a callable, a fingerprint array or a Recipe that does not."""
+    if isinstance(m, (GPT, Recipe)):
         return m.config
     if isinstance(m, str):
         return read_model_config(m)
@@ -579,14 +593,15 @@ def extend_vocab(model: GPT, extra: int, seed: int = 0) -> GPT:
 
 def _residual_sides(name: str, p: torch.Tensor, d: int):
     """How a parameter touches the residual stream: "in" (its input columns read it), "out" (its output rows
-    write it), "vector" (a norm gain or bias of width d), or None."""
+    write it), "bias" (a writer's bias, of width d), "norm" (a norm's gain or bias, of width d), or None."""
     if name.endswith(("wte.weight", "wpe.weight", "lm_head.weight")):
         return "in"                          # rows are tokens or positions, columns residual coordinates
     if name.endswith(("attn.c_proj.weight", "mlp.c_proj.weight")):
         return "out"
-    if name.endswith(("attn.c_proj.bias", "mlp.c_proj.bias")) or (
-            p.dim() == 1 and p.shape[0] == d and (".ln_" in name or "ln_f" in name)):
-        return "vector"
+    if name.endswith(("attn.c_proj.bias", "mlp.c_proj.bias")):
+        return "bias"
+    if p.dim() == 1 and p.shape[0] == d and (".ln_" in name or "ln_f" in name):
+        return "norm"
     if name.endswith(("attn.c_attn.weight", "attn.c_gate.weight", "mlp.c_fc.weight", "mlp.c_gate.weight")):
         return "in"
     return None
@@ -597,14 +612,14 @@ def permute_residual(model: GPT, seed: int = 0, flip: float = 0.0) -> GPT:
     """The same function in a permuted residual basis: new coordinate j is old coordinate perm[j] in every weight
     that reads or writes the stream (norms act per coordinate or on the whole vector, so they commute).
     flip > 0: a signed permutation, each new coordinate negated with probability flip (1: all of them), which an
-    RMSNorm model also keeps (RMS ignores signs; the gains move with their coordinates, unsigned). A
-    LayerNorm's mean does not commute with a sign flip, so flips are refused there."""
-    cfg, d = model.config, model.config.n_embd
+    RMSNorm or norm-free model also keeps (RMS ignores signs; the gains move with their coordinates, unsigned).
+    A LayerNorm's mean does not commute with a sign flip, so flips are refused there."""
+    d = model.config.n_embd
     if not 0 <= flip <= 1:
-        raise ValueError(f"flip is the fraction of coordinates negated, in [0, 1]; got {flip}")
-    if flip and cfg.norm == "layernorm":
-        raise ValueError("a sign flip keeps the function of RMSNorm models only (LayerNorm subtracts the mean "
-                         "across coordinates); use flip=0")
+        raise ValueError(f"flip is the probability that a coordinate is negated, in [0, 1]; got {flip}")
+    if flip and not signs_keep_function(model.config):
+        raise ValueError("a sign flip does not keep the function of a LayerNorm model (LayerNorm subtracts the "
+                         "mean across coordinates); use flip=0")
     out, g = _copy(model), torch.Generator().manual_seed(seed)
     perm = torch.randperm(d, generator=g)
     s = torch.where(torch.rand(d, generator=g) < flip, -1.0, 1.0)
@@ -614,8 +629,10 @@ def permute_residual(model: GPT, seed: int = 0, flip: float = 0.0) -> GPT:
             p.copy_(p[:, perm] * sign)
         elif side == "out":                  # writes the stream: its rows
             p.copy_(p[perm] * sign[:, None])
-        elif side == "vector":               # a writer's bias moves and flips; a norm's gain only moves
-            p.copy_(p[perm] * (1 if (".ln_" in n or "ln_f" in n) else sign))
+        elif side == "bias":                 # a writer's bias moves and flips
+            p.copy_(p[perm] * sign)
+        elif side == "norm":                 # a norm's gain only moves (flips are refused where it has a bias)
+            p.copy_(p[perm])
     return out
 
 
@@ -782,7 +799,10 @@ def _verdicts(args, a, b, aligned: bool = True) -> tuple:
     A, B = _fps(args, a, aligned), _fps(args, b, aligned)
     opts = dict(k=args.k, rank_by=args.rank_by, set_mode=args.set_mode)
     exact = seedprint_test(A[0], B[0], **opts)
-    return exact, seedprint_test(A[1], B[1], **opts, reference=False, align=(A[2], B[2])) if aligned else None
+    if not aligned:
+        return exact, None
+    signed = signs_keep_function(_config(a), _config(b))
+    return exact, seedprint_test(A[1], B[1], **opts, reference=False, align=(A[2], B[2]), signed=signed)
 
 
 def _init_file(args, seed):
@@ -949,7 +969,7 @@ def exp_derivatives(args):
         ("permuted MLP units", True, R("mlpperm", lambda: permute_mlp(base, 1)), True),
         ("rotated residual stream (QuaRot)", True, R("rotate", lambda: rotate_residual(base, 1)), True),
         *[(f"fresh init, seed {sd}", False, Recipe(f"init|{json.dumps(dataclasses.asdict(cfg))}|{sd}",
-                                                   lambda sd=sd: build(cfg, sd, sd)), False) for sd in (1, 2, 3)],
+                                                   lambda sd=sd: build(cfg, sd, sd), cfg), False) for sd in (1, 2, 3)],
         *[(f"from scratch, seed {sd} ({args.deriv_steps} steps)", False,
            _base_run(args, f"scratch_seed{sd}", _base_data(args, "shakespeare"), seed=sd, lr=1e-3), False) for sd in (1, 2)],
     ]
@@ -964,7 +984,7 @@ def exp_derivatives(args):
             change = logit_change(base, model, V)
             if change > 1e-4:
                 raise FloatingPointError(f"{name} changed the logits by {change:.2e}: not function-preserving")
-        exact, aligned = _verdicts(args, Recipe(bkey, lambda: base), m)
+        exact, aligned = _verdicts(args, Recipe(bkey, lambda: base, cfg), m)
         rows.append(dict(pair=f"base vs {name}", truth="related" if truth else "unrelated",
                          verdict="RELATED" if exact.related else "unrelated", p=exact.p, mean_tau=exact.mean_tau,
                          S=exact.n_identity, aligned="RELATED" if aligned.related else "unrelated", p_aligned=aligned.p,
@@ -1004,9 +1024,9 @@ def exp_fpr(args):
     for s in trained_seeds[:args.fpr_descendants]:
         child = _ckpts(_run(args, f"seed{s}_on_{args.corpus2}", s, data2, steps=args.steps // 2, init_from=final[s]))[-1][1]
         pairs += [(final[s], child, "base vs continual descendant", True), (inits[s], child, "init vs continual descendant", True)]
-    flip = 0.0 if read_model_config(inits[seeds[0]]).norm == "layernorm" else 0.5     # signs: RMSNorm only
+    flip = 0.5 if signs_keep_function(read_model_config(inits[seeds[0]])) else 0.0     # signs: not with LayerNorm
     pairs += [(a, Recipe(f"permuted{flip}|{json.dumps(weights_identity(b))}",
-                         lambda b=b: permute_residual(load_model(b), 1, flip)),
+                         lambda b=b: permute_residual(load_model(b), 1, flip), read_model_config(b)),
                kind + ", B permuted", True) for a, b, kind, truth in list(pairs) if truth]
     tests = ("p", "p_perm", "p_overlap", "p_base", "p_t", "p_u", "p_z", "p_aligned")
     bar = Progress(len(pairs), "pairs tested", "pairs")
@@ -1057,7 +1077,7 @@ def exp_inits(args):
     cfg = read_model_config(args.base) if args.base else get_config(args.model, **{**LLAMA_KNOBS, **args.knobs})
     seeds = list(range(args.fpr_seed0, args.fpr_seed0 + args.fpr_inits))
     args.vocab = cfg.vocab_size
-    models = [Recipe(f"init|{json.dumps(dataclasses.asdict(cfg))}|{sd}", lambda sd=sd: build(cfg, sd, sd))
+    models = [Recipe(f"init|{json.dumps(dataclasses.asdict(cfg))}|{sd}", lambda sd=sd: build(cfg, sd, sd), cfg)
               for sd in seeds]
     bar = Progress(len(models), "inits fingerprinted", "models", every=0)
     for m in models:

@@ -349,3 +349,22 @@ def test_a_weight_that_overflows_the_asked_dtype_is_refused(tmp_path):
     assert load_model(tmp_path / "c.pt", dtype=torch.bfloat16).transformer.h[0].mlp.c_fc.weight[0, 0] > 9e4
     with pytest.raises(ValueError, match="c_fc.weight holds 1 NaN/inf value"):
         load_model(tmp_path / "c.pt", dtype=torch.float16)
+
+
+def test_leave_process_group_waits_for_every_rank_then_ends_the_group(tmp_path):
+    """One process as a world of one (gloo, a file store): the group ends, and leaving without a group is a no-op.
+    The barrier it adds is what makes ranks leave together: a rank that returned before it would have nothing
+    to wait on, so the test also checks that the barrier ran (it is the last collective the group saw)."""
+    import torch.distributed as dist
+    from model import leave_process_group
+    leave_process_group()                                     # no group: nothing to do
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    assert dist.is_initialized()
+    calls = []
+    real_barrier = dist.barrier
+    dist.barrier = lambda *a, **k: (calls.append("barrier"), real_barrier(*a, **k))
+    try:
+        leave_process_group()
+    finally:
+        dist.barrier = real_barrier
+    assert calls == ["barrier"] and not dist.is_initialized()

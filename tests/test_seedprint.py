@@ -297,9 +297,12 @@ def _logits(m, x):
         return m(x)[0].double()
 
 
-@pytest.mark.parametrize("knobs", [dict(tie_embeddings=True), dict(tie_embeddings=False, attn_gate=True, mlp_bias=True)])
+@pytest.mark.parametrize("knobs", [dict(tie_embeddings=True), dict(tie_embeddings=False, attn_gate=True, mlp_bias=True),
+                                   dict(bias=True, position="learned"),          # writers' biases flip, positions too
+                                   dict(norm="none", bias=True, tie_embeddings=False)])
 def test_reparametrizations_keep_the_logits_and_move_the_coordinates(knobs):
-    cfg = get_config("tiny", n_layer=2, vocab_size=100, norm="rmsnorm", activation="swiglu", bias=False, **knobs)
+    cfg = get_config("tiny", n_layer=2, vocab_size=100, **{**dict(norm="rmsnorm", activation="swiglu", bias=False),
+                                                           **knobs})
     m = build(cfg, 0).eval()
     with torch.no_grad():                      # gains away from 1, so that folding them is exercised
         for n, p in m.named_parameters():
@@ -310,20 +313,23 @@ def test_reparametrizations_keep_the_logits_and_move_the_coordinates(knobs):
     states = lambda mm: mm.trace(x, hidden="last")["hidden"][-1].double()
     signed = lambda mm, seed: seedprint.permute_residual(mm, seed, flip=0.5)
     negated = lambda mm, seed: seedprint.permute_residual(mm, seed, flip=1.0)
-    for f in (seedprint.permute_residual, signed, negated, seedprint.permute_mlp, seedprint.rotate_residual):
+    rotatable = cfg.norm == "rmsnorm" and not cfg.bias and cfg.position != "learned"
+    for f in (seedprint.permute_residual, signed, negated, seedprint.permute_mlp) + (
+            (seedprint.rotate_residual,) if rotatable else ()):
         d = f(m, seed=3)
         assert (_logits(d, x) - ref).abs().max() <= 1e-5 * ref.abs().max(), f
         if f is not seedprint.permute_mlp:     # the residual coordinates did move
             assert not torch.allclose(states(d), states(m), atol=1e-3), f
+    old = states(m)
     for flip, negatives in ((0.0, [0]), (0.5, range(16, 49)), (1.0, [64])):
         new = states(seedprint.permute_residual(m, seed=3, flip=flip))
         match = {(l, s) for j in range(64) for l in range(64) for s in (1, -1)
-                 if torch.allclose(s * new[:, l], states(m)[:, j], atol=1e-5)}
+                 if torch.allclose(s * new[:, l], old[:, j], atol=1e-5)}
         assert sorted(l for l, _ in match) == list(range(64))      # a signed permutation of the states, exactly
         assert sum(s < 0 for _, s in match) in negatives
     with pytest.raises(ValueError, match="RMSNorm"):
         seedprint.rotate_residual(build(get_config("tiny", n_layer=1), 0))
-    with pytest.raises(ValueError, match="RMSNorm"):
+    with pytest.raises(ValueError, match="LayerNorm"):
         seedprint.permute_residual(build(get_config("tiny", n_layer=1), 0), flip=0.5)
     with pytest.raises(ValueError, match="flip"):
         seedprint.permute_residual(m, flip=1.5)
@@ -375,6 +381,26 @@ def test_alignment_recovers_a_permutation_that_hides_a_lineage():
     assert "aligned" in r.explain() and r.mean_tau == pytest.approx(seedprint.seedprint_test(base[test], child[test], k=20).mean_tau)
     other = rng.standard_normal((2 * N, d))
     assert not seedprint.seedprint_test(base[test], other[test], k=20, align=(base[hold], other[hold])).related
+    # unsigned (LayerNorm models, where a sign flip is not function-preserving): a plain permutation is undone,
+    # and no coordinate is ever negated, even where the best signed match would negate it
+    match, found = seedprint.align_coordinates(base[hold], child[hold][:, perm], signed=False)
+    assert np.array_equal(match, np.argsort(perm)) and (found == 1).all()
+    assert (seedprint.align_coordinates(base[hold], hidden[hold], signed=False)[1] == 1).all()
+    r = seedprint.seedprint_test(base[test], hidden[test], k=20, align=(base[hold], hidden[hold]), signed=False)
+    assert not r.signed and "with signs" not in r.explain()
+
+
+def test_the_alignment_is_signed_only_where_a_sign_flip_keeps_the_function():
+    """compare_many aligns with signs for RMSNorm and norm-free models, without them as soon as a LayerNorm model
+    is in the pair (a fingerprint array, whose architecture is unknown, counts as signed)."""
+    assert seedprint.signs_keep_function(get_config("tiny", norm="rmsnorm"), get_config("tiny", norm="none"), None)
+    assert not seedprint.signs_keep_function(get_config("tiny", norm="rmsnorm"), get_config("tiny", norm="layernorm"))
+    opts = dict(k=16, sequences=60, seq_len=8, batch_size=30, vocab=200)
+    for norm in ("rmsnorm", "layernorm"):
+        cfg = get_config("tiny", n_layer=1, vocab_size=200, norm=norm)
+        a, b = build(cfg, 0).eval(), build(cfg, 1).eval()
+        r = seedprint.compare(a, b, align=True, **opts)
+        assert r.aligned and r.signed == (norm == "rmsnorm")
 
 
 def test_holm_and_lineages_against_naive_definitions():
