@@ -6,6 +6,7 @@ import pytest
 import torch
 from scipy.stats import binom
 
+from conftest import torchrun
 from init import build
 from model import GPTConfig, get_config
 import theory
@@ -171,8 +172,7 @@ def test_torchrun_splits_seeds_and_gathers_the_same_rows(tmp_path):
     flags = ["--model", "tiny", "--tie_embeddings", "off", "--n_layer", "2", "--sequences", "16", "--seq_len", "8",
              "--exp", "table1", "--seeds", "1", "2", "3", "--device", "cpu"]
     env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           "probe.py", *flags, "--out", str(tmp_path / "ddp")], capture_output=True, text=True, env=env)
+    proc = torchrun("probe.py", flags, tmp_path / "ddp")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     subprocess.run([sys.executable, "probe.py", *flags, "--out", str(tmp_path / "one")], check=True,
                    capture_output=True, env=env)

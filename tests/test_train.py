@@ -4,8 +4,6 @@ import io
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -16,7 +14,7 @@ import torch
 
 import train
 import model
-from conftest import cli_error
+from conftest import cli_error, torchrun
 from model import GPT, read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -194,10 +192,7 @@ def test_forward_backward_accumulates_the_gradient_of_the_whole_batch():
 def test_two_process_ddp_equals_one_process(data_dir, tmp_path):
     flags = ["--data", data_dir, *TINY, "--max_steps", "3", "--eval_every", "3", "--batch_size", "4",
              "--log_every", "1"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           "train.py", *flags, "--out_dir", str(tmp_path / "ddp")], capture_output=True, text=True,
-                          env=env, cwd=ROOT)
+    proc = torchrun("train.py", flags, tmp_path / "ddp", "--out_dir", cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run(data_dir, tmp_path / "one", "--max_steps", "3", "--eval_every", "3", "--batch_size", "4")
     a, b = final_state(tmp_path / "ddp"), final_state(tmp_path / "one")
