@@ -14,10 +14,11 @@ import dataclasses
 import math
 import os
 
-import torch
-
+# model.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from model import (ArgumentParser, GPT, GPTConfig, add_config_flags, check_output, config_from_flags, lock_dir,
                    print_table, provenance, run_script, seed_int, seed_of, write_json)
+import torch
+
 
 STD = 0.02
 EMBEDDING_PARAMS = ("transformer.wte.weight", "transformer.wpe.weight", "lm_head.weight")

@@ -42,6 +42,32 @@ try:
 except ImportError:                   # Windows has none: runs there are not locked, and lock_dir says so
     fcntl = None
 
+
+def check_requirements(names=("numpy", "scipy", "torch", "matplotlib")) -> None:
+    """Before any of them is imported: are the requirements installed? A script of this project run without
+    them still answers --help (its docstring; the list of flags needs them) and otherwise says in one line what
+    to install, exit code 2. Imported from elsewhere (a notebook, a test), the usual ModuleNotFoundError.
+    Every script imports model.py before any other requirement, so that this runs first."""
+    import importlib.util
+    missing = [n for n in names if importlib.util.find_spec(n) is None]
+    if not missing:
+        return
+    message = f"needs {', '.join(missing)}: pip install -r requirements.txt"
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__file__", None) or ""
+    if os.path.dirname(os.path.abspath(script)) != os.path.dirname(os.path.abspath(__file__)):
+        raise ModuleNotFoundError(message, name=missing[0])
+    name = os.path.basename(script)
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        print((main.__doc__ or name).strip())
+        print(f"\n(the full list of {name}'s flags {message})")
+        sys.exit(0)
+    sys.stderr.write(f"{name}: error: {message}\n")
+    sys.exit(2)
+
+
+check_requirements()
+
 import numpy
 import torch
 import torch.distributed as dist

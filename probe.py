@@ -27,6 +27,10 @@ import math
 import os
 import time
 
+# model.py first: before torch is imported, it checks the requirements (and answers --help without them)
+from model import (ArgumentParser, DTYPES, GPT, Progress, add_config_flags, add_device_flags, check_dtype_runs,
+                   check_output, config_from_flags, figure, leave_process_group, lock_dir, peak_flops, print_table,
+                   random_batches, resolve_device, run_script, save_figure, seed_int, update_results)
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -35,9 +39,6 @@ from scipy.stats import binom, norm
 
 import theory
 from init import build
-from model import (ArgumentParser, DTYPES, GPT, Progress, add_config_flags, add_device_flags, check_dtype_runs,
-                   check_output, config_from_flags, figure, leave_process_group, lock_dir, peak_flops, print_table,
-                   random_batches, resolve_device, run_script, save_figure, seed_int, update_results)
 
 
 # ----------------------------------------------------------------------------- one pass over a model

@@ -46,6 +46,12 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+# model.py first: before torch is imported, it checks the requirements (and answers --help without them)
+from model import (ArgumentParser, DTYPES, GPT, GPTConfig, LLAMA_KNOBS, Progress, add_config_flags, add_device_flags,
+                   atomic_write, check_dtype_runs, check_output, check_file_weights_finite, config_overrides, figure,
+                   get_config, get_tokenizer, load_model, lock_dir, parse_bool, print_table, qkv_sizes,
+                   random_batches, read_model_config, resolve_device, run_script, save_figure, seed_int,
+                   update_results, write_checkpoint)
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -53,11 +59,6 @@ from scipy import optimize, stats
 
 import train
 from init import build
-from model import (ArgumentParser, DTYPES, GPT, GPTConfig, LLAMA_KNOBS, Progress, add_config_flags, add_device_flags,
-                   atomic_write, check_dtype_runs, check_output, check_file_weights_finite, config_overrides, figure,
-                   get_config, get_tokenizer, load_model, lock_dir, parse_bool, print_table, qkv_sizes,
-                   random_batches, read_model_config, resolve_device, run_script, save_figure, seed_int,
-                   update_results, write_checkpoint)
 
 ALPHA = 0.01
 EXPERIMENTS = ("table4a", "table4b", "table4c", "table5", "fig11", "fpr", "baselines")

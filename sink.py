@@ -28,17 +28,18 @@ import json
 import math
 import os
 
+# model.py first: before torch is imported, it checks the requirements (and answers --help without them)
+from model import (ArgumentParser, DTYPES, GPT, LLAMA_KNOBS, Progress, add_config_flags, add_device_flags,
+                   check_dtype_runs, check_output, check_token_ids, config_overrides, figure, get_config,
+                   get_tokenizer, load_model, lock_dir, one_line, parse_bool, print_table, random_batches,
+                   read_checkpoint, read_json, read_model_config, resolve_device, run_script, save_figure, seed_int,
+                   update_results, write_json)
 import numpy as np
 import torch
 
 import train
 from probe import position_variance
 
-from model import (ArgumentParser, DTYPES, GPT, LLAMA_KNOBS, Progress, add_config_flags, add_device_flags,
-                   check_dtype_runs, check_output, check_token_ids, config_overrides, figure, get_config,
-                   get_tokenizer, load_model, lock_dir, one_line, parse_bool, print_table, random_batches,
-                   read_checkpoint, read_json, read_model_config, resolve_device, run_script, save_figure, seed_int,
-                   update_results, write_json)
 
 EPS = 0.3
 

@@ -23,6 +23,8 @@ import math
 import os
 import time
 
+if __name__ == "__main__":     # the command line needs model.py: it checks the requirements first (and answers
+    from model import check_requirements    # noqa: F401 (--help without them); the maths needs numpy, scipy only
 import numpy as np
 from scipy import integrate
 from scipy.special import comb, gammaln

@@ -35,17 +35,18 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import Optional
 
+# model.py first: before torch is imported, it checks the requirements (and answers --help without them)
+from model import (ArgumentParser, DTYPES, GPT, GPTConfig, Progress, add_config_flags, add_device_flags,
+                   atomic_write, check_dtype_runs, check_output, check_file_weights_finite, config_overrides, figure,
+                   get_config, get_tokenizer, leave_process_group, lock_dir, parse_bool, peak_flops, provenance,
+                   read_checkpoint, read_json, resolve_device, run_script, save_figure, SEED_LIMIT, seed_int,
+                   write_checkpoint, write_json)
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from init import build
-from model import (ArgumentParser, DTYPES, GPT, GPTConfig, Progress, add_config_flags, add_device_flags,
-                   atomic_write, check_dtype_runs, check_output, check_file_weights_finite, config_overrides, figure,
-                   get_config, get_tokenizer, leave_process_group, lock_dir, parse_bool, peak_flops, provenance,
-                   read_checkpoint, read_json, resolve_device, run_script, save_figure, SEED_LIMIT, seed_int,
-                   write_checkpoint, write_json)
 
 
 @dataclass

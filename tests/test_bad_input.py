@@ -353,3 +353,31 @@ def test_every_config_field_mutated_either_loads_exactly_or_is_refused_in_one_li
         assert_matches(model, *exp, ids)
         loaded += 1
     assert refused >= 2 * len(cfg) and loaded >= 3        # both outcomes are exercised
+
+
+def test_scripts_without_the_requirements_answer_help_and_refuse_in_one_line(tmp_path):
+    """A Python without torch (a fresh venv, none of the requirements): `--help` still prints each script's
+    docstring and says what to install (exit 0); a run is refused in one line, exit 2, writing nothing."""
+    venv = tmp_path / "bare"
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(venv)],
+                   check=True)
+    python = str(venv / "bin" / "python")
+    if subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0:
+        pytest.skip("this interpreter's base has torch: no Python without the requirements to try")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    for script in ("model.py", "init.py", "theory.py", "probe.py", "train.py", "seedprint.py", "sink.py"):
+        doc = ast_docstring(ROOT / script)
+        help_ = subprocess.run([python, str(ROOT / script), "--help"], capture_output=True, text=True, cwd=tmp_path,
+                               env=env)
+        assert help_.returncode == 0 and doc.strip().splitlines()[0] in help_.stdout, (script, help_.stderr)
+        assert "pip install -r requirements.txt" in help_.stdout and "torch" in help_.stdout
+        run = subprocess.run([python, str(ROOT / script), "--out", str(tmp_path / "out")], capture_output=True,
+                             text=True, cwd=tmp_path, env=env)
+        lines = run.stderr.splitlines()
+        assert run.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"{script}: error: needs "), lines
+        assert sorted(os.listdir(tmp_path)) == ["bare"], script          # nothing written
+
+
+def ast_docstring(path) -> str:
+    import ast
+    return ast.get_docstring(ast.parse(Path(path).read_text()), clean=False)
