@@ -1575,7 +1575,6 @@ def lock_dir(path: str, flag: str = "--out"):
                 os.rmdir(d)
 
 
-
 def leave_process_group() -> None:
     """End a torchrun job's process group with every rank at once. A rank that tears gloo down while another
     still works (rank 0 writing results.json) can abort at exit ("terminate called without an active
@@ -1583,6 +1582,7 @@ def leave_process_group() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+
 
 if __name__ == "__main__":
     run_script(main, "model.py")

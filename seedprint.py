@@ -209,8 +209,9 @@ def align_coordinates(HA: np.ndarray, HB: np.ndarray, signed: bool = True):
     corr = za.T @ zb
     rows, match = optimize.linear_sum_assignment(np.abs(corr) if signed else corr, maximize=True)
     match = match[np.argsort(rows)]
-    matched = corr[np.arange(len(match)), match]
-    return match, np.where(signed & (matched < 0), -1.0, 1.0)
+    if not signed:
+        return match, np.ones(len(match))
+    return match, np.where(corr[np.arange(len(match)), match] < 0, -1.0, 1.0)
 
 
 def signs_keep_function(*configs) -> bool:

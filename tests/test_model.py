@@ -352,9 +352,8 @@ def test_a_weight_that_overflows_the_asked_dtype_is_refused(tmp_path):
 
 
 def test_leave_process_group_waits_for_every_rank_then_ends_the_group(tmp_path):
-    """One process as a world of one (gloo, a file store): the group ends, and leaving without a group is a no-op.
-    The barrier it adds is what makes ranks leave together: a rank that returned before it would have nothing
-    to wait on, so the test also checks that the barrier ran (it is the last collective the group saw)."""
+    """One process as a world of one (gloo, a file store): leaving waits at a barrier (what makes the ranks leave
+    together), then the group ends; leaving without a group is a no-op."""
     import torch.distributed as dist
     from model import leave_process_group
     leave_process_group()                                     # no group: nothing to do
