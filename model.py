@@ -1575,6 +1575,39 @@ def lock_dir(path: str, flag: str = "--out"):
                 os.rmdir(d)
 
 
+def torchrun_rank() -> tuple:
+    """(rank, world size, local rank) of a process that torchrun started (it sets RANK, WORLD_SIZE and
+    LOCAL_RANK for each); (0, 1, 0) for a plain `python` run."""
+    if "RANK" not in os.environ:
+        return 0, 1, 0
+    return tuple(int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+
+
+def rank_device(device: torch.device) -> torch.device:
+    """The device this process runs on: under torchrun a CUDA job puts rank r on cuda:LOCAL_RANK (one
+    process per GPU); anything else is `device` itself. A job with more processes per node than GPUs is
+    refused here, before any process group forms (NCCL would fail later and less clearly)."""
+    rank, world, local = torchrun_rank()
+    if device.type != "cuda" or "RANK" not in os.environ:
+        return device
+    if local >= torch.cuda.device_count():
+        raise ValueError(f"torchrun started local rank {local}, but this machine has {torch.cuda.device_count()} "
+                         f"CUDA device(s): one process per GPU, so lower --nproc_per_node")
+    return torch.device("cuda", local)
+
+
+def join_process_group(device: torch.device) -> bool:
+    """Under torchrun, join the job's process group and return True; a plain run joins nothing (False).
+    NCCL for a CUDA device, gloo otherwise. A one-process torchrun job joins a group of one, so a single
+    GPU runs the same code path (DDP, gathers) as eight. Pair with leave_process_group()."""
+    if "RANK" not in os.environ:
+        return False
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return True
+
+
 def leave_process_group() -> None:
     """End a torchrun job's process group with every rank at once. A rank that tears gloo down while another
     still works (rank 0 writing results.json) can abort at exit ("terminate called without an active

@@ -29,8 +29,9 @@ import time
 
 # model.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from model import (ArgumentParser, DTYPES, GPT, Progress, add_config_flags, add_device_flags, check_dtype_runs,
-                   check_output, config_from_flags, figure, leave_process_group, lock_dir, peak_flops, print_table,
-                   random_batches, resolve_device, run_script, save_figure, seed_int, update_results)
+                   check_output, config_from_flags, figure, join_process_group, leave_process_group, lock_dir,
+                   peak_flops, print_table, random_batches, rank_device, resolve_device, run_script, save_figure,
+                   seed_int, torchrun_rank, update_results)
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -583,18 +584,16 @@ def main(argv=None):
     args = parser.parse_args(argv)
     config = config_from_flags(args)                       # a bad preset or knob is one line, before any work
     check_args(args, config)
-    device = resolve_device(args.device)
+    device = rank_device(resolve_device(args.device))      # under torchrun: this rank's GPU
     check_dtype_runs(device, DTYPES[args.dtype])
     args.device = str(device)
-    rank, world = _distributed()
+    rank, world, _ = torchrun_rank()
+    join_process_group(device)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
-        if world > 1:
-            args.device = f"cuda:{torch.cuda.current_device()}"
     with lock_dir(args.out) if rank == 0 else contextlib.nullcontext():
         run_experiments(args, config, rank, world)
-    if world > 1:
-        leave_process_group()
+    leave_process_group()
 
 
 def check_args(args, config) -> None:
@@ -650,17 +649,6 @@ def run_experiments(args, config, rank: int, world: int) -> None:
     if rank == 0:
         update_results(os.path.join(args.out, "results.json"), results, args.device, args.dtype)
         print(f"figures in {args.out}/ ({time.time() - t0:.0f} s)")
-
-
-def _distributed():
-    """Under torchrun: (rank, world size), after joining the process group; else (0, 1)."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return 0, 1
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    dist.init_process_group(backend)
-    if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-    return dist.get_rank(), dist.get_world_size()
 
 
 def _gather(obj, world):

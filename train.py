@@ -38,9 +38,9 @@ from typing import Optional
 # model.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from model import (ArgumentParser, DTYPES, GPT, GPTConfig, Progress, add_config_flags, add_device_flags,
                    atomic_write, check_dtype_runs, check_output, check_file_weights_finite, config_overrides, figure,
-                   get_config, get_tokenizer, leave_process_group, lock_dir, parse_bool, peak_flops, provenance,
-                   read_checkpoint, read_json, resolve_device, run_script, save_figure, SEED_LIMIT, seed_int,
-                   write_checkpoint, write_json)
+                   get_config, get_tokenizer, join_process_group, leave_process_group, lock_dir, parse_bool, peak_flops,
+                   provenance, rank_device, read_checkpoint, read_json, resolve_device, run_script, save_figure,
+                   SEED_LIMIT, seed_int, torchrun_rank, write_checkpoint, write_json)
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -347,7 +347,7 @@ def load_data(data_dir: str) -> dict:
         # under torchrun rank 0 alone reads it (torchrun stops every rank when one fails)
         stat = os.stat(path)
         key = (os.path.abspath(path), stat.st_size, stat.st_mtime_ns, stat.st_ino)
-        if key not in CHECKED_TOKENS and int(os.environ.get("RANK", 0)) == 0:
+        if key not in CHECKED_TOKENS and torchrun_rank()[0] == 0:
             check_tokens(data[name], meta, path)
             CHECKED_TOKENS.add(key)
     return data
@@ -481,8 +481,8 @@ def resolve_run(args: TrainConfig) -> dict:
     """Every check that can fail, before anything is written: the device and dtype, the data, the config,
     --init_from, the batch split. (--resume is checked against out_dir under its lock: resume_state.)
     Returns what the run needs."""
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    device = resolve_device(args.device)
+    world = torchrun_rank()[1]
+    device = rank_device(resolve_device(args.device))      # under torchrun: this rank's GPU
     autocast_dtype = DTYPES[args.dtype or ("bfloat16" if device.type == "cuda" else "float32")]
     check_dtype_runs(device, autocast_dtype)
     check_output(args.out_dir, "--out_dir")
@@ -585,7 +585,7 @@ def train(args: TrainConfig) -> dict:
     """Train one run; returns its log (train and validation records). The run holds a lock on out_dir
     while it works (rank 0 under torchrun): a second run into the same directory is refused."""
     run = resolve_run(args)        # raises before anything is written or any process group exists
-    master = int(os.environ.get("RANK", 0)) == 0
+    master = torchrun_rank()[0] == 0
     with lock_dir(args.out_dir, "--out_dir") if master else contextlib.nullcontext():
         run["resume"] = resume_state(args, run["config"], run["data"]["meta"]) if master else None
         return _train(args, run)
@@ -593,15 +593,10 @@ def train(args: TrainConfig) -> dict:
 
 def _train(args: TrainConfig, run: dict) -> dict:
     config, data, micro, accum = run["config"], run["data"], run["micro"], run["accum"]
-    ddp = int(os.environ.get("WORLD_SIZE", 1)) > 1
-    rank, world, local = 0, 1, 0
+    rank, world, _ = torchrun_rank()
     device = str(run["device"])
+    ddp = join_process_group(run["device"])      # under torchrun, even a world of one: the DDP path runs
     if ddp:
-        rank, world, local = (int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
-        if device.startswith("cuda"):
-            device = f"cuda:{local}"
-            torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
         if rank:      # every rank continues from the checkpoint rank 0 chose under the lock
             existing = list_checkpoints(args.out_dir) if args.resume else []
             run["resume"] = read_checkpoint(existing[-1][1]) if existing else None
@@ -647,7 +642,7 @@ def _train(args: TrainConfig, run: dict) -> dict:
     if args.compile:
         model = torch.compile(model)
     if ddp:
-        model = DDP(model, device_ids=[local] if device_type == "cuda" else None)
+        model = DDP(model, device_ids=[run["device"].index] if device_type == "cuda" else None)
 
     def checkpoint(step):
         if master:
@@ -681,6 +676,7 @@ def _train(args: TrainConfig, run: dict) -> dict:
         n = raw.num_params()
         print(f"{n:,} parameters | {world} process(es) x {micro} sequences x {accum} micro-steps = "
               f"{args.batch_size} x {T} = {args.batch_size * T:,} tokens/step | {device}"
+              f"{' | DDP over ' + dist.get_backend() if ddp else ''}"
               f"{' autocast ' + str(run['autocast_dtype']).replace('torch.', '') if use_amp else ''}"
               f"{' compiled' if args.compile else ''}")
     if start == 0:

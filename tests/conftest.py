@@ -40,12 +40,13 @@ def cli_error(main, name: str, argv: list, code: int = 2) -> str:
 GLOO_TEARDOWN_ABORT = "terminate called without an active exception"
 
 
-def torchrun(script: str, flags: list, out: str, out_flag: str = "--out", cwd=None) -> subprocess.CompletedProcess:
-    """`torchrun --standalone --nproc_per_node 2 script flags out_flag out`, one thread per process. A run that
+def torchrun(script: str, flags: list, out: str, out_flag: str = "--out", cwd=None,
+             nproc: int = 2) -> subprocess.CompletedProcess:
+    """`torchrun --standalone --nproc_per_node nproc script flags out_flag out`, one thread per process. A run that
     failed by that teardown abort, and only by it, is run once more from an empty `out`; any other failure,
     or the abort twice, is returned as it is for the test to fail on."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", script, *flags,
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), script, *flags,
            out_flag, str(out)]
     for attempt in range(2):
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)

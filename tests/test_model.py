@@ -367,3 +367,20 @@ def test_leave_process_group_waits_for_every_rank_then_ends_the_group(tmp_path):
     finally:
         dist.barrier = real_barrier
     assert calls == ["barrier"] and not dist.is_initialized()
+
+
+def test_a_torchrun_rank_runs_on_its_own_gpu_and_more_ranks_than_gpus_are_refused(monkeypatch):
+    """Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK set) a CUDA rank takes cuda:LOCAL_RANK; a rank without a GPU of
+    its own is refused before any group forms; CPU ranks and plain runs keep the device they asked for."""
+    from model import rank_device, torchrun_rank
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert torchrun_rank() == (0, 1, 0) and rank_device(cuda) == cuda       # a plain run: untouched
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert torchrun_rank() == (3, 4, 1)
+    assert rank_device(cuda) == torch.device("cuda", 1) and rank_device(cpu) == cpu
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    with pytest.raises(ValueError, match="local rank 2, but this machine has 2 CUDA device.*--nproc_per_node"):
+        rank_device(cuda)

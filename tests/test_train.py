@@ -189,11 +189,15 @@ def test_forward_backward_accumulates_the_gradient_of_the_whole_batch():
             assert torch.allclose(p.grad, g, rtol=1e-4, atol=1e-7)
 
 
-def test_two_process_ddp_equals_one_process(data_dir, tmp_path):
+@pytest.mark.parametrize("nproc", [2, 1])
+def test_torchrun_ddp_equals_one_plain_process(data_dir, tmp_path, nproc):
+    """Two ranks split each batch; a torchrun job of one rank still goes through DDP (the path a single GPU
+    checks before eight run it). Both must train the plain run's weights."""
     flags = ["--data", data_dir, *TINY, "--max_steps", "3", "--eval_every", "3", "--batch_size", "4",
              "--log_every", "1"]
-    proc = torchrun("train.py", flags, tmp_path / "ddp", "--out_dir", cwd=ROOT)
+    proc = torchrun("train.py", flags, tmp_path / "ddp", "--out_dir", cwd=ROOT, nproc=nproc)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"{nproc} process(es)" in proc.stdout and "DDP over gloo" in proc.stdout, proc.stdout[-2000:]
     run(data_dir, tmp_path / "one", "--max_steps", "3", "--eval_every", "3", "--batch_size", "4")
     a, b = final_state(tmp_path / "ddp"), final_state(tmp_path / "one")
     for k in a["model"]:
