@@ -565,6 +565,7 @@ class GPT(nn.Module):
         return check_model_weights_finite(model, path)
 
 
+@torch.compiler.disable      # a host sync and a raise: a compiled trace (probe.py --compile) runs it eagerly
 def raise_if_nonfinite(finite: torch.Tensor, n_layer: int) -> None:
     """NaN/inf activations are an error, never a result. `finite` holds one flag per state of a pass (the
     input, each block, the final norm, then the logits if computed), gathered on the device, so the check

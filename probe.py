@@ -30,7 +30,7 @@ import time
 # model.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from model import (ArgumentParser, DTYPES, GPT, Progress, add_config_flags, add_device_flags, check_dtype_runs,
                    check_output, config_from_flags, figure, join_process_group, leave_process_group, lock_dir,
-                   peak_flops, print_table, random_batches, rank_device, resolve_device, run_script, save_figure,
+                   parse_bool, peak_flops, print_table, random_batches, rank_device, resolve_device, run_script, save_figure,
                    seed_int, torchrun_rank, update_results)
 import numpy as np
 import torch
@@ -46,25 +46,31 @@ from init import build
 
 @torch.no_grad()
 def probe(model: GPT, kind: str = "tokens", sequences: int = 512, seq_len: int = 64, batch_size: int = 32,
-          data_seed: int = 1234, log: bool = False) -> dict:
+          data_seed: int = 1234, log: bool = False, compile: bool = False) -> dict:
     """One pass of random sequences through `model`, returning from that pass alone:
       counts         argmax next-token counts (vocab,)
       cosine         per residual-stream state (input, each block, final norm): mean / std / log10 p of
                      the pairwise cosine of last-token states across sequences
       direction_top1 the token with the largest logit along the contraction direction
       dim_counts     how often each final-norm dimension is the largest (Fig 10)
-    and the throughput. bf16 autocast on CUDA; the LM head runs on the last position only."""
+    and the throughput. bf16 autocast on CUDA; the LM head runs on the last position only. compile: the pass
+    through torch.compile (fused kernels), compiled on the first batch before the clock starts."""
     device, cfg = next(model.parameters()).device, model.config
     counts = torch.zeros(cfg.vocab_size, dtype=torch.int64, device=device)
     dim_counts = torch.zeros(cfg.n_embd, dtype=torch.int64, device=device)
     stats = [PairwiseCosine() for _ in range(cfg.n_layer + 2)]
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    trace = torch.compile(model.trace) if compile else model.trace
+    if compile:                       # compile time is not throughput: the first batch once, discarded
+        with autocast:
+            trace(**next(model_inputs(model, kind, sequences, seq_len, batch_size, data_seed)), hidden="last",
+                  logits=True)
     sync()
     t0 = time.time()
     for inputs in model_inputs(model, kind, sequences, seq_len, batch_size, data_seed):
         with autocast:
-            out = model.trace(**inputs, hidden="last", logits=True)
+            out = trace(**inputs, hidden="last", logits=True)
         counts += torch.bincount(out["logits"].float().argmax(dim=-1), minlength=cfg.vocab_size)
         for acc, h in zip(stats, out["hidden"]):
             acc.update(h.float())
@@ -222,7 +228,7 @@ def _build(args, config, seed, **overrides):
 
 def _probe(args, model, kind="tokens", seq_len=None, sequences=None):
     return probe(model, kind, sequences or args.sequences, seq_len or args.seq_len[0], args.batch_size,
-                 args.data_seed, log=True)
+                 args.data_seed, log=True, compile=args.compile)
 
 
 def _layer_rows(curves: dict, extra: dict = None) -> list:
@@ -579,6 +585,8 @@ def main(argv=None):
     parser.add_argument("--seq_len", type=int, nargs="+", default=[64])
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--data_seed", type=seed_int, default=1234, help="seed of the random inputs")
+    parser.add_argument("--compile", type=parse_bool, default=False, metavar="on|off",
+                        help="torch.compile the probe pass (GPU throughput; compiled before the clock starts)")
     add_device_flags(parser, "dtype of the weights (bfloat16: the paper's GPU setting)", dtype_default="float32")
     parser.add_argument("--out", default="out/probe")
     args = parser.parse_args(argv)
