@@ -554,29 +554,43 @@ def resume_state(args: TrainConfig, config: GPTConfig, meta: dict) -> Optional[d
             rng, dict) or not isinstance(rng.get("cpu"), torch.Tensor) or not isinstance(state.get("step"), int):
         raise ValueError(f"--resume: {existing[-1][1]} lacks the optimizer, rng, args or step of a train.py run "
                          f"(damaged, or written by something else); resume from another directory or start anew")
-    saved = state.get("args", {})
-    differ = [f"--{k} {getattr(args, k)!r} (checkpoint: {saved.get(k)!r})" for k in RUN_DEFINING
-              if saved.get(k) != getattr(args, k)]
-    if state["config"] != dataclasses.asdict(config):
-        differ.append("the model config")
-    old = state.get("data_meta")
-    if old is not None and {k: old.get(k) for k in ("train_tokens", "val_tokens", "sha256", "tokenizer")} != \
-            {k: meta.get(k) for k in ("train_tokens", "val_tokens", "sha256", "tokenizer")}:
-        differ.append(f"the data in {args.data} (changed since the run began)")
+    differ = run_differences(args, config, meta, state)
     if differ:
         raise ValueError(f"--resume: this command differs from the run in {args.out_dir}: "
                          + ", ".join(differ) + ". Resume with the same settings, or use another --out_dir")
     return state
 
 
+def run_differences(args: TrainConfig, config: GPTConfig, meta: dict, state: dict) -> list:
+    """What sets the run `args` describes apart from the run whose checkpoint `state` is: a setting that defines
+    a run (RUN_DEFINING), the model config, or the data. Empty: the same run."""
+    saved = state.get("args", {})
+    differ = [f"--{k} {getattr(args, k)!r} (checkpoint: {saved.get(k)!r})" for k in RUN_DEFINING
+              if saved.get(k) != getattr(args, k)]
+    if state.get("config") != dataclasses.asdict(config):
+        differ.append("the model config")
+    old = state.get("data_meta")
+    if old is not None and {k: old.get(k) for k in ("train_tokens", "val_tokens", "sha256", "tokenizer")} != \
+            {k: meta.get(k) for k in ("train_tokens", "val_tokens", "sha256", "tokenizer")}:
+        differ.append(f"the data in {args.data} (changed since the run began)")
+    return differ
+
+
 def ensure(args: TrainConfig) -> dict:
     """Train the run `args` describes unless out_dir already holds it finished; continue it if it stopped
-    part-way. Returns its log. How experiments get a trained model: one call, never a second training."""
-    steps = [s for s, _ in list_checkpoints(args.out_dir)]
+    part-way. Returns its log. How experiments get a trained model: one call, never a second training. A
+    finished run made with other settings (another --lr, --steps, model or data into the same --out) is
+    refused, never passed off as this one."""
+    found = list_checkpoints(args.out_dir)
     log_path = os.path.join(args.out_dir, "log.json")
-    if steps and steps[-1] >= args.max_steps and os.path.isfile(log_path):
+    if found and found[-1][0] >= args.max_steps and os.path.isfile(log_path):
+        run = resolve_run(args)
+        differ = run_differences(args, run["config"], run["data"]["meta"], read_checkpoint(found[-1][1], mmap=True))
+        if differ:
+            raise ValueError(f"{args.out_dir} holds a finished run made otherwise: " + ", ".join(differ)
+                             + ". Use another --out, or remove that directory, to train this one")
         return read_json(log_path, "training log")
-    return train(dataclasses.replace(args, resume=bool(steps)))
+    return train(dataclasses.replace(args, resume=bool(found)))
 
 
 # ----------------------------------------------------------------------------- training

@@ -1,4 +1,5 @@
 """train.py: data preparation, the training contract (loss falls, resume, DDP, accumulation), bad input."""
+import dataclasses
 import hashlib
 import io
 import json
@@ -366,6 +367,10 @@ def test_ensure_trains_once_and_finishes_a_run_that_stopped(data_dir, tmp_path, 
     assert again["step"] == 4 and all(torch.equal(full["model"][k], again["model"][k]) for k in full["model"])
     monkeypatch.setattr(train, "train", lambda a: pytest.fail("a finished run was trained again"))
     assert train.ensure(args) == json.loads((out / "log.json").read_text())
+    # a finished run made otherwise is refused, not returned as this one: another setting, model, or length
+    for other in (dict(lr=args.lr / 2), dict(knobs={**args.knobs, "n_embd": 64}), dict(max_steps=3)):
+        with pytest.raises(ValueError, match="holds a finished run made otherwise: (--lr|the model config|--max_steps)"):
+            train.ensure(dataclasses.replace(args, **other))
 
 
 def test_prepared_makes_data_once(tmp_path, monkeypatch):
