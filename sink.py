@@ -286,13 +286,32 @@ def input_stream(args, path: str) -> np.ndarray:
 
 
 def calibration_text(args) -> np.ndarray:
-    """--exp calibration's evaluation text (--text, default wikitext2) in the trained models' tokenizer, read
-    once: checked before any training, reused for every variant."""
+    """--exp calibration's evaluation text (--text, default wikitext2) in the trained models' tokenizer, or
+    --ids already tokenized, read once: checked before any training (ids inside the vocabulary), reused for
+    every variant."""
     if getattr(args, "_calibration_text", None) is None:
-        encode = get_tokenizer(args.tokenizer)[0]
-        text = train.read_text(text_file(args.text or "wikitext2", args.data_from))
-        args._calibration_text = np.array(encode(text), dtype=np.int64)
+        encode, _, vocab = get_tokenizer(args.tokenizer)
+        if args.ids:
+            ids = read_ids(args.ids)
+            if len(ids) and (ids.min() < 0 or ids.max() >= vocab):
+                raise ValueError(f"--ids {args.ids} holds ids in [{ids.min()}, {ids.max()}], outside the "
+                                 f"{args.tokenizer} vocabulary of {vocab} the models are trained on")
+        else:
+            ids = np.array(encode(train.read_text(text_file(args.text or "wikitext2", args.data_from))), dtype=np.int64)
+        args._calibration_text = ids
     return args._calibration_text
+
+
+def calibration_tokenizer(args) -> str:
+    """--exp calibration's tokenizer: a prepared --train_text directory's own (a --tokenizer that differs is
+    refused), else --tokenizer, bytes by default."""
+    if not os.path.isdir(args.train_text):
+        return args.tokenizer or "bytes"
+    own = train.load_data(args.train_text)["meta"]["tokenizer"]
+    if args.tokenizer not in (None, own):
+        raise ValueError(f"--train_text {args.train_text} holds {own} tokens; drop --tokenizer {args.tokenizer} "
+                         f"(the evaluation text is tokenized like the training data)")
+    return own
 
 
 def text_file(name: str, from_dir: str = None) -> str:
@@ -571,13 +590,14 @@ def exp_testbed(args) -> dict:
                                     batch_size=args.batch_size, max_steps=args.steps, lr=args.lr,
                                     weight_decay=args.weight_decay, warmup=min(100, args.steps // 10),
                                     ckpt_every=args.steps, eval_every=args.steps, eval_sequences=64,
-                                    log_every=max(args.steps // 4, 1), device=args.device)
+                                    log_every=max(args.steps // 4, 1), device=args.device,
+                                    micro_batch=args.micro_batch, compile=args.compile)
             # a run's directory is named by everything that defines it, so runs of any two settings never mix
             defining = {k: getattr(cfg, k) for k in (*train.RUN_DEFINING, "model", "knobs")}
             key = hashlib.sha256(json.dumps(defining, sort_keys=True).encode()).hexdigest()[:10]
             out_dir = os.path.join(args.out, "testbed", f"{name}_seed{seed}_{key}")
             log = train.ensure(dataclasses.replace(cfg, out_dir=out_dir))
-            model = load_model(train.list_checkpoints(out_dir)[-1][1]).eval()
+            model = load_model(train.list_checkpoints(out_dir)[-1][1], device=args.device).eval()
             runs.append(dict(seed=seed, **sink_profile(model, tokens, args.eps), val_loss=log["val"][-1]["val_loss"],
                              rate_by_length={L: sink_rate(model, tokens[:, :L], args.eps) for L in args.lengths}))
         res["variants"][name] = dict(runs=runs, **{f"{k}_{stat}": float(f([r[k] for r in runs]))
@@ -617,8 +637,9 @@ def _plot_testbed(args, res):
 def exp_calibration(args) -> dict:
     """Fig 12 / Table 7 at small scale: the variants trained from one init on one data order (natural
     text), their sink rate at each length on the evaluation text, and its perplexity."""
-    data = train.prepared([args.train_text], os.path.join(args.out, "calibration",
-                          f"{train.corpus_label(args.train_text)}_{args.tokenizer}"), args.tokenizer, args.data_from)
+    data = args.train_text if os.path.isdir(args.train_text) else train.prepared(
+        [args.train_text], os.path.join(args.out, "calibration", f"{train.corpus_label(args.train_text)}_{args.tokenizer}"),
+        args.tokenizer, args.data_from)
     res = {}
     for name in args.variants:
         out_dir = os.path.join(args.out, "calibration", name)
@@ -626,16 +647,17 @@ def exp_calibration(args) -> dict:
                                 **VARIANTS[name]}, init_seed=args.seeds[0], data_seed=args.data_seed,
                                 batch_size=args.batch_size, max_steps=args.steps, lr=args.lr,
                                 weight_decay=args.weight_decay, ckpt_every=args.steps, eval_every=args.steps, log_every=50,
-                                device=args.device)
+                                device=args.device, micro_batch=args.micro_batch, compile=args.compile)
         train.ensure(cfg)
         path = train.list_checkpoints(out_dir)[-1][1]
-        model = load_model(path).eval()
+        model = load_model(path, device=args.device).eval()
         stream = calibration_text(args)
         rates = {T: sink_rate(model, windows(stream, T, args.sequences, args.data_seed), args.eps)
                  for T in args.lengths}
         T = max(rates)
         x = windows(stream, T, args.sequences, 1)
         with torch.no_grad():
+            x = x.to(args.device)
             loss = float(np.mean([model(x[i:i + 16, :-1], x[i:i + 16, 1:])[1].item() for i in range(0, len(x), 16)]))
         res[name] = dict(rates=rates, ppl=math.exp(loss), checkpoint=path)
         print(f"{name:>10}: sink rate % " + "  ".join(f"T={t}: {r:5.1f}" for t, r in rates.items())
@@ -697,7 +719,11 @@ def main(argv=None):
                    "0: iid tokens, only the copy is predictable")
     g.add_argument("--recall", type=int, default=0, help="0: Bigram-Backcopy; > 0: its induction variant (see "
                    "bigram_backcopy)")
-    g.add_argument("--train_text", default="shakespeare", help="--exp calibration: training corpus (train.py name)")
+    g.add_argument("--train_text", default="shakespeare", help="--exp calibration: training corpus (train.py name, "
+                   "a text file, or a directory that train.py prepare wrote)")
+    g.add_argument("--micro_batch", type=int, default=None, help="sequences per forward (train.py; default "
+                   "--batch_size)")
+    g.add_argument("--compile", type=parse_bool, default=False, metavar="on|off", help="torch.compile the training")
     g.add_argument("--data_from", default=None, help="offline: a directory holding the corpora (train.py --from)")
     p.add_argument("--out", default="out/sink")
     args = p.parse_args(argv)
@@ -708,8 +734,8 @@ def main(argv=None):
     if args.exp == "testbed":
         args.knobs = {**TESTBED_KNOBS, **args.knobs}
         args.lengths = args.lengths or [args.knobs["block_size"]]
-    if args.tokenizer is None and args.exp == "calibration":
-        args.tokenizer = "bytes"
+    if args.exp == "calibration":
+        args.tokenizer = calibration_tokenizer(args)
     check_args(p, args)
     device = resolve_device(args.device)
     if args.dtype:
@@ -740,6 +766,8 @@ def check_args(p, args) -> None:
     for name in ("steps", "batch_size", "testbed_tokens", "testbed_vocab"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.micro_batch is not None and (args.micro_batch < 1 or args.batch_size % args.micro_batch):
+        p.error(f"--micro_batch must divide --batch_size {args.batch_size}, got {args.micro_batch}")
     if not math.isfinite(args.lr) or args.lr <= 0 or args.recall < 0:
         p.error("need --lr > 0 and --recall >= 0")
     if not math.isfinite(args.weight_decay) or args.weight_decay < 0:

@@ -333,3 +333,33 @@ def test_bigram_induction_copies_what_followed_the_previous_trigger():
             assert x[t + 1] == x[prev + 1]
             copies += 1
     assert copies > 300
+
+
+def test_calibration_trains_on_prepared_data_in_micro_batches_and_scores_the_given_ids(tmp_path):
+    """--exp calibration as a GPU run uses it: training data already tokenized (a train.py directory), the
+    evaluation text as token ids, micro-batches. Each variant's sink rates must be the metric of its own
+    checkpoint on the --ids windows, and its perplexity the checkpoint's loss on them, recomputed here."""
+    import train
+    from model import load_model
+    (tmp_path / "train.txt").write_text("the cat sat on the mat; the dog sat on the log.\n" * 600)
+    data = str(tmp_path / "data")
+    train.prepare([str(tmp_path / "train.txt")], data, tokenizer="bytes")
+    ids = np.frombuffer(("a mat, a log, a cat. " * 100).encode(), dtype=np.uint8).astype(np.int64)
+    np.save(tmp_path / "eval.npy", ids)
+    out = tmp_path / "out"
+    sink.main(["--exp", "calibration", "--train_text", data, "--ids", str(tmp_path / "eval.npy"), "--variants",
+               "baseline", "attenuate", "--steps", "4", "--batch_size", "4", "--micro_batch", "2", "--n_layer", "1",
+               "--n_embd", "32", "--n_head", "2", "--block_size", "32", "--lengths", "8", "16", "--sequences", "10",
+               "--device", "cpu", "--out", str(out)])
+    res = json.loads((out / "results.json").read_text())["calibration"]
+    assert sorted(res) == ["attenuate", "baseline"]
+    for name, r in res.items():
+        ckpt = torch.load(r["checkpoint"], weights_only=False, map_location="cpu")
+        assert ckpt["args"]["data"] == data and ckpt["args"]["micro_batch"] == 2
+        model = load_model(r["checkpoint"]).eval()
+        for T in (8, 16):
+            assert r["rates"][str(T)] == sink.sink_rate(model, sink.windows(ids, T, 10, 1234))
+        x = sink.windows(ids, 16, 10, 1)
+        with torch.no_grad():
+            loss = np.mean([model(x[i:i + 16, :-1], x[i:i + 16, 1:])[1].item() for i in range(0, len(x), 16)])
+        assert r["ppl"] == pytest.approx(math.exp(loss), rel=1e-6)
