@@ -290,13 +290,15 @@ def calibration_text(args) -> np.ndarray:
     --ids already tokenized, read once: checked before any training (ids inside the vocabulary), reused for
     every variant."""
     if getattr(args, "_calibration_text", None) is None:
-        encode, _, vocab = get_tokenizer(args.tokenizer)
-        if args.ids:
+        if args.ids:           # the vocabulary of prepared data is in its meta.json: no tokenizer to load
+            vocab = (train.load_data(args.train_text)["meta"]["vocab_size"] if os.path.isdir(args.train_text)
+                     else get_tokenizer(args.tokenizer)[2])
             ids = read_ids(args.ids)
             if len(ids) and (ids.min() < 0 or ids.max() >= vocab):
                 raise ValueError(f"--ids {args.ids} holds ids in [{ids.min()}, {ids.max()}], outside the "
                                  f"{args.tokenizer} vocabulary of {vocab} the models are trained on")
         else:
+            encode = get_tokenizer(args.tokenizer)[0]
             ids = np.array(encode(train.read_text(text_file(args.text or "wikitext2", args.data_from))), dtype=np.int64)
         args._calibration_text = ids
     return args._calibration_text
