@@ -477,7 +477,7 @@ def test_the_calibration_study_end_to_end(tmp_path):
                     str(corpora / "b.txt"), "--n_embd", "32", "--n_layer", "1", "--block_size", "16", "--seq_len", "16",
                     "--fpr_inits", str(inits), "--fpr_trained", str(trained), "--fpr_descendants", "1",
                     "--steps", str(steps), "--ckpt_every", str(every), "--batch_size", "4", "--sequences", "40",
-                    "--k", "8", "--out", str(out)])
+                    "--k", "8", "--device", "cpu", "--out", str(out)])      # exact ties: float32, not a GPU's bf16
     assert sorted(os.listdir(corpora)) == ["a.txt", "b.txt"]
     res = json.loads((out / "results.json").read_text())["fpr"]
     kinds = [r["kind"] for r in res["pairs"]]
@@ -508,7 +508,8 @@ def test_the_calibration_on_fresh_inits_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setattr(seedprint, "ALPHA", 0.3)
     out = tmp_path / "out"
     seedprint.main(["--exp", "inits", "--n_embd", "32", "--n_layer", "1", "--vocab_size", "64", "--block_size", "16",
-                    "--seq_len", "16", "--fpr_inits", "5", "--sequences", "60", "--k", "12", "--out", str(out)])
+                    "--seq_len", "16", "--fpr_inits", "5", "--sequences", "60", "--k", "12", "--device", "cpu",
+                    "--out", str(out)])
     res = json.loads((out / "results.json").read_text())["inits"]
     assert sorted((r["a"], r["b"]) for r in res["pairs"]) == [(a, b) for a in range(100, 105) for b in range(a + 1, 105)]
     for row in res["table"]:
