@@ -1576,35 +1576,47 @@ def lock_dir(path: str, flag: str = "--out"):
                 os.rmdir(d)
 
 
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")      # what torchrun sets for every process it starts
+
+
 def torchrun_rank() -> tuple:
-    """(rank, world size, local rank) of a process that torchrun started (it sets RANK, WORLD_SIZE and
-    LOCAL_RANK for each); (0, 1, 0) for a plain `python` run."""
-    if "RANK" not in os.environ:
+    """(rank, world size, local rank) of a process that torchrun started; (0, 1, 0) for a plain `python` run.
+    An environment that sets some of torchrun's variables but not all is refused: it is neither."""
+    present = [k for k in TORCHRUN_VARS if k in os.environ]
+    if not present:
         return 0, 1, 0
-    return tuple(int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+    if len(present) < len(TORCHRUN_VARS):
+        missing = [k for k in TORCHRUN_VARS if k not in present]
+        raise ValueError(f"{', '.join(present)} set but not {', '.join(missing)}: start multi-process runs with "
+                         f"torchrun, or unset {', '.join(present)} for a plain run")
+    return tuple(int(os.environ[k]) for k in TORCHRUN_VARS)
 
 
 def rank_device(device: torch.device) -> torch.device:
-    """The device this process runs on: under torchrun a CUDA job puts rank r on cuda:LOCAL_RANK (one
-    process per GPU); anything else is `device` itself. A job with more processes per node than GPUs is
-    refused here, before any process group forms (NCCL would fail later and less clearly)."""
+    """The device this process runs on, made current: under torchrun a CUDA job puts rank r on cuda:LOCAL_RANK
+    (one process per GPU); anything else is `device` itself. Refused before any group forms: more processes
+    per node than GPUs (NCCL would fail later and less clearly), and a GPU index under torchrun (the local
+    rank chooses the GPU; CUDA_VISIBLE_DEVICES chooses which GPUs the job sees)."""
     rank, world, local = torchrun_rank()
     if device.type != "cuda" or "RANK" not in os.environ:
         return device
+    if device.index is not None:
+        raise ValueError(f"--device {device}: under torchrun each process takes cuda:LOCAL_RANK; pass --device cuda "
+                         f"(and CUDA_VISIBLE_DEVICES to choose the GPUs)")
     if local >= torch.cuda.device_count():
         raise ValueError(f"torchrun started local rank {local}, but this machine has {torch.cuda.device_count()} "
                          f"CUDA device(s): one process per GPU, so lower --nproc_per_node")
+    torch.cuda.set_device(local)         # before any CUDA work, so no rank makes a context on GPU 0
     return torch.device("cuda", local)
 
 
 def join_process_group(device: torch.device) -> bool:
     """Under torchrun, join the job's process group and return True; a plain run joins nothing (False).
-    NCCL for a CUDA device, gloo otherwise. A one-process torchrun job joins a group of one, so a single
-    GPU runs the same code path (DDP, gathers) as eight. Pair with leave_process_group()."""
+    NCCL for a CUDA device (rank_device has made this rank's GPU current), gloo otherwise. A one-process
+    torchrun job joins a group of one, so a single GPU runs the same code path (DDP, gathers) as eight.
+    Pair with leave_process_group()."""
     if "RANK" not in os.environ:
         return False
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return True
 

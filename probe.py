@@ -60,12 +60,18 @@ def probe(model: GPT, kind: str = "tokens", sequences: int = 512, seq_len: int =
     dim_counts = torch.zeros(cfg.n_embd, dtype=torch.int64, device=device)
     stats = [PairwiseCosine() for _ in range(cfg.n_layer + 2)]
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    trace = torch.compile(model.trace) if compile else model.trace
-    if compile:                       # compile time is not throughput: the first batch once, discarded
-        with autocast:
-            trace(**next(model_inputs(model, kind, sequences, seq_len, batch_size, data_seed)), hidden="last",
-                  logits=True)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    trace = model.trace
+    if compile:
+        # Compile time is not throughput: a batch of each shape the pass will see (full batches and the
+        # smaller last one) runs once before the clock, discarded. Static shapes, and a fresh compile cache
+        # per call, so no shape is compiled in the timed loop and dynamo's recompile limit is never reached
+        # (past it, it would fall back to eager without a word).
+        torch._dynamo.reset()
+        trace = torch.compile(model.trace, dynamic=False)
+        for n in {min(batch_size, sequences), sequences % batch_size} - {0}:
+            with autocast:
+                trace(**next(model_inputs(model, kind, n, seq_len, batch_size, data_seed)), hidden="last", logits=True)
     sync()
     t0 = time.time()
     for inputs in model_inputs(model, kind, sequences, seq_len, batch_size, data_seed):

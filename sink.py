@@ -291,8 +291,8 @@ def calibration_text(args) -> np.ndarray:
     every variant."""
     if getattr(args, "_calibration_text", None) is None:
         if args.ids:           # the vocabulary of prepared data is in its meta.json: no tokenizer to load
-            vocab = (train.load_data(args.train_text)["meta"]["vocab_size"] if os.path.isdir(args.train_text)
-                     else get_tokenizer(args.tokenizer)[2])
+            meta = prepared_train_text(args)
+            vocab = meta["vocab_size"] if meta else get_tokenizer(args.tokenizer)[2]
             ids = read_ids(args.ids)
             if len(ids) and (ids.min() < 0 or ids.max() >= vocab):
                 raise ValueError(f"--ids {args.ids} holds ids in [{ids.min()}, {ids.max()}], outside the "
@@ -304,12 +304,19 @@ def calibration_text(args) -> np.ndarray:
     return args._calibration_text
 
 
+def prepared_train_text(args):
+    """meta.json of --train_text when it is a directory that train.py prepare wrote (its tokens are checked
+    once per process), else None (a corpus name or a text file)."""
+    return train.load_data(args.train_text)["meta"] if os.path.isdir(args.train_text) else None
+
+
 def calibration_tokenizer(args) -> str:
     """--exp calibration's tokenizer: a prepared --train_text directory's own (a --tokenizer that differs is
     refused), else --tokenizer, bytes by default."""
-    if not os.path.isdir(args.train_text):
+    meta = prepared_train_text(args)
+    if meta is None:
         return args.tokenizer or "bytes"
-    own = train.load_data(args.train_text)["meta"]["tokenizer"]
+    own = meta["tokenizer"]
     if args.tokenizer not in (None, own):
         raise ValueError(f"--train_text {args.train_text} holds {own} tokens; drop --tokenizer {args.tokenizer} "
                          f"(the evaluation text is tokenized like the training data)")
@@ -639,7 +646,7 @@ def _plot_testbed(args, res):
 def exp_calibration(args) -> dict:
     """Fig 12 / Table 7 at small scale: the variants trained from one init on one data order (natural
     text), their sink rate at each length on the evaluation text, and its perplexity."""
-    data = args.train_text if os.path.isdir(args.train_text) else train.prepared(
+    data = args.train_text if prepared_train_text(args) else train.prepared(
         [args.train_text], os.path.join(args.out, "calibration", f"{train.corpus_label(args.train_text)}_{args.tokenizer}"),
         args.tokenizer, args.data_from)
     res = {}
@@ -736,8 +743,6 @@ def main(argv=None):
     if args.exp == "testbed":
         args.knobs = {**TESTBED_KNOBS, **args.knobs}
         args.lengths = args.lengths or [args.knobs["block_size"]]
-    if args.exp == "calibration":
-        args.tokenizer = calibration_tokenizer(args)
     check_args(p, args)
     device = resolve_device(args.device)
     if args.dtype:
@@ -768,6 +773,8 @@ def check_args(p, args) -> None:
     for name in ("steps", "batch_size", "testbed_tokens", "testbed_vocab"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.exp not in ("testbed", "calibration") and (args.micro_batch is not None or args.compile):
+        p.error("--micro_batch and --compile are for the models --exp testbed and calibration train")
     if args.micro_batch is not None and (args.micro_batch < 1 or args.batch_size % args.micro_batch):
         p.error(f"--micro_batch must divide --batch_size {args.batch_size}, got {args.micro_batch}")
     if not math.isfinite(args.lr) or args.lr <= 0 or args.recall < 0:
@@ -795,6 +802,7 @@ def check_args(p, args) -> None:
             p.error(f"--testbed_tokens {args.testbed_tokens} leave {val_windows} held-out sequences; "
                     f"{max(64, args.sequences)} are needed")
     if args.exp == "calibration":
+        args.tokenizer = calibration_tokenizer(args)
         for name in args.variants:
             cfg = get_config(args.model, **{**LLAMA_KNOBS, **args.knobs, **VARIANTS[name]})
             if cfg.sublayers == "mlp":

@@ -565,8 +565,12 @@ def run_differences(args: TrainConfig, config: GPTConfig, meta: dict, state: dic
     """What sets the run `args` describes apart from the run whose checkpoint `state` is: a setting that defines
     a run (RUN_DEFINING), the model config, or the data. Empty: the same run."""
     saved = state.get("args", {})
+    def same(k, a, b):     # a path spelled another way (./out/x, or absolute) names the same data or checkpoint
+        if k in ("data", "init_from") and isinstance(a, str) and isinstance(b, str):
+            return os.path.realpath(a) == os.path.realpath(b)
+        return a == b
     differ = [f"--{k} {getattr(args, k)!r} (checkpoint: {saved.get(k)!r})" for k in RUN_DEFINING
-              if saved.get(k) != getattr(args, k)]
+              if not same(k, getattr(args, k), saved.get(k))]
     if state.get("config") != dataclasses.asdict(config):
         differ.append("the model config")
     old = state.get("data_meta")
@@ -583,13 +587,14 @@ def ensure(args: TrainConfig) -> dict:
     refused, never passed off as this one."""
     found = list_checkpoints(args.out_dir)
     log_path = os.path.join(args.out_dir, "log.json")
-    if found and found[-1][0] >= args.max_steps and os.path.isfile(log_path):
+    if found:
         run = resolve_run(args)
         differ = run_differences(args, run["config"], run["data"]["meta"], read_checkpoint(found[-1][1], mmap=True))
         if differ:
-            raise ValueError(f"{args.out_dir} holds a finished run made otherwise: " + ", ".join(differ)
-                             + ". Use another --out, or remove that directory, to train this one")
-        return read_json(log_path, "training log")
+            raise ValueError(f"{args.out_dir} holds a run made otherwise (in train.py's terms: " + ", ".join(differ)
+                             + "). Use another --out, or remove that directory, to train this one")
+        if found[-1][0] >= args.max_steps and os.path.isfile(log_path):
+            return read_json(log_path, "training log")
     return train(dataclasses.replace(args, resume=bool(found)))
 
 
@@ -600,9 +605,24 @@ def train(args: TrainConfig) -> dict:
     while it works (rank 0 under torchrun): a second run into the same directory is refused."""
     run = resolve_run(args)        # raises before anything is written or any process group exists
     master = torchrun_rank()[0] == 0
-    with lock_dir(args.out_dir, "--out_dir") if master else contextlib.nullcontext():
+    with lock_dir(args.out_dir, "--out_dir") if master else contextlib.nullcontext(), tf32(run["device"]):
         run["resume"] = resume_state(args, run["config"], run["data"]["meta"]) if master else None
         return _train(args, run)
+
+
+@contextlib.contextmanager
+def tf32(device: torch.device):
+    """On CUDA, float32 matmuls outside autocast use TF32 tensor cores while training; the process's setting
+    is restored afterwards, so whatever an experiment computes next in float32 is float32."""
+    if device.type != "cuda":
+        yield
+        return
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
 def _train(args: TrainConfig, run: dict) -> dict:
@@ -616,9 +636,6 @@ def _train(args: TrainConfig, run: dict) -> dict:
             run["resume"] = read_checkpoint(existing[-1][1]) if existing else None
     master = rank == 0
     device_type = torch.device(device).type
-    if device_type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True     # fp32 matmuls outside autocast use tensor cores
-        torch.backends.cudnn.allow_tf32 = True
     doc_len = data["meta"].get("doc_len", 0)
     use_amp = run["autocast_dtype"] != torch.float32
     autocast = torch.autocast(device_type, dtype=run["autocast_dtype"]) if use_amp else contextlib.nullcontext()

@@ -194,6 +194,7 @@ CASES = [
     ("sink", ["--exp", "calibration", "--train_text", "{data}", "--tokenizer", "gpt2"], "holds bytes tokens; drop --tokenizer gpt2"),
     ("sink", ["--exp", "calibration", "--ids", "{big_ids}/train.bin"], "outside the bytes vocabulary of 256"),
     ("sink", ["--exp", "calibration", "--micro_batch", "5"], "--micro_batch must divide --batch_size 32"),
+    ("sink", ["{ckpt}", "--compile", "on"], "--micro_batch and --compile are for the models --exp testbed"),
     ("train", ["--data", "{missing}", "--out_dir", "OUT"], "no prepared data"),
     ("train", ["--data", "{text}", "--out_dir", "OUT"], "a file, not a directory"),
     ("train", ["--data", "{broken_meta}", "--out_dir", "OUT"], "meta.json lacks valid vocab_size"),

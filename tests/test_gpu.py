@@ -61,12 +61,12 @@ def test_bf16_autocast_is_float32_within_bf16_rounding(preset, no_tf32):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             b16, b16_loss = gpu(x.cuda(), y.cuda())
     assert rel_err(f32, ref) < 1e-4
-    assert 1e-3 < rel_err(b16.float(), ref) < 3e-2
+    assert b16.dtype == torch.bfloat16 and 1e-4 < rel_err(b16.float(), ref) < 3e-2
     assert b16_loss.item() == pytest.approx(ref_loss.item(), rel=1e-3)
     # seedprint.fingerprint turns bf16 autocast on for a CUDA model by itself
     H_cpu = seedprint.fingerprint(cpu, sequences=64, seq_len=cfg.block_size, batch_size=16)
     H_gpu = seedprint.fingerprint(gpu, sequences=64, seq_len=cfg.block_size, batch_size=16)
-    assert 1e-3 < rel_err(torch.from_numpy(H_gpu), torch.from_numpy(H_cpu)) < 3e-2
+    assert 1e-4 < rel_err(torch.from_numpy(H_gpu), torch.from_numpy(H_cpu)) < 3e-2
 
 
 def test_compiled_model_matches_eager_forward_and_gradients(no_tf32):
@@ -94,12 +94,16 @@ def test_compiled_model_matches_eager_forward_and_gradients(no_tf32):
 def test_compiled_probe_pass_sees_what_the_eager_pass_sees():
     """probe.py --compile on (Table 1's GPU throughput) against the eager pass, both in bf16 autocast: fused
     kernels round differently, so an argmax on a near-tie may move, but at most 5% of the sequences' argmaxes
-    do (bf16 against float32 moves 0.8% of them, measured on the CPU), and the pairwise cosines agree to 0.01."""
+    do (bf16 against float32 moves 0.8% of them, measured on the CPU), and the pairwise cosines agree to 0.01.
+    250 sequences in batches of 64 end with a batch of 58: both shapes compile before the clock, none after."""
+    from torch._dynamo.utils import counters
     model = build(PRESETS["gpt2-nano"], seed=42, device="cuda").eval()
-    eager = probe.probe(model, sequences=256, seq_len=128, batch_size=64)
-    compiled = probe.probe(model, sequences=256, seq_len=128, batch_size=64, compile=True)
+    eager = probe.probe(model, sequences=250, seq_len=128, batch_size=64)
+    before = counters["stats"]["unique_graphs"]
+    compiled = probe.probe(model, sequences=250, seq_len=128, batch_size=64, compile=True)
+    assert counters["stats"]["unique_graphs"] - before == 2          # the two shapes, compiled in the warm-up
     moved = abs(eager["counts"] - compiled["counts"]).sum() / 2
-    assert moved <= 0.05 * 256
+    assert moved <= 0.05 * 250
     for e, c in zip(eager["cosine"], compiled["cosine"]):
         assert c["mean"] == pytest.approx(e["mean"], abs=1e-2)
 
@@ -113,6 +117,7 @@ def test_one_process_nccl_ddp_trains_the_plain_runs_weights(tmp_path):
     train.prepare([str(tmp_path / "text.txt")], data, tokenizer="bytes", val_fraction=0.2)
     flags = ["--data", data, "--n_layer", "2", "--n_embd", "64", "--n_head", "2", "--block_size", "32",
              "--device", "cuda", "--dtype", "float32", "--max_steps", "3", "--batch_size", "8", "--eval_every", "3",
+             "--lr", "1e-3", "--warmup", "1",
              "--eval_sequences", "8", "--log_every", "1"]
     proc = torchrun("train.py", flags, tmp_path / "ddp", "--out_dir", cwd=ROOT, nproc=1)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -370,17 +370,25 @@ def test_leave_process_group_waits_for_every_rank_then_ends_the_group(tmp_path):
 
 
 def test_a_torchrun_rank_runs_on_its_own_gpu_and_more_ranks_than_gpus_are_refused(monkeypatch):
-    """Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK set) a CUDA rank takes cuda:LOCAL_RANK; a rank without a GPU of
-    its own is refused before any group forms; CPU ranks and plain runs keep the device they asked for."""
+    """Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK set) a CUDA rank takes cuda:LOCAL_RANK and makes it current; a
+    rank without a GPU of its own, a GPU index under torchrun, and a half-set environment are refused before any
+    group forms; CPU ranks and plain runs keep the device they asked for."""
     from model import rank_device, torchrun_rank
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert torchrun_rank() == (0, 1, 0) and rank_device(cuda) == cuda       # a plain run: untouched
+    current = []
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", current.append)
     monkeypatch.setenv("RANK", "3")
+    with pytest.raises(ValueError, match="RANK set but not WORLD_SIZE, LOCAL_RANK: start multi-process runs with torchrun"):
+        torchrun_rank()
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert torchrun_rank() == (3, 4, 1)
-    assert rank_device(cuda) == torch.device("cuda", 1) and rank_device(cpu) == cpu
+    assert rank_device(cuda) == torch.device("cuda", 1) and current == [1] and rank_device(cpu) == cpu
+    with pytest.raises(ValueError, match="under torchrun each process takes cuda:LOCAL_RANK; pass --device cuda"):
+        rank_device(torch.device("cuda", 0))
     monkeypatch.setenv("LOCAL_RANK", "2")
     with pytest.raises(ValueError, match="local rank 2, but this machine has 2 CUDA device.*--nproc_per_node"):
         rank_device(cuda)
+    assert current == [1]                                   # refused before any device was made current

@@ -367,9 +367,14 @@ def test_ensure_trains_once_and_finishes_a_run_that_stopped(data_dir, tmp_path, 
     assert again["step"] == 4 and all(torch.equal(full["model"][k], again["model"][k]) for k in full["model"])
     monkeypatch.setattr(train, "train", lambda a: pytest.fail("a finished run was trained again"))
     assert train.ensure(args) == json.loads((out / "log.json").read_text())
-    # a finished run made otherwise is refused, not returned as this one: another setting, model, or length
-    for other in (dict(lr=args.lr / 2), dict(knobs={**args.knobs, "n_embd": 64}), dict(max_steps=3)):
-        with pytest.raises(ValueError, match="holds a finished run made otherwise: (--lr|the model config|--max_steps)"):
+    # the same data spelled as another path is the same run
+    assert train.ensure(dataclasses.replace(args, data=os.path.abspath(data_dir) + "/.")) == train.ensure(args)
+    # a run made otherwise is refused, not returned as this one: another setting, model, or length (shorter or
+    # longer: a longer one is not a continuation, its learning-rate schedule differs)
+    for other in (dict(lr=args.lr / 2), dict(knobs={**args.knobs, "n_embd": 64}), dict(max_steps=3),
+                  dict(max_steps=6)):
+        with pytest.raises(ValueError, match=r"holds a run made otherwise \(in train.py's terms: "
+                                             r"(--lr|the model config|--max_steps)"):
             train.ensure(dataclasses.replace(args, **other))
 
 
