@@ -122,7 +122,9 @@ def test_one_process_nccl_ddp_trains_the_plain_runs_weights(tmp_path):
     proc = torchrun("train.py", flags, tmp_path / "ddp", "--out_dir", cwd=ROOT, nproc=1)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "DDP over nccl" in proc.stdout, proc.stdout[-2000:]
+    before = torch.backends.cuda.matmul.allow_tf32
     train.train(train.parse_args([*flags, "--out_dir", str(tmp_path / "one")]))
+    assert torch.backends.cuda.matmul.allow_tf32 == before          # TF32 for the run only
     a, b = (read_checkpoint(train.list_checkpoints(str(tmp_path / d))[-1][1])["model"] for d in ("ddp", "one"))
     init = read_checkpoint(train.checkpoint_path(str(tmp_path / "one"), 0))["model"]
     for k in a:

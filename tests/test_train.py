@@ -415,3 +415,21 @@ def test_the_cosine_ends_at_or_below_the_peak_learning_rate():
     assert train.parse_args(["--data", "d", "--lr", "5e-5"]).min_lr == 5e-5
     with pytest.raises(ValueError, match="--min_lr 0.001 is above the peak --lr 0.0005"):
         train.TrainConfig(lr=5e-4, min_lr=1e-3)
+
+
+def test_tf32_is_on_while_training_on_cuda_and_restored_after():
+    """TF32 matmuls for a CUDA run, and the process's setting back afterwards (even when training fails), so
+    float32 computed later in the same process (sink.py's scores after training) is float32; no-op on a CPU."""
+    m = torch.backends.cuda.matmul
+    before = m.allow_tf32
+    try:
+        m.allow_tf32 = False
+        with train.tf32(torch.device("cpu")):
+            assert not m.allow_tf32
+        with pytest.raises(FloatingPointError):
+            with train.tf32(torch.device("cuda")):
+                assert m.allow_tf32 and torch.backends.cudnn.allow_tf32
+                raise FloatingPointError
+        assert not m.allow_tf32
+    finally:
+        m.allow_tf32 = before
