@@ -1347,18 +1347,27 @@ def write_json(path: str, obj) -> None:
 STARTED = time.time()            # when this process imported model.py: the wall time of a run starts here
 
 
-def provenance(device=None, dtype=None, started: float = None) -> dict:
-    """How a result was made, so that every number can be traced to its run: the command line, the git commit
-    of the code (with a dirty flag) where there is a repository, the versions of torch and numpy, the device's
-    name, the dtype, the thread count, the date and the wall time so far (since `started`, a time.time(), where
-    one process makes several results, e.g. an experiment's training runs; else since the process started)."""
+def code_version() -> Optional[dict]:
+    """The git commit of this file's repository and whether tracked files differ from it; None outside one."""
     here = os.path.dirname(os.path.abspath(__file__))
     git = lambda *a: subprocess.run(["git", "-C", here, *a], capture_output=True, text=True, timeout=10)
     try:
         commit, dirty = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
-        commit = dict(commit=commit.stdout.strip(), dirty=bool(dirty.stdout.strip())) if commit.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
-        commit = None
+        return None
+    return dict(commit=commit.stdout.strip(), dirty=bool(dirty.stdout.strip())) if commit.returncode == 0 else None
+
+
+CODE_VERSION = code_version()    # read as the process starts: a long run is recorded as the code it ran, not as
+                                 # whatever the repository holds when it writes its results
+
+
+def provenance(device=None, dtype=None, started: float = None) -> dict:
+    """How a result was made, so that every number can be traced to its run: the command line, the git commit
+    of the code (with a dirty flag) where there is a repository, the versions of torch and numpy, the device's
+    name, the dtype, the thread count, the date and the wall time so far (since `started`, a time.time(), where
+    one process makes several results, e.g. an experiment's training runs; else since the process started).
+    The commit is the one checked out when the process started (CODE_VERSION)."""
     device = torch.device(device) if device is not None else None
     if device is not None and device.type == "cuda":
         name = torch.cuda.get_device_name(device)
@@ -1367,7 +1376,7 @@ def provenance(device=None, dtype=None, started: float = None) -> dict:
         if os.path.isfile("/proc/cpuinfo"):
             with open("/proc/cpuinfo") as fh:
                 name = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), name)
-    return dict(command=" ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]), git=commit, torch=str(torch.__version__),
+    return dict(command=" ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]), git=CODE_VERSION, torch=str(torch.__version__),
                 numpy=str(numpy.__version__), device=str(device) if device is not None else None, device_name=name,
                 dtype=str(dtype).replace("torch.", "") if dtype is not None else None, threads=torch.get_num_threads(),
                 date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),

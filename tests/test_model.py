@@ -392,3 +392,25 @@ def test_a_torchrun_rank_runs_on_its_own_gpu_and_more_ranks_than_gpus_are_refuse
     with pytest.raises(ValueError, match="local rank 2, but this machine has 2 CUDA device.*--nproc_per_node"):
         rank_device(cuda)
     assert current == [1]                                   # refused before any device was made current
+
+
+def test_provenance_records_the_commit_the_process_started_on(tmp_path):
+    """A long run records the code it ran: a commit made while it runs does not become its provenance."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+    shutil.copy(Path(__file__).resolve().parents[1] / "model.py", tmp_path)
+    git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *a],
+                                    check=True, capture_output=True, text=True).stdout.strip()
+    git("init", "-q")
+    git("add", "model.py")
+    git("commit", "-qm", "first")
+    first = git("rev-parse", "HEAD")
+    code = ("import subprocess, sys; sys.path.insert(0, sys.argv[1]); import model; "
+            "open(sys.argv[1] + '/later.txt', 'w').write('x'); "
+            "subprocess.run(['git', '-C', sys.argv[1], '-c', 'user.name=t', '-c', 'user.email=t@t', 'add', 'later.txt']); "
+            "subprocess.run(['git', '-C', sys.argv[1], '-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-qm', 'later']); "
+            "print(model.provenance()['git']['commit'])")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
+    assert git("rev-parse", "HEAD") != first and out.stdout.strip() == first
