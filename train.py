@@ -671,6 +671,9 @@ def _train(args: TrainConfig, run: dict) -> dict:
             print(f"resuming {args.out_dir} at step {start}")
     raw = model
     if args.compile:
+        # a fresh compile cache per run: experiments train many models in one process, and past dynamo's
+        # recompile limit a compiled forward would fall back to eager without a word
+        torch._dynamo.reset()
         model = torch.compile(model)
     if ddp:
         model = DDP(model, device_ids=[run["device"].index] if device_type == "cuda" else None)
