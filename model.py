@@ -190,6 +190,8 @@ PRESETS: dict[str, GPTConfig] = {
     "qwen-nano": GPTConfig(vocab_size=32000, block_size=2048, norm="rmsnorm", activation="swiglu",
                            mlp_hidden=3072, bias=False, qkv_bias=True, tie_embeddings=False),
     "gpt2-1.2b": GPTConfig(n_layer=24, n_head=32, n_embd=2048),
+    "llama2-7b": GPTConfig(n_layer=32, n_head=32, n_embd=4096, vocab_size=32000, block_size=4096, norm="rmsnorm",
+                           activation="swiglu", mlp_hidden=11008, bias=False, tie_embeddings=False),   # its shape
     "tiny": GPTConfig(n_layer=4, n_head=4, n_embd=64, vocab_size=512, block_size=256),
 }
 # The LLaMA-style block (paper Table 13) on top of any preset's sizes: what the paper's toy experiments train.
@@ -1312,6 +1314,18 @@ def report_load(path: str, dtype: Optional[str]) -> dict:
 # specific names first: MFU = achieved flop/s / this. train.py's --peak_tflops overrides it.
 BF16_PEAK_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12,
                    "A10G": 70e12, "RTX 4090": 165e12}
+
+
+def forward_flops(model: "GPT", seq_len: int, logits_positions: int = 1) -> float:
+    """Forward flops of one sequence of seq_len tokens, 2 per multiply-add, as MFU counts them: each weight
+    matrix once per token (embedding lookups, biases and norm gains are not matmuls), causal attention's scores
+    and weighted values (position t against t keys: 2 T^2 H hd per layer in all, half of the full T x T), and
+    the LM head on `logits_positions` positions (1: the last only, as the probes; 0: none, as a fingerprint)."""
+    cfg = model.config
+    lookups = ("transformer.wte.weight", "transformer.wpe.weight", "lm_head.weight")
+    matrices = sum(p.numel() for name, p in model.named_parameters() if p.dim() == 2 and name not in lookups)
+    attention = 0 if cfg.sublayers == "mlp" else 2 * cfg.n_layer * seq_len ** 2 * cfg.n_head * cfg.head_dim
+    return 2 * matrices * seq_len + attention + logits_positions * 2 * cfg.n_embd * cfg.vocab_size
 
 
 def peak_flops(device) -> Optional[float]:

@@ -29,9 +29,9 @@ import time
 
 # model.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from model import (ArgumentParser, DTYPES, GPT, Progress, add_config_flags, add_device_flags, check_dtype_runs,
-                   check_output, config_from_flags, figure, join_process_group, leave_process_group, lock_dir,
-                   parse_bool, peak_flops, print_table, random_batches, rank_device, resolve_device, run_script, save_figure,
-                   seed_int, torchrun_rank, update_results)
+                   check_output, config_from_flags, figure, forward_flops, join_process_group, leave_process_group,
+                   lock_dir, parse_bool, peak_flops, print_table, random_batches, rank_device, resolve_device,
+                   run_script, save_figure, seed_int, torchrun_rank, update_results)
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -85,7 +85,7 @@ def probe(model: GPT, kind: str = "tokens", sequences: int = 512, seq_len: int =
     seconds = time.time() - t0
     with autocast:
         direction_top1 = int(model.unembed(stats[-1].direction().to(model.transformer.wte.weight.dtype)[None]).argmax())
-    flops = forward_flops_per_sequence(model, seq_len) * sequences
+    flops = forward_flops(model, seq_len) * sequences
     peak = peak_flops(device)
     result = dict(counts=counts.cpu().numpy(), cosine=[s.result() for s in stats], direction_top1=direction_top1,
                   dim_counts=dim_counts.cpu().numpy(), seconds=seconds, tokens_per_s=sequences * seq_len / seconds,
@@ -195,14 +195,6 @@ def position_variance(model: GPT, inputs: torch.Tensor, batch_size: int = 32) ->
         n += h.shape[0]
     var = (s2 - s1 ** 2 / n) / max(n - 1, 1)                          # (L, H, T, hd)
     return var.mean(dim=(1, 3)).cpu().numpy()
-
-
-def forward_flops_per_sequence(model: GPT, seq_len: int) -> float:
-    """2 flops per multiply-add: 2 N_non-embedding per token, causal attention ~2 T d per token per
-    layer (half of QK^T and PV), and the LM head on the last position only."""
-    cfg = model.config
-    per_token = 2 * model.num_params(include_embeddings=False) + 2 * cfg.n_layer * seq_len * cfg.n_embd
-    return per_token * seq_len + 2 * cfg.n_embd * cfg.vocab_size
 
 
 # ----------------------------------------------------------------------------- experiments

@@ -414,3 +414,26 @@ def test_provenance_records_the_commit_the_process_started_on(tmp_path):
             "print(model.provenance()['git']['commit'])")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
     assert git("rev-parse", "HEAD") != first and out.stdout.strip() == first
+
+
+@pytest.mark.parametrize("preset", ["gpt2-nano", "llama2-nano"])
+def test_forward_flops_count_what_torch_counts(preset):
+    """model.forward_flops (behind every MFU and TFLOP/s the scripts log) against torch's own flop counter on
+    one pass: its matmuls are every weight matrix per token plus the LM head on the asked positions (SDPA on a
+    CPU is not counted by torch), and the explicit attention path adds the full T x T scores and values,
+    twice the causal half the formula charges. GQA (llama) and biases (gpt2) included."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from model import forward_flops
+    kv = dict(n_kv_head=2) if preset == "llama2-nano" else {}
+    model = build(get_config(preset, n_layer=2, n_embd=64, n_head=4, vocab_size=300, block_size=32, **kv), 0)
+    B, T = 3, 32
+    x = torch.randint(0, 300, (B, T), generator=torch.Generator().manual_seed(0))
+
+    def counted(**kw):
+        with torch.no_grad(), FlopCounterMode(display=False) as fc:
+            model.trace(x, **kw)
+        return fc.get_total_flops()
+    attention = 2 * 2 * T ** 2 * 64                      # layers x T^2 x H hd, the causal half of QK^T and PV
+    assert counted(logits=True) == B * (forward_flops(model, T) - attention)
+    assert counted(hidden="last") == B * (forward_flops(model, T, logits_positions=0) - attention)
+    assert counted(attn_probs=True) - counted() == B * 2 * attention
