@@ -77,10 +77,10 @@ def init_weights(model: GPT, seed: int, embed_seed: int = 0) -> GPT:
 def build(config: GPTConfig, seed: int, embed_seed: int = 0, device="cpu", dtype=torch.float32) -> GPT:
     """A freshly initialized GPT on `device` in `dtype`. The module is built on the meta device
     (no memory, no default PyTorch init, which for a 1.2B model wastes a minute), then
-    allocated and filled by init_weights."""
+    allocated in `dtype` (a bf16 7B model never holds a float32 copy) and filled by init_weights."""
     with torch.device("meta"):
-        model = GPT(config)
-    model = model.to_empty(device=device).to(dtype)
+        model = GPT(config).to(dtype)
+    model = model.to_empty(device=device)
     return init_weights(model, seed, embed_seed)
 
 

@@ -34,6 +34,7 @@ alpha (README).
 
     python seedprint.py A B                  # two train.py checkpoints or Hugging Face directories
     python seedprint.py --exp table4a        # also table4b, table4c, table5, fig11, fpr, baselines, all
+    python seedprint.py --exp speed --model llama2-7b --seq_len 1024 --device cuda   # seconds per 7B fingerprint
 """
 import dataclasses
 import functools
@@ -49,8 +50,8 @@ from typing import Callable, Optional
 # model.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from model import (ArgumentParser, DTYPES, GPT, GPTConfig, LLAMA_KNOBS, Progress, add_config_flags, add_device_flags,
                    atomic_write, check_dtype_runs, check_output, check_file_weights_finite, config_overrides, figure,
-                   get_config, get_tokenizer, load_model, lock_dir, parse_bool, print_table, qkv_sizes,
-                   random_batches, read_model_config, resolve_device, run_script, save_figure, seed_int,
+                   forward_flops, get_config, get_tokenizer, load_model, lock_dir, parse_bool, peak_flops, print_table,
+                   qkv_sizes, random_batches, read_model_config, resolve_device, run_script, save_figure, seed_int,
                    update_results, write_checkpoint)
 import numpy as np
 import torch
@@ -62,7 +63,7 @@ from init import build
 
 ALPHA = 0.01
 EXPERIMENTS = ("table4a", "table4b", "table4c", "table5", "fig11", "fpr", "baselines")
-OTHER_EXPERIMENTS = ("derivatives", "inits")       # not in --exp all: they need --base, or run many inits
+OTHER_EXPERIMENTS = ("derivatives", "inits", "speed")   # not in --exp all: they need --base, run many inits, or time
 
 
 # ----------------------------------------------------------------------------- 2-4. the statistic
@@ -1127,6 +1128,35 @@ def _qq_plot(args, results, tests):
     save_figure(fig, os.path.join(args.out, "fpr_qq.png"))
 
 
+def exp_speed(args):
+    """Fingerprint speed: a fresh --model (its preset as named, seeded by the first of --seeds) built on --device in --dtype (default bfloat16 on CUDA), then N = --sequences random sequences of
+    --seq_len through fingerprint in batches of --batch_size, timed alone (the build is timed apart). Reports
+    tokens/s, TFLOP/s (model.forward_flops, no LM head), the share of the GPU's bf16 peak and its peak memory."""
+    device = torch.device(args.device)
+    dtype = DTYPES[args.dtype or ("bfloat16" if device.type == "cuda" else "float32")]
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    t0 = time.time()
+    model = build(get_config(args.model, **args.knobs), args.seeds[0], device=device, dtype=dtype).eval()
+    sync()
+    built = time.time() - t0
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    t0 = time.time()
+    H = fingerprint(model, args.sequences, args.seq_len, seed=args.input_seed, batch_size=args.batch_size,
+                    name=args.model, progress=True)
+    sync()
+    seconds = time.time() - t0
+    flops = forward_flops(model, args.seq_len, logits_positions=0) * args.sequences
+    peak = peak_flops(device)
+    row = dict(model=args.model, params=model.num_params(), dtype=str(dtype).replace("torch.", ""),
+               sequences=args.sequences, seq_len=args.seq_len, batch_size=args.batch_size, width=H.shape[1],
+               build_seconds=built, seconds=seconds, tokens_per_s=args.sequences * args.seq_len / seconds,
+               pflop=flops / 1e15, tflops=flops / seconds / 1e12, mfu=flops / seconds / peak if peak else None,
+               peak_memory_gib=torch.cuda.max_memory_allocated(device) / 2 ** 30 if device.type == "cuda" else None)
+    print_table([row], floats="{:.4g}")
+    return row
+
+
 def exp_baselines(args):
     """PCS, ICS, Intrinsic, REEF beside SeedPrint on the pairs of Tables 4b, 4c and 5 (threshold 0.8)."""
     data = _data(args, args.corpus)
@@ -1223,7 +1253,7 @@ def main(argv=None):
     g.add_argument("--data_seed", type=seed_int, default=1234)
     g.add_argument("--steps", type=int, default=200)
     g.add_argument("--ckpt_every", type=int, default=50)
-    g.add_argument("--batch_size", type=int, default=16)
+    g.add_argument("--batch_size", type=int, default=16, help="training batch; --exp speed: sequences per forward")
     g.add_argument("--lr", type=float, default=1e-3)
     g.add_argument("--top", type=int, default=16, help="top-k biased dimensions of --exp fig11")
     g.add_argument("--fpr_inits", type=int, default=12, help="--exp fpr: inits (seeds from --fpr_seed0)")
@@ -1295,7 +1325,8 @@ def run(args) -> None:
             results = {"matrix": report_matrix(args, res, seconds)}
     else:
         funcs = dict(table4a=exp_table4a, table4b=exp_table4b, table4c=exp_table4c, table5=exp_table5,
-                     fig11=exp_fig11, fpr=exp_fpr, baselines=exp_baselines, derivatives=exp_derivatives, inits=exp_inits)
+                     fig11=exp_fig11, fpr=exp_fpr, baselines=exp_baselines, derivatives=exp_derivatives, inits=exp_inits,
+                     speed=exp_speed)
         results = {}
         for name in (EXPERIMENTS if args.exp == "all" else [args.exp]):
             print(f"=== {name}: {funcs[name].__doc__.split(':')[0].strip()}")
