@@ -1317,14 +1317,22 @@ BF16_PEAK_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 
 
 
 def forward_flops(model: "GPT", seq_len: int, logits_positions: int = 1) -> float:
-    """Forward flops of one sequence of seq_len tokens, 2 per multiply-add, as MFU counts them: each weight
-    matrix once per token (embedding lookups, biases and norm gains are not matmuls), causal attention's scores
-    and weighted values (position t against t keys: 2 T^2 H hd per layer in all, half of the full T x T), and
-    the LM head on `logits_positions` positions (1: the last only, as the probes; 0: none, as a fingerprint)."""
+    """Forward flops of one sequence of T = seq_len tokens, 2 per multiply-add, as the probes' and fingerprints'
+    TFLOP/s and MFU count them:
+      - each weight matrix once per token (embedding lookups, biases and norm gains are not matmuls);
+      - 4 H hd per attended (query, key) pair and layer: its score and its weighted value. Causal attention
+        attends T (T + 1) / 2 pairs (fewer with a sliding window); uniform attention is a running sum, no matmul;
+      - the LM head on `logits_positions` positions (1: the last only, as the probes; 0: none, a fingerprint).
+    train.py's MFU counts as nanoGPT does instead (PaLM's 6 N + 12 L H hd T), so the two compare."""
     cfg = model.config
-    lookups = ("transformer.wte.weight", "transformer.wpe.weight", "lm_head.weight")
-    matrices = sum(p.numel() for name, p in model.named_parameters() if p.dim() == 2 and name not in lookups)
-    attention = 0 if cfg.sublayers == "mlp" else 2 * cfg.n_layer * seq_len ** 2 * cfg.n_head * cfg.head_dim
+    tables = [model.transformer.wte.weight]                        # read by lookup (and a head: below)
+    tables += [model.transformer.wpe.weight] if "wpe" in model.transformer else []
+    tables += [model.lm_head.weight] if model.lm_head is not None else []
+    matrices = sum(p.numel() for p in model.parameters() if p.dim() == 2 and not any(p is t for t in tables))
+    w = min(cfg.sliding_window or seq_len, seq_len)
+    pairs = w * (w + 1) // 2 + (seq_len - w) * w                  # sum over t of min(t, w) keys
+    attends = cfg.sublayers != "mlp" and cfg.attention != "uniform"
+    attention = 4 * cfg.n_layer * cfg.n_head * cfg.head_dim * pairs if attends else 0
     return 2 * matrices * seq_len + attention + logits_positions * 2 * cfg.n_embd * cfg.vocab_size
 
 
@@ -1364,12 +1372,16 @@ STARTED = time.time()            # when this process imported model.py: the wall
 def code_version() -> Optional[dict]:
     """The git commit of this file's repository and whether tracked files differ from it; None outside one."""
     here = os.path.dirname(os.path.abspath(__file__))
-    git = lambda *a: subprocess.run(["git", "-C", here, *a], capture_output=True, text=True, timeout=10)
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}      # a status that never takes index.lock from a user's commit
+    git = lambda *a: subprocess.run(["git", "-C", here, *a], capture_output=True, text=True, timeout=10, env=env)
     try:
-        commit, dirty = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no")
+        commit = git("rev-parse", "HEAD")
+        if commit.returncode != 0:
+            return None
+        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+        return dict(commit=commit.stdout.strip(), dirty=bool(dirty))
     except (OSError, subprocess.SubprocessError):
         return None
-    return dict(commit=commit.stdout.strip(), dirty=bool(dirty.stdout.strip())) if commit.returncode == 0 else None
 
 
 CODE_VERSION = code_version()    # read as the process starts: a long run is recorded as the code it ran, not as

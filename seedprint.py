@@ -1129,11 +1129,15 @@ def _qq_plot(args, results, tests):
 
 
 def exp_speed(args):
-    """Fingerprint speed: a fresh --model (its preset as named, seeded by the first of --seeds) built on --device in --dtype (default bfloat16 on CUDA), then N = --sequences random sequences of
-    --seq_len through fingerprint in batches of --batch_size, timed alone (the build is timed apart). Reports
-    tokens/s, TFLOP/s (model.forward_flops, no LM head), the share of the GPU's bf16 peak and its peak memory."""
+    """Fingerprint speed: a fresh --model (its preset as named, seeded by the first of --seeds) built on --device
+    with weights in --dtype (default bfloat16 on CUDA; fingerprint runs under bf16 autocast there in any case),
+    then N = --sequences random sequences of --seq_len through fingerprint in batches of --batch_size. The
+    fingerprint is timed end to end, as a user waits for it (inputs drawn, states copied back, the first batch's
+    warm-up); the build is timed apart. Reports tokens/s, TFLOP/s (model.forward_flops, no LM head), the share
+    of the GPU's bf16 peak and its peak memory."""
     device = torch.device(args.device)
-    dtype = DTYPES[args.dtype or ("bfloat16" if device.type == "cuda" else "float32")]
+    args.dtype = args.dtype or ("bfloat16" if device.type == "cuda" else "float32")   # results.json records it
+    dtype = DTYPES[args.dtype]
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     t0 = time.time()
     model = build(get_config(args.model, **args.knobs), args.seeds[0], device=device, dtype=dtype).eval()
@@ -1148,7 +1152,8 @@ def exp_speed(args):
     seconds = time.time() - t0
     flops = forward_flops(model, args.seq_len, logits_positions=0) * args.sequences
     peak = peak_flops(device)
-    row = dict(model=args.model, params=model.num_params(), dtype=str(dtype).replace("torch.", ""),
+    row = dict(model=args.model, params=model.num_params(), dtype=args.dtype,
+               autocast="bfloat16" if device.type == "cuda" else None,
                sequences=args.sequences, seq_len=args.seq_len, batch_size=args.batch_size, width=H.shape[1],
                build_seconds=built, seconds=seconds, tokens_per_s=args.sequences * args.seq_len / seconds,
                pflop=flops / 1e15, tflops=flops / seconds / 1e12, mfu=flops / seconds / peak if peak else None,

@@ -3,6 +3,7 @@ loop, RoPE vs complex-number rotation, calibration vs the 1/sqrt(t) law, hand-co
 import argparse
 import itertools
 import math
+import shutil
 
 import pytest
 import torch
@@ -394,38 +395,49 @@ def test_a_torchrun_rank_runs_on_its_own_gpu_and_more_ranks_than_gpus_are_refuse
     assert current == [1]                                   # refused before any device was made current
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_provenance_records_the_commit_the_process_started_on(tmp_path):
     """A long run records the code it ran: a commit made while it runs does not become its provenance."""
-    import shutil
+    import json
     import subprocess
     import sys
     from pathlib import Path
     shutil.copy(Path(__file__).resolve().parents[1] / "model.py", tmp_path)
-    git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *a],
-                                    check=True, capture_output=True, text=True).stdout.strip()
-    git("init", "-q")
-    git("add", "model.py")
-    git("commit", "-qm", "first")
-    first = git("rev-parse", "HEAD")
-    code = ("import subprocess, sys; sys.path.insert(0, sys.argv[1]); import model; "
-            "open(sys.argv[1] + '/later.txt', 'w').write('x'); "
-            "subprocess.run(['git', '-C', sys.argv[1], '-c', 'user.name=t', '-c', 'user.email=t@t', 'add', 'later.txt']); "
-            "subprocess.run(['git', '-C', sys.argv[1], '-c', 'user.name=t', '-c', 'user.email=t@t', 'commit', '-qm', 'later']); "
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    run = lambda *a: subprocess.run([*git, *a], check=True, capture_output=True, text=True).stdout.strip()
+    run("init", "-q")
+    run("add", "model.py")
+    run("commit", "-q", "--no-verify", "-m", "first")
+    first = run("rev-parse", "HEAD")
+    code = ("import json, subprocess, sys; git = json.loads(sys.argv[2]); sys.path.insert(0, sys.argv[1]); "
+            "import model; open(sys.argv[1] + '/later.txt', 'w').write('x'); "
+            "subprocess.run(git + ['add', 'later.txt'], check=True); "
+            "subprocess.run(git + ['commit', '-q', '--no-verify', '-m', 'later'], check=True); "
             "print(model.provenance()['git']['commit'])")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True)
-    assert git("rev-parse", "HEAD") != first and out.stdout.strip() == first
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path), json.dumps(git)], capture_output=True,
+                         text=True, check=True)
+    assert run("rev-parse", "HEAD") != first and out.stdout.strip() == first
 
 
-@pytest.mark.parametrize("preset", ["gpt2-nano", "llama2-nano"])
-def test_forward_flops_count_what_torch_counts(preset):
-    """model.forward_flops (behind every MFU and TFLOP/s the scripts log) against torch's own flop counter on
-    one pass: its matmuls are every weight matrix per token plus the LM head on the asked positions (SDPA on a
-    CPU is not counted by torch), and the explicit attention path adds the full T x T scores and values,
-    twice the causal half the formula charges. GQA (llama) and biases (gpt2) included."""
+FLOP_CASES = {"gpt2 (biases, tied)": ("gpt2-nano", {}), "llama (untied, GQA)": ("llama2-nano", dict(n_kv_head=2)),
+              "head_size 8, GQA": ("llama2-nano", dict(head_size=8, n_kv_head=2)), "gated": ("tiny", dict(attn_gate=True)),
+              "learned positions": ("tiny", dict(position="learned")), "attention only": ("tiny", dict(sublayers="attn")),
+              "MLP only": ("tiny", dict(sublayers="mlp")), "uniform": ("tiny", dict(attention="uniform")),
+              "sliding window 8": ("llama2-nano", dict(sliding_window=8))}
+
+
+@pytest.mark.parametrize("case", list(FLOP_CASES))
+def test_forward_flops_count_what_torch_counts(case):
+    """model.forward_flops (behind probe.py's and seedprint.py's TFLOP/s and MFU) against two independent counts of
+    one pass: torch's flop counter for the matmuls (every weight matrix per token, the LM head on the asked
+    positions; SDPA on a CPU is not counted by torch), and the causal mask for the attention (4 H hd per allowed
+    query-key pair and layer; none for uniform attention, a running sum). The explicit attention path's products
+    (full T x T) show H hd is what the formula charges."""
     from torch.utils.flop_counter import FlopCounterMode
-    from model import forward_flops
-    kv = dict(n_kv_head=2) if preset == "llama2-nano" else {}
-    model = build(get_config(preset, n_layer=2, n_embd=64, n_head=4, vocab_size=300, block_size=32, **kv), 0)
+    from model import allowed_keys, forward_flops
+    preset, knobs = FLOP_CASES[case]
+    cfg = get_config(preset, **{**dict(n_layer=2, n_embd=64, n_head=4, vocab_size=300, block_size=32), **knobs})
+    model = build(cfg, 0)
     B, T = 3, 32
     x = torch.randint(0, 300, (B, T), generator=torch.Generator().manual_seed(0))
 
@@ -433,7 +445,10 @@ def test_forward_flops_count_what_torch_counts(preset):
         with torch.no_grad(), FlopCounterMode(display=False) as fc:
             model.trace(x, **kw)
         return fc.get_total_flops()
-    attention = 2 * 2 * T ** 2 * 64                      # layers x T^2 x H hd, the causal half of QK^T and PV
+    attends = cfg.sublayers != "mlp" and cfg.attention != "uniform"
+    Hhd = cfg.n_head * cfg.head_dim
+    attention = 4 * 2 * Hhd * int(allowed_keys(T, cfg.sliding_window).sum()) if attends else 0
     assert counted(logits=True) == B * (forward_flops(model, T) - attention)
     assert counted(hidden="last") == B * (forward_flops(model, T, logits_positions=0) - attention)
-    assert counted(attn_probs=True) - counted() == B * 2 * attention
+    if attends and cfg.sliding_window is None:
+        assert counted(attn_probs=True) - counted() == B * 4 * 2 * Hhd * T * T

@@ -524,14 +524,15 @@ def test_the_calibration_on_fresh_inits_end_to_end(tmp_path, monkeypatch):
 
 def test_speed_times_one_fingerprint_of_a_fresh_preset(tmp_path):
     """--exp speed: the row's flops are model.forward_flops without the LM head for N sequences (that count is
-    tested against torch's flop counter), its rates are those flops and tokens over the timed seconds, and the
-    model is the named preset (width, parameters) built from the first seed."""
+    tested against torch's flop counter), its rates are those flops and tokens over the timed seconds, the model
+    is the named preset with the flags' knobs (width, parameters), and the dtype is recorded."""
     from model import forward_flops, get_config
     seedprint.main(["--exp", "speed", "--model", "tiny", "--n_layer", "2", "--sequences", "24", "--seq_len", "32",
                     "--batch_size", "8", "--seeds", "5", "6", "--device", "cpu", "--out", str(tmp_path)])
     row = json.loads((tmp_path / "results.json").read_text())["speed"]
     model = build(get_config("tiny", n_layer=2), 5)
     assert row["params"] == model.num_params() and row["width"] == 64 and row["mfu"] is None
+    assert row["dtype"] == "float32" and row["autocast"] is None
     assert row["pflop"] * 1e15 == pytest.approx(24 * forward_flops(model, 32, logits_positions=0))
     assert row["tflops"] == pytest.approx(row["pflop"] * 1e3 / row["seconds"])
     assert row["tokens_per_s"] == pytest.approx(24 * 32 / row["seconds"])

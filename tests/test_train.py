@@ -420,16 +420,16 @@ def test_the_cosine_ends_at_or_below_the_peak_learning_rate():
 def test_tf32_is_on_while_training_on_cuda_and_restored_after():
     """TF32 matmuls for a CUDA run, and the process's setting back afterwards (even when training fails), so
     float32 computed later in the same process (sink.py's scores after training) is float32; no-op on a CPU."""
-    m = torch.backends.cuda.matmul
-    before = m.allow_tf32
+    m, c = torch.backends.cuda.matmul, torch.backends.cudnn
+    before = m.allow_tf32, c.allow_tf32
     try:
-        m.allow_tf32 = False
+        m.allow_tf32 = c.allow_tf32 = False
         with train.tf32(torch.device("cpu")):
-            assert not m.allow_tf32
+            assert not m.allow_tf32 and not c.allow_tf32
         with pytest.raises(FloatingPointError):
             with train.tf32(torch.device("cuda")):
-                assert m.allow_tf32 and torch.backends.cudnn.allow_tf32
+                assert m.allow_tf32 and c.allow_tf32
                 raise FloatingPointError
-        assert not m.allow_tf32
+        assert not m.allow_tf32 and not c.allow_tf32
     finally:
-        m.allow_tf32 = before
+        m.allow_tf32, c.allow_tf32 = before
