@@ -1402,8 +1402,8 @@ def provenance(device=None, dtype=None, started: float = None) -> dict:
         if os.path.isfile("/proc/cpuinfo"):
             with open("/proc/cpuinfo") as fh:
                 name = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), name)
-    return dict(command=" ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]), git=CODE_VERSION, torch=str(torch.__version__),
-                numpy=str(numpy.__version__), device=str(device) if device is not None else None, device_name=name,
+    return dict(command=" ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]), git=CODE_VERSION,
+                torch=str(torch.__version__), numpy=str(numpy.__version__), device=str(device) if device is not None else None, device_name=name,
                 dtype=str(dtype).replace("torch.", "") if dtype is not None else None, threads=torch.get_num_threads(),
                 date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                 wall_seconds=round(time.time() - (STARTED if started is None else started), 1))
@@ -1632,7 +1632,7 @@ def rank_device(device: torch.device) -> torch.device:
     (one process per GPU); anything else is `device` itself. Refused before any group forms: more processes
     per node than GPUs (NCCL would fail later and less clearly), and a GPU index under torchrun (the local
     rank chooses the GPU; CUDA_VISIBLE_DEVICES chooses which GPUs the job sees)."""
-    rank, world, local = torchrun_rank()
+    _, _, local = torchrun_rank()
     if device.type != "cuda" or "RANK" not in os.environ:
         return device
     if device.index is not None:

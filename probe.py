@@ -54,7 +54,7 @@ def probe(model: GPT, kind: str = "tokens", sequences: int = 512, seq_len: int =
       direction_top1 the token with the largest logit along the contraction direction
       dim_counts     how often each final-norm dimension is the largest (Fig 10)
     and the throughput. bf16 autocast on CUDA; the LM head runs on the last position only. compile: the pass
-    through torch.compile (fused kernels), compiled on the first batch before the clock starts."""
+    through torch.compile (fused kernels), compiled on each batch shape before the clock starts."""
     device, cfg = next(model.parameters()).device, model.config
     counts = torch.zeros(cfg.vocab_size, dtype=torch.int64, device=device)
     dim_counts = torch.zeros(cfg.n_embd, dtype=torch.int64, device=device)
@@ -71,7 +71,8 @@ def probe(model: GPT, kind: str = "tokens", sequences: int = 512, seq_len: int =
         trace = torch.compile(model.trace, dynamic=False)
         for n in {min(batch_size, sequences), sequences % batch_size} - {0}:
             with autocast:
-                trace(**next(model_inputs(model, kind, n, seq_len, batch_size, data_seed)), hidden="last", logits=True)
+                trace(**next(model_inputs(model, kind, n, seq_len, batch_size, data_seed)), hidden="last",
+                      logits=True)
     sync()
     t0 = time.time()
     for inputs in model_inputs(model, kind, sequences, seq_len, batch_size, data_seed):

@@ -1330,8 +1330,8 @@ def run(args) -> None:
             results = {"matrix": report_matrix(args, res, seconds)}
     else:
         funcs = dict(table4a=exp_table4a, table4b=exp_table4b, table4c=exp_table4c, table5=exp_table5,
-                     fig11=exp_fig11, fpr=exp_fpr, baselines=exp_baselines, derivatives=exp_derivatives, inits=exp_inits,
-                     speed=exp_speed)
+                     fig11=exp_fig11, fpr=exp_fpr, baselines=exp_baselines, derivatives=exp_derivatives,
+                     inits=exp_inits, speed=exp_speed)
         results = {}
         for name in (EXPERIMENTS if args.exp == "all" else [args.exp]):
             print(f"=== {name}: {funcs[name].__doc__.split(':')[0].strip()}")

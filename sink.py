@@ -644,11 +644,11 @@ def _plot_testbed(args, res):
 # ----------------------------------------------------------------------------- Fig 12 on natural text
 
 def exp_calibration(args) -> dict:
-    """Fig 12 / Table 7 at small scale: the variants trained from one init on one data order (natural
-    text), their sink rate at each length on the evaluation text, and its perplexity."""
+    """Fig 12 / Table 7 at the scale the flags set: the variants trained from one init on one data order
+    (natural text), their sink rate at each length on the evaluation text, and its perplexity."""
+    label = f"{train.corpus_label(args.train_text)}_{args.tokenizer}"
     data = args.train_text if prepared_train_text(args) else train.prepared(
-        [args.train_text], os.path.join(args.out, "calibration", f"{train.corpus_label(args.train_text)}_{args.tokenizer}"),
-        args.tokenizer, args.data_from)
+        [args.train_text], os.path.join(args.out, "calibration", label), args.tokenizer, args.data_from)
     res = {}
     for name in args.variants:
         out_dir = os.path.join(args.out, "calibration", name)
@@ -668,6 +668,8 @@ def exp_calibration(args) -> dict:
         with torch.no_grad():
             x = x.to(args.device)
             loss = float(np.mean([model(x[i:i + 16, :-1], x[i:i + 16, 1:])[1].item() for i in range(0, len(x), 16)]))
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"{name}: non-finite loss on the evaluation text ({path}); no perplexity from it")
         res[name] = dict(rates=rates, ppl=math.exp(loss), checkpoint=path)
         print(f"{name:>10}: sink rate % " + "  ".join(f"T={t}: {r:5.1f}" for t, r in rates.items())
               + f" | ppl {math.exp(loss):.2f} (T={T})")

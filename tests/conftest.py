@@ -46,8 +46,8 @@ def torchrun(script: str, flags: list, out: str, out_flag: str = "--out", cwd=No
     failed by that teardown abort, and only by it, is run once more from an empty `out`; any other failure,
     or the abort twice, is returned as it is for the test to fail on."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), script, *flags,
-           out_flag, str(out)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc), script,
+           *flags, out_flag, str(out)]
     for attempt in range(2):
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
         if proc.returncode == 0 or GLOO_TEARDOWN_ABORT not in proc.stdout + proc.stderr or "(SIGABRT)" not in proc.stderr:

@@ -335,7 +335,7 @@ def test_bigram_induction_copies_what_followed_the_previous_trigger():
     assert copies > 300
 
 
-def test_calibration_trains_on_prepared_data_in_micro_batches_and_scores_the_given_ids(tmp_path):
+def test_calibration_trains_on_prepared_data_in_micro_batches_and_scores_the_given_ids(tmp_path, monkeypatch):
     """--exp calibration as a GPU run uses it: training data already tokenized (a train.py directory), the
     evaluation text as token ids, micro-batches. Each variant's sink rates must be the metric of its own
     checkpoint on the --ids windows, and its perplexity the checkpoint's loss on them, recomputed here."""
@@ -347,10 +347,11 @@ def test_calibration_trains_on_prepared_data_in_micro_batches_and_scores_the_giv
     ids = np.frombuffer(("a mat, a log, a cat. " * 100).encode(), dtype=np.uint8).astype(np.int64)
     np.save(tmp_path / "eval.npy", ids)
     out = tmp_path / "out"
-    sink.main(["--exp", "calibration", "--train_text", data, "--ids", str(tmp_path / "eval.npy"), "--variants",
-               "baseline", "attenuate", "--steps", "4", "--batch_size", "4", "--micro_batch", "2", "--n_layer", "1",
-               "--n_embd", "32", "--n_head", "2", "--block_size", "32", "--lengths", "8", "16", "--sequences", "10",
-               "--device", "cpu", "--out", str(out)])
+    argv = ["--exp", "calibration", "--train_text", data, "--ids", str(tmp_path / "eval.npy"), "--variants",
+            "baseline", "attenuate", "--steps", "4", "--batch_size", "4", "--micro_batch", "2", "--n_layer", "1",
+            "--n_embd", "32", "--n_head", "2", "--block_size", "32", "--lengths", "8", "16", "--sequences", "10",
+            "--device", "cpu", "--out", str(out)]
+    sink.main(argv)
     res = json.loads((out / "results.json").read_text())["calibration"]
     assert sorted(res) == ["attenuate", "baseline"]
     for name, r in res.items():
@@ -363,3 +364,8 @@ def test_calibration_trains_on_prepared_data_in_micro_batches_and_scores_the_giv
         with torch.no_grad():
             loss = np.mean([model(x[i:i + 16, :-1], x[i:i + 16, 1:])[1].item() for i in range(0, len(x), 16)])
         assert r["ppl"] == pytest.approx(math.exp(loss), rel=1e-6)
+    # the trained runs are reused; a loss that is not finite on the evaluation text is refused, not a perplexity
+    import model as model_module
+    monkeypatch.setattr(model_module.F, "cross_entropy", lambda *a, **k: torch.tensor(float("nan")))
+    with pytest.raises(FloatingPointError, match="baseline: non-finite loss on the evaluation text"):
+        sink.main(argv)
