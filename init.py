@@ -14,9 +14,10 @@ import dataclasses
 import math
 import os
 
-# model.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from model import (ArgumentParser, GPT, GPTConfig, add_config_flags, check_output, config_from_flags, lock_dir,
-                   print_table, provenance, run_script, seed_int, seed_of, write_json)
+# common.py first: before torch is imported, it checks the requirements (and answers --help without them)
+from common import (ArgumentParser, add_config_flags, check_output, config_from_flags, lock_dir, print_table,
+                    provenance, run_script, seed_int, seed_of, write_json)
+from model import GPT, GPTConfig
 import torch
 
 
@@ -115,12 +116,13 @@ def main(argv=None):
         g["n"] += row["numel"]
     table = {key: dict(std=math.sqrt(g["sq"] / g["n"]), target=g["target"], numel=g["n"]) for key, g in groups.items()}
     print(f"{args.model}: seed={args.seed} embed_seed={args.embed_seed}, {model.num_params():,} parameters")
-    print_table([dict(group=key, std=f"{r['std']:.5f}", target=f"{r['target']:.5f}", ratio=f"{r['std'] / r['target']:.4f}")
+    print_table([dict(group=key, std=f"{r['std']:.5f}", target=f"{r['target']:.5f}",
+                      ratio=f"{r['std'] / r['target']:.4f}")
                  for key, r in table.items()])
     path = os.path.join(args.out, "init_stats.json")
     with lock_dir(args.out):
-        write_json(path, dict(config=dataclasses.asdict(config), seed=args.seed, embed_seed=args.embed_seed, groups=table,
-                              provenance=provenance()))
+        write_json(path, dict(config=dataclasses.asdict(config), seed=args.seed, embed_seed=args.embed_seed,
+                              groups=table, provenance=provenance()))
     print(f"wrote {path}")
 
 

@@ -21,56 +21,20 @@ Weights are NOT initialized here: init.py owns that (GPT-2 scheme, seeded).
     python model.py           # table of presets with parameter counts -> out/model/presets.json
     python model.py DIR       # load a checkpoint; report its config, load time and peak memory
 """
-import argparse
-import contextlib
 import dataclasses
-import hashlib
+import functools
+import itertools
 import json
 import math
 import numbers
 import os
-import platform
 import re
-import struct
-import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from typing import Optional
-try:
-    import fcntl                      # POSIX file locks: one run per output directory (lock_dir)
-except ImportError:                   # Windows has none: runs there are not locked, and lock_dir says so
-    fcntl = None
 
-
-def check_requirements(names=("numpy", "scipy", "torch", "matplotlib")) -> None:
-    """Before any of them is imported: are the requirements installed? A script of this project run without
-    them still answers --help (its docstring; the list of flags needs them) and otherwise says in one line what
-    to install, exit code 2. Imported from elsewhere (a notebook, a test), the usual ModuleNotFoundError.
-    Every script imports model.py before any other requirement, so that this runs first."""
-    import importlib.util
-    missing = [n for n in names if importlib.util.find_spec(n) is None]
-    if not missing:
-        return
-    message = f"needs {', '.join(missing)}: pip install -r requirements.txt"
-    main = sys.modules.get("__main__")
-    script = getattr(main, "__file__", None) or ""
-    if os.path.dirname(os.path.abspath(script)) != os.path.dirname(os.path.abspath(__file__)):
-        raise ModuleNotFoundError(message, name=missing[0])
-    name = os.path.basename(script)
-    if any(a in ("-h", "--help") for a in sys.argv[1:]):
-        print((main.__doc__ or name).strip())
-        print(f"\n(the full list of {name}'s flags {message})")
-        sys.exit(0)
-    sys.stderr.write(f"{name}: error: {message}\n")
-    sys.exit(2)
-
-
-check_requirements()
-
-import numpy
+if __name__ == "__main__":    # run as a script, the project's conventions first: they check the requirements
+    import common             # noqa: F401 -- before torch is imported; imported as a module, it needs only torch
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -212,12 +176,10 @@ def get_config(name: str, **overrides) -> GPTConfig:
 # ----------------------------------------------------------------------------- building blocks
 
 def rope_inv_freq(config: GPTConfig) -> torch.Tensor:
-    """RoPE's inverse frequencies theta^(-2i/hd), i < hd/2, float32, rescaled by config.rope_type:
-    default  unchanged;
-    linear   all divided by rope_factor (positions stretched by that factor);
-    llama3   Llama 3.1's rule: wavelengths shorter than original_context / high_freq_factor are kept,
-             those longer than original_context / low_freq_factor are divided by rope_factor, and the
-             band between is interpolated linearly in original_context / wavelength."""
+    """RoPE's inverse frequencies theta^(-2i/hd), i < hd/2, float32, rescaled by config.rope_type: default
+    unchanged; linear all divided by rope_factor (positions stretched by that factor); llama3 (Llama 3.1's rule)
+    wavelengths shorter than original_context / high_freq_factor kept, those longer than original_context /
+    low_freq_factor divided by rope_factor, the band between interpolated linearly in original_context / wavelength."""
     hd = config.head_dim
     inv = 1.0 / config.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd)
     if config.rope_type == "linear":
@@ -238,9 +200,8 @@ def rope_tables(T: int, config: GPTConfig, device=None):
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate (x_i, x_{i+hd/2}) by angle t * inv_freq_i: the "rotate-half" layout of Hugging Face
-    LLaMA / Qwen / Mistral checkpoints (not Meta's interleaved pairs). Scores q_m . k_n then depend
-    on m - n only."""
+    """Rotate (x_i, x_{i+hd/2}) by angle t * inv_freq_i, the "rotate-half" layout of Hugging Face LLaMA / Qwen /
+    Mistral checkpoints (not Meta's interleaved pairs): scores q_m . k_n then depend on m - n only."""
     x1, x2 = x.chunk(2, dim=-1)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
@@ -377,6 +338,10 @@ class CausalSelfAttention(nn.Module):
         return self.c_proj(y.transpose(1, 2).reshape(B, T, H * hd))
 
 
+ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": functools.partial(F.gelu, approximate="tanh"), "relu": F.relu,
+               "tanh": torch.tanh, "silu": F.silu}     # gelu is exact (erf); gelu_tanh is GPT-2's approximation
+
+
 class MLP(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -388,15 +353,9 @@ class MLP(nn.Module):
         self.c_proj = nn.Linear(config.mlp_width, config.n_embd, bias=bias)      # down (residual projection)
 
     def forward(self, x):
-        h = self.c_fc(x)
-        act = self.activation
-        if act == "swiglu":
-            h = F.silu(self.c_gate(x)) * h
-        elif act in ("gelu", "gelu_tanh"):
-            h = F.gelu(h, approximate="tanh" if act == "gelu_tanh" else "none")
-        else:
-            h = {"relu": F.relu, "tanh": torch.tanh, "silu": F.silu}[act](h)
-        return self.c_proj(h)
+        if self.activation == "swiglu":
+            return self.c_proj(F.silu(self.c_gate(x)) * self.c_fc(x))
+        return self.c_proj(ACTIVATIONS[self.activation](self.c_fc(x)))
 
 
 class Block(nn.Module):
@@ -423,6 +382,9 @@ class Block(nn.Module):
 # ----------------------------------------------------------------------------- the model
 
 class GPT(nn.Module):
+    """The transformer. GPT(config) holds PyTorch's default init, not the paper's: init.build(config, seed) gives
+    the seeded GPT-2 init every experiment of the project starts from."""
+
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
@@ -437,17 +399,16 @@ class GPT(nn.Module):
         self.lm_head = None if config.tie_embeddings else nn.Linear(config.n_embd, config.vocab_size, bias=False)
 
     def forward(self, idx, targets=None):
-        """idx (B, T) token ids -> (logits, loss). With targets (B, T): logits at every position and the
-        mean next-token cross-entropy (targets -1 are ignored); without: the last position's logits
-        (B, vocab) and None. Token ids are not range-checked here (that would sync a GPU every call):
-        check_token_ids checks them where data enters."""
+        """idx (B, T) token ids -> (logits, loss), as nanoGPT: with targets (B, T), logits (B, T, vocab) and the mean
+        next-token cross-entropy (targets -1 ignored); without, the last position's logits (B, 1, vocab) and None.
+        Token ids are not range-checked here (a GPU sync per call): the scripts check them where data enters."""
         x = self._embed(idx, None)
         rope = self._rope(x)
         for block in self.transformer.h:
             x = block(x, rope)
         x = self.transformer.ln_f(x)
         if targets is None:
-            return self.unembed(x[:, -1]), None       # the LM head on the last position only
+            return self.unembed(x[:, [-1]]), None     # the LM head on the last position only (a list keeps T)
         logits = self.unembed(x)
         return logits, F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-1)
 
@@ -469,10 +430,11 @@ class GPT(nn.Module):
         if attn_mask is not None:
             attn_mask = check_attn_mask(attn_mask, T).to(x.device)
         keep = (lambda h: h) if hidden == "all" else (lambda h: h[:, -1])
+        asked = [key for key, wanted in (("attn_probs", attn_probs), ("head_out", head_out)) if wanted]
         rope = self._rope(x)
         states, per_layer, finite = [keep(x)], [], [torch.isfinite(x).all()]
         for block in self.transformer.h:
-            rec = {k: None for k, wanted in (("attn_probs", attn_probs), ("head_out", head_out)) if wanted}
+            rec = dict.fromkeys(asked)
             x = block(x, rope, attn_mask, rec)
             states.append(keep(x))
             per_layer.append(rec)
@@ -483,13 +445,13 @@ class GPT(nn.Module):
         last_logits = self.unembed(x[:, -1]) if logits else None
         if logits:
             finite.append(torch.isfinite(last_logits).all())
-        raise_if_nonfinite(torch.stack(finite), self.config.n_layer)
-        out = {}
+        # inside torch.compile (probe.py --compile) the check runs eagerly: a host sync and a raise. Wrapped only
+        # there, since torch.compiler.disable imports the compiler, a second at every start-up
+        check = torch.compiler.disable(raise_if_nonfinite) if torch.compiler.is_compiling() else raise_if_nonfinite
+        check(torch.stack(finite), self.config.n_layer)
+        out = {key: [rec[key] for rec in per_layer if rec[key] is not None] for key in asked}   # MLP-only: none
         if hidden:
             out["hidden"] = states
-        for key, wanted in (("attn_probs", attn_probs), ("head_out", head_out)):
-            if wanted:     # MLP-only blocks have no attention: they add nothing
-                out[key] = [rec[key] for rec in per_layer if rec[key] is not None]
         if logits:
             out["logits"] = last_logits
         return out
@@ -499,14 +461,9 @@ class GPT(nn.Module):
         return F.linear(x, self.transformer.wte.weight if self.lm_head is None else self.lm_head.weight)
 
     def num_params(self, include_embeddings: bool = True) -> int:
-        n = sum(p.numel() for p in self.parameters())
-        if not include_embeddings:
-            n -= self.transformer.wte.weight.numel()
-            if self.lm_head is not None:
-                n -= self.lm_head.weight.numel()
-            if "wpe" in self.transformer:
-                n -= self.transformer.wpe.weight.numel()
-        return n
+        tables = [self.transformer.wte, self.lm_head, getattr(self.transformer, "wpe", None)]
+        embedded = 0 if include_embeddings else sum(t.weight.numel() for t in tables if t is not None)
+        return sum(p.numel() for p in self.parameters()) - embedded
 
     def _embed(self, idx, embeds):
         cfg = self.config
@@ -538,13 +495,10 @@ class GPT(nn.Module):
         hold NaN or inf are refused."""
         ckpt = read_checkpoint(path)
         with torch.device("meta"):      # shapes only; the weights come from the file
-            model = cls(GPTConfig(**ckpt["config"]))
-        model = model.to_empty(device=device)
+            model = cls(GPTConfig(**ckpt["config"])).to_empty(device=device)
         expected, got = model.state_dict(), ckpt["model"]
-        if not all(isinstance(v, torch.Tensor) for v in got.values()):
-            raise ValueError(f"{path}: its 'model' entry holds something other than weight tensors")
-        wrong = sorted(set(expected) ^ set(got)) + sorted(
-            k for k in set(expected) & set(got) if expected[k].shape != got[k].shape)
+        wrong = sorted(set(expected) ^ set(got)) + sorted(k for k in set(expected) & set(got) if not isinstance(
+            got[k], torch.Tensor) or expected[k].shape != got[k].shape)
         if wrong:
             raise ValueError(f"{path}: weights do not match the config stored beside them "
                              f"(first mismatches: {wrong[:5]}); the file is damaged or was edited")
@@ -556,22 +510,18 @@ class GPT(nn.Module):
         """A Hugging Face directory (config.json + *.safetensors) of a supported family, without the
         transformers library. The model is built in the checkpoint's dtype (bf16 stays bf16; `dtype`
         overrides) and filled tensor by tensor, so loading peaks near the checkpoint's own size."""
-        config, hf = read_hf_config(path)
-        shards = hf_shards(path)
-        headers = {s: read_safetensors_header(s) for s in shards}
-        dtype = dtype or widest_float_dtype(headers)
+        config, arch, headers = read_hf_dir(path)
+        found = {kind for header in headers.values() for kind, _ in header.values()}
+        dtype = dtype or next((SAFETENSORS_FLOATS[k] for k in SAFETENSORS_FLOATS if k in found), torch.float32)
         with torch.device("meta"):
             model = cls(config).to(dtype)        # dtype on the meta device: nothing allocated yet
-        model = model.to_empty(device=device)
-        load_hf_weights(model, headers, hf["architectures"][0], path)
+        load_hf_weights(model.to_empty(device=device), headers, arch, path)
         return check_model_weights_finite(model, path)
 
 
-@torch.compiler.disable      # a host sync and a raise: a compiled trace (probe.py --compile) runs it eagerly
 def raise_if_nonfinite(finite: torch.Tensor, n_layer: int) -> None:
-    """NaN/inf activations are an error, never a result. `finite` holds one flag per state of a pass (the
-    input, each block, the final norm, then the logits if computed), gathered on the device, so the check
-    costs one host sync per pass; the error names the first state that went bad."""
+    """NaN/inf activations are an error, never a result. `finite`: one flag per state of a pass (the input, each
+    block, the final norm, the logits if computed), gathered on the device: one host sync per pass."""
     if bool(finite.all()):
         return
     first = int((~finite).nonzero()[0])
@@ -592,50 +542,61 @@ def check_attn_mask(mask: torch.Tensor, T: int) -> torch.Tensor:
     return mask
 
 
-def check_token_ids(idx: torch.Tensor, vocab_size: int, where: str = "the input") -> torch.Tensor:
-    """Token ids must index the embedding table; checked once where data enters (one host sync)."""
-    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= vocab_size):
-        raise ValueError(f"token ids of {where} must lie in [0, {vocab_size}); got min {int(idx.min())}, max "
-                         f"{int(idx.max())} -- is it tokenized for this model's vocabulary?")
-    return idx
+def forward_flops(model: GPT, seq_len: int, logits_positions: int = 1) -> float:
+    """Forward flops of one sequence of T = seq_len tokens, 2 per multiply-add, as the probes' and fingerprints'
+    TFLOP/s and MFU count them:
+      - each weight matrix once per token (embedding lookups, biases and norm gains are not matmuls);
+      - 4 H hd per attended (query, key) pair and layer: its score and its weighted value. Causal attention
+        attends T (T + 1) / 2 pairs (fewer with a sliding window); uniform attention is a running sum, no matmul;
+      - the LM head on `logits_positions` positions (1: the last only, as the probes; 0: none, a fingerprint).
+    train.py's MFU counts as nanoGPT does instead (PaLM's 6 N + 12 L H hd T), so the two compare."""
+    cfg = model.config
+    tables = [t.weight for t in (model.transformer.wte, getattr(model.transformer, "wpe", None), model.lm_head) if t]
+    matrices = sum(p.numel() for p in model.parameters() if p.dim() == 2 and not any(p is t for t in tables))
+    w = min(cfg.sliding_window or seq_len, seq_len)
+    pairs = w * (w + 1) // 2 + (seq_len - w) * w                  # sum over t of min(t, w) keys
+    attends = cfg.sublayers != "mlp" and cfg.attention != "uniform"
+    attention = 4 * cfg.n_layer * cfg.n_head * cfg.head_dim * pairs if attends else 0
+    return 2 * matrices * seq_len + attention + logits_positions * 2 * cfg.n_embd * cfg.vocab_size
 
 
-def read_model_config(path) -> GPTConfig:
-    """The GPTConfig of any model this project reads, without reading its weights: for the checks a
-    script makes before any work (context length, vocabulary, layer indices). The weight files are checked
-    as far as that costs nothing: a Hugging Face directory's tensor names, shapes and sizes against its
-    config.json; a checkpoint's file structure (memory-mapped)."""
+# ----------------------------------------------------------------------------- checkpoints: written and read here
+# One file per checkpoint, a dict saved with torch.save: "config" (the GPTConfig's fields), "model" (the state
+# dict), "step", and whatever the writer adds: train.py stores "optimizer", "rng", "args", "seeds",
+# "tokenizer", "init_from", "data_meta" and "provenance". Read with weights_only=True: data, never code.
+
+def write_checkpoint(path: str, model: GPT, step: int = 0, **meta) -> None:
+    """Save `model` (and any metadata) at `path`; GPT.from_checkpoint rebuilds the model from the file alone. The
+    scripts write through common.save_checkpoint: atomically, and with the run's provenance."""
+    torch.save(dict(config=dataclasses.asdict(model.config), model=model.state_dict(), step=step, **meta), path)
+
+
+def read_checkpoint(path, mmap: bool = False) -> dict:
+    """A checkpoint as a dict: config, model (state dict), step, and what its writer added (train.py: optimizer,
+    seeds, tokenizer, args, ...). Loaded with weights_only=True: a checkpoint is data, never code.
+    mmap=True maps the tensors instead of reading them: cheap when only the config is wanted."""
     path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no model at {path!r}: give a train.py checkpoint (.pt) or a Hugging Face directory")
-    if os.path.isdir(path):
-        config, hf = read_hf_config(path)
-        with torch.device("meta"):      # shapes only: the weight files' headers are checked against them
-            plan_hf_weights(GPT(config), {f: read_safetensors_header(f) for f in hf_shards(path)},
-                            hf["architectures"][0], path)
-        return config
-    return GPTConfig(**read_checkpoint(path, mmap=True)["config"])
-
-
-def check_file_weights_finite(path: str) -> None:
-    """Stream every weight of the model at `path` once, tensor by tensor (memory: the largest tensor), and
-    refuse one that holds NaN or inf, naming it. For scripts that read several models: all are checked
-    before the work on any begins."""
-    if os.path.isdir(path):
-        for file in hf_shards(path):
-            with open(file, "rb") as fh:
-                for name, (kind, shape, offset, nbytes) in read_safetensors_header(file).items():
-                    dtype = SAFETENSORS_DTYPES.get(kind)
-                    if dtype is None or not dtype.is_floating_point:
-                        continue
-                    fh.seek(offset)
-                    t = torch.frombuffer(bytearray(fh.read(nbytes)), dtype=dtype) if nbytes else torch.zeros(0)
-                    if not torch.isfinite(t).all():
-                        raise nonfinite_weight(path, name, t)
-        return
-    for name, t in read_checkpoint(path, mmap=True)["model"].items():
-        if t.is_floating_point() and not torch.isfinite(t).all():
-            raise nonfinite_weight(path, name, t)
+    if not os.path.isfile(path):
+        hint = (" (a Hugging Face directory: a checkpoint file is wanted here; write one with "
+                "model.write_checkpoint(PATH, GPT.from_pretrained(DIR)))" if os.path.isdir(path) else "")
+        raise FileNotFoundError(f"no checkpoint file at {path!r}{hint}")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except Exception as e:     # torch raises many kinds (zip, pickle, EOF) for an empty, cut or foreign file
+        why = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{path} is not a readable train.py checkpoint: empty, truncated, or another format "
+                         f"({why})") from None
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("config"), dict) \
+            or not isinstance(ckpt.get("model"), dict):
+        raise ValueError(f"{path} is not a train.py checkpoint (it has no 'config' and 'model' entries)")
+    unknown = sorted(set(ckpt["config"]) - {f.name for f in dataclasses.fields(GPTConfig)})
+    if unknown:
+        raise ValueError(f"{path} has config knobs this model.py does not know: {unknown}")
+    try:
+        GPTConfig(**ckpt["config"])
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path}: its config is invalid: {e}") from None
+    return ckpt
 
 
 def check_model_weights_finite(model: GPT, where: str) -> GPT:
@@ -649,86 +610,6 @@ def check_model_weights_finite(model: GPT, where: str) -> GPT:
 def nonfinite_weight(where: str, name: str, t: torch.Tensor) -> ValueError:
     return ValueError(f"{where}: weight {name} holds {int((~torch.isfinite(t)).sum())} NaN/inf value(s); the "
                       f"checkpoint is damaged, came from a diverged run, or overflows the dtype it is loaded in")
-
-
-def load_model(path, device="cpu", dtype: Optional[torch.dtype] = None) -> GPT:
-    """Any model this project reads: a train.py checkpoint file or a Hugging Face directory."""
-    path, device = os.fspath(path), resolve_device(str(device))
-    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
-        raise ValueError(f"a model loads in a floating-point dtype ({', '.join(DTYPES)}), not {dtype}")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no model at {path!r}: give a train.py checkpoint (.pt) or a Hugging Face directory")
-    if os.path.isdir(path):
-        return GPT.from_pretrained(path, device=device, dtype=dtype)
-    model = GPT.from_checkpoint(path, device=device)      # checked finite as stored ...
-    return check_model_weights_finite(model.to(dtype), path) if dtype is not None else model   # ... and as cast
-
-
-# ----------------------------------------------------------------------------- random inputs, one way for every script
-
-def seed_of(*parts) -> int:
-    """A 63-bit seed from any parts (a seed and a name, a seed and an index), the same in every process:
-    sha256, not hash(), which Python salts per process. Generators seeded this way are independent."""
-    digest = hashlib.sha256("/".join(str(p) for p in parts).encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
-
-
-def random_batches(kind: str, n: int, T: int, batch_size: int, seed: int, vocab: int = None, width: int = None,
-                   mean: float = 0.0, std: float = 1.0, low: int = 0):
-    """n random input sequences of T positions, in CPU batches of batch_size, the same whatever the batch size
-    and whatever device they are moved to. kind="tokens": ids uniform in [low, vocab), all drawn at once from one
-    seeded CPU generator, (b, T) int64. kind="gaussian": vectors N(mean, std^2) of `width` (Section 4.1's stand-in
-    for tokens, without repeats), each sequence from its own CPU generator seeded by (seed, its index), (b, T, width)."""
-    if kind == "tokens":
-        ids = torch.randint(low, vocab, (n, T), generator=torch.Generator().manual_seed(seed))
-        yield from ids.split(batch_size)
-    elif kind == "gaussian":
-        for start in range(0, n, batch_size):
-            yield torch.stack([torch.randn(T, width, generator=torch.Generator().manual_seed(seed_of(seed, i)))
-                               for i in range(start, min(start + batch_size, n))]) * std + mean
-    else:
-        raise ValueError(f"unknown input kind {kind!r}: choose 'tokens' or 'gaussian'")
-
-
-# ----------------------------------------------------------------------------- checkpoints: written and read here
-# One file per checkpoint, a dict saved with torch.save: "config" (the GPTConfig's fields), "model" (the state
-# dict), "step", and whatever the writer adds: train.py stores "optimizer", "rng", "args", "seeds",
-# "tokenizer", "init_from", "data_meta" and "provenance". Read with weights_only=True: data, never code.
-
-def write_checkpoint(path: str, model: GPT, step: int = 0, **meta) -> None:
-    """Save `model` (and any metadata) as a checkpoint, atomically: a run killed mid-write leaves the old file
-    or the new one. GPT.from_checkpoint (or load_model) rebuilds the model from the file alone."""
-    state = dict(config=dataclasses.asdict(model.config), model=model.state_dict(), step=step,
-                 provenance=provenance(next(model.parameters()).device, next(model.parameters()).dtype), **meta)
-    atomic_write(path, lambda tmp: torch.save(state, tmp))
-
-
-def read_checkpoint(path, mmap: bool = False) -> dict:
-    """A train.py checkpoint as a dict: config, model (state dict), optimizer, step, seeds,
-    tokenizer, args, ... Loaded with weights_only=True: a checkpoint is data, never code.
-    mmap=True maps the tensors instead of reading them: cheap when only the config is wanted."""
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        hint = (" (a Hugging Face directory: a checkpoint file is wanted here; write one with "
-                "model.write_checkpoint(PATH, GPT.from_pretrained(DIR)))" if os.path.isdir(path) else "")
-        raise FileNotFoundError(f"no checkpoint file at {path!r}{hint}")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-    except Exception as e:     # torch raises many kinds (zip, pickle, EOF) for an empty, cut or foreign file
-        why = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
-        raise ValueError(f"{path} is not a readable train.py checkpoint: empty, truncated, or another format "
-                         f"({why})") from None
-    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("config"), dict) or not isinstance(ckpt.get("model"), dict):
-        raise ValueError(f"{path} is not a train.py checkpoint (it has no 'config' and 'model' entries)")
-    known = {f.name for f in dataclasses.fields(GPTConfig)}
-    unknown = sorted(set(ckpt["config"]) - known)
-    if unknown:
-        raise ValueError(f"{path} has config knobs this model.py does not know: {unknown}")
-    try:
-        GPTConfig(**ckpt["config"])
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{path}: its config is invalid: {e}") from None
-    return ckpt
 
 
 # ----------------------------------------------------------------------------- Hugging Face checkpoints
@@ -760,17 +641,17 @@ HF_INERT = {
     "_model_name_or_path", "name_or_path", "_commit_hash", "bos_token_id", "eos_token_id", "pad_token_id",
     "unk_token_id", "sep_token_id", "decoder_start_token_id", "initializer_range", "initializer_factor",
     "attention_dropout", "hidden_dropout", "dropout", "attn_pdrop", "embd_pdrop", "resid_pdrop", "use_cache",
-    "output_attentions", "output_hidden_states", "return_dict", "use_return_dict", "torchscript",
-    "use_bfloat16", "tf_legacy_loss", "chunk_size_feed_forward", "is_decoder", "problem_type", "id2label",
-    "label2id", "finetuning_task", "prefix", "tokenizer_class", "task_specific_params", "max_length",
-    "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty",
-    "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty",
-    "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences",
-    "output_scores", "return_dict_in_generate", "forced_bos_token_id", "forced_eos_token_id",
-    "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
+    "output_attentions", "output_hidden_states", "return_dict", "use_return_dict", "torchscript", "use_bfloat16",
+    "tf_legacy_loss", "chunk_size_feed_forward", "is_decoder", "problem_type", "id2label", "label2id",
+    "finetuning_task", "prefix", "tokenizer_class", "task_specific_params", "max_length", "min_length", "do_sample",
+    "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty", "temperature", "top_k", "top_p",
+    "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size",
+    "bad_words_ids", "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
+    "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
+    "begin_suppress_tokens", "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+    "summary_first_dropout",
     "pretraining_tp",               # LLaMA: the same matmuls, split in slices
     "reorder_and_upcast_attn", "n_ctx",   # GPT-2: float32 upcast of the scores; a legacy alias of n_positions
-    "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels", "summary_first_dropout",
 }
 # fields that are inert only at these values
 HF_INERT_IF = {"is_encoder_decoder": False, "add_cross_attention": False, "pruned_heads": {},
@@ -782,49 +663,37 @@ GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "
 
 
 # The type of every field the loader reads (null always means "absent"): a value of another type is refused
-# by name before it is interpreted, so "12", 12.5, true or -4 never becomes a model.
-POSITIVE_INT, NONNEGATIVE_INT, POSITIVE_FLOAT, BOOL, STR = "an integer >= 1", "an integer >= 0", \
-    "a finite number > 0", "true or false", "a string"
+# by name before it is interpreted, so "12", 12.5, true or -4 never becomes a model. JSON gives exact types.
+FIELD_KINDS = {"an integer >= 1": lambda v: type(v) is int and v >= 1,
+               "an integer >= 0": lambda v: type(v) is int and v >= 0,
+               "a finite number > 0": lambda v: type(v) in (int, float) and math.isfinite(v) and v > 0,
+               "true or false": lambda v: type(v) is bool,
+               "a string": lambda v: type(v) is str,
+               "an object or null": lambda v: type(v) is dict,
+               "a list of names": lambda v: type(v) is list and all(type(a) is str for a in v)}
 HF_FIELD_TYPES = {
     **dict.fromkeys(("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                      "intermediate_size", "max_position_embeddings", "head_dim", "sliding_window", "n_positions",
-                     "n_layer", "n_head", "n_embd", "n_inner", "original_max_position_embeddings"), POSITIVE_INT),
-    "max_window_layers": NONNEGATIVE_INT,
+                     "n_layer", "n_head", "n_embd", "n_inner", "original_max_position_embeddings"), "an integer >= 1"),
+    "max_window_layers": "an integer >= 0",
     **dict.fromkeys(("rms_norm_eps", "layer_norm_epsilon", "rope_theta", "factor", "low_freq_factor",
-                     "high_freq_factor", "partial_rotary_factor"), POSITIVE_FLOAT),
+                     "high_freq_factor", "partial_rotary_factor"), "a finite number > 0"),
     **dict.fromkeys(("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "scale_attn_weights",
-                     "scale_attn_by_inverse_layer_idx"), BOOL),
-    **dict.fromkeys(("hidden_act", "activation_function", "rope_type", "type"), STR),
+                     "scale_attn_by_inverse_layer_idx"), "true or false"),
+    **dict.fromkeys(("hidden_act", "activation_function", "rope_type", "type"), "a string"),
+    **dict.fromkeys(("rope_scaling", "rope_parameters"), "an object or null"),
+    **dict.fromkeys(("architectures", "layer_types"), "a list of names"),
 }
-
-
-def _type_ok(value, kind: str) -> bool:
-    if kind == BOOL:
-        return isinstance(value, bool)
-    if kind == STR:
-        return isinstance(value, str)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    if kind == POSITIVE_FLOAT:
-        return math.isfinite(value) and value > 0
-    return isinstance(value, int) and value >= (1 if kind == POSITIVE_INT else 0)
 
 
 def check_hf_field_types(hf: dict) -> None:
     """Refuse, by name, any read field (also inside rope_scaling / rope_parameters) of the wrong type or range."""
-    for where, fields in [("", hf)] + [(f"{key}.", hf[key]) for key in ("rope_scaling", "rope_parameters")
-                                       if isinstance(hf.get(key), dict)]:
+    nested = [(f"{key}.", hf[key]) for key in ("rope_scaling", "rope_parameters") if isinstance(hf.get(key), dict)]
+    for where, fields in [("", hf)] + nested:
         for key, value in fields.items():
             kind = HF_FIELD_TYPES.get(key)
-            if kind and value is not None and not _type_ok(value, kind):
+            if kind and value is not None and not FIELD_KINDS[kind](value):
                 raise ValueError(f"field {where}{key} must be {kind}, got {value!r}")
-    for key in ("rope_scaling", "rope_parameters"):
-        if hf.get(key) is not None and not isinstance(hf[key], dict):
-            raise ValueError(f"field {key} must be an object or null, got {hf[key]!r}")
-    for key in ("architectures", "layer_types"):
-        value = hf.get(key, [] if key == "layer_types" else None)
-        if value is not None and (not isinstance(value, list) or not all(isinstance(a, str) for a in value)):
-            raise ValueError(f"field {key} must be a list of names, got {value!r}")
 
 
 def _need(fields: dict, key: str, where: str = "config.json"):
@@ -834,8 +703,7 @@ def _need(fields: dict, key: str, where: str = "config.json"):
 
 
 def hf_config(hf: dict) -> GPTConfig:
-    """The GPTConfig of a Hugging Face config.json dict. Raises ValueError naming any field, value or
-    architecture this model cannot reproduce exactly."""
+    """The GPTConfig of a config.json dict; a ValueError names any field, value or architecture not exactly met."""
     if not isinstance(hf, dict):
         raise ValueError(f"config.json must hold a JSON object, got {type(hf).__name__}")
     check_hf_field_types(hf)
@@ -850,9 +718,8 @@ def hf_config(hf: dict) -> GPTConfig:
             raise ValueError(f"config.json sets {key}={hf[key]!r}; model.py loads decoder-only causal LMs only")
     config = _gpt2_config(fields) if arch == "GPT2LMHeadModel" else _llama_family_config(fields, arch)
     if fields:
-        raise ValueError(f"config.json field(s) {sorted(fields)} of this {arch} are not understood by model.py; "
-                         f"a field it cannot read may change the forward pass, so the checkpoint is refused "
-                         f"rather than loaded approximately")
+        raise ValueError(f"config.json field(s) {sorted(fields)} of this {arch} are not understood by model.py; a "
+                         f"field it cannot read may change the forward pass: refused, not approximated")
     return config
 
 
@@ -954,10 +821,8 @@ def _hf_sliding_window(f: dict, arch: str, defaults: dict, n_layer: int) -> Opti
     return windows.pop()
 
 
-def read_json(path: str, what: str = "JSON"):
-    """A JSON file's content; a missing, unreadable or malformed file is one error naming it."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: {'is a directory, not' if os.path.isdir(path) else 'no'} {what} file")
+def read_json_file(path: str, what: str):
+    """config.json and the shard index: a malformed file is one error naming it."""
     try:
         with open(path, encoding="utf-8") as fh:
             return json.load(fh)
@@ -965,173 +830,122 @@ def read_json(path: str, what: str = "JSON"):
         raise ValueError(f"{path} is not valid {what} ({e})") from None
 
 
-def read_hf_config(path: str):
-    """(GPTConfig, the raw config.json dict) of a Hugging Face directory."""
-    if not os.path.isdir(path):
-        what = "a file; a train.py checkpoint is read by read_checkpoint" if os.path.isfile(path) else "no such directory"
-        raise FileNotFoundError(f"{path!r} is not a Hugging Face model directory (config.json + *.safetensors): {what}")
-    cfg_path = os.path.join(path, "config.json")
-    if not os.path.exists(cfg_path):
-        raise FileNotFoundError(f"{path!r} is not a Hugging Face model directory (no config.json)")
-    hf = read_json(cfg_path, "config.json")
+def read_hf_dir(path: str):
+    """(GPTConfig, architecture, {shard file: its header}) of a Hugging Face directory: config.json read and
+    checked, the shards found (those the index names, else every *.safetensors) and their headers read."""
+    cfg_path, index = os.path.join(path, "config.json"), os.path.join(path, "model.safetensors.index.json")
+    if not os.path.isfile(cfg_path):
+        why = "no config.json" if os.path.isdir(path) else "a file" if os.path.isfile(path) else "no such directory"
+        raise FileNotFoundError(f"{path!r} is not a Hugging Face model directory (config.json + *.safetensors): {why}")
+    hf = read_json_file(cfg_path, "config.json")
     try:
-        return hf_config(hf), hf
+        config = hf_config(hf)
     except ValueError as e:
         raise ValueError(f"{cfg_path}: {str(e).removeprefix('config.json ')}") from None
-
-
-def hf_shards(path: str) -> list:
-    index = os.path.join(path, "model.safetensors.index.json")
     if os.path.exists(index):
-        weight_map = read_json(index, "safetensors index")
+        weight_map = read_json_file(index, "safetensors index")
         weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise ValueError(f"{index} has no weight_map object of tensor name -> shard file")
-        names = sorted(set(weight_map.values()))
+        files = sorted(set(weight_map.values()))
     else:
-        names = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
-    if not names:
+        files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
+    if not files:
         raise FileNotFoundError(f"no *.safetensors weights in {path!r} (.bin pickles are not loaded: they run code)")
-    missing = [n for n in names if not os.path.isfile(os.path.join(path, n))]
+    missing = [f for f in files if not os.path.isfile(os.path.join(path, f))]
     if missing:
         raise FileNotFoundError(f"{path}: shard(s) {missing} named in model.safetensors.index.json are missing")
-    return [os.path.join(path, n) for n in names]
+    return config, hf["architectures"][0], {os.path.join(path, f): read_safetensors_header(os.path.join(path, f))
+                                            for f in files}
 
 
-# safetensors: 8 bytes little-endian header length, a JSON header {name: {dtype, shape, data_offsets}},
-# then the raw little-endian bytes. Read with plain file reads straight into the parameters' memory:
-# no memory map, so a process's peak memory is the model's own size, not the model plus the file.
-SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-                      "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-                      "U8": torch.uint8, "BOOL": torch.bool}
+# The safetensors library reads the files: a header of tensor names, dtypes, shapes and byte ranges, then the
+# raw bytes. The floating-point dtypes it may hold, widest first: the model is built in the widest one found.
+SAFETENSORS_FLOATS = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 
 
 def read_safetensors_header(file: str) -> dict:
-    """{tensor name: (dtype name, shape, absolute byte offset, byte length)} of one .safetensors file.
-    An empty, truncated or foreign file is one error naming it, found here, before any weight is read."""
-    if not os.path.isfile(file):
-        raise FileNotFoundError(f"{file}: {'is a directory, not' if os.path.isdir(file) else 'no'} .safetensors file")
+    """{tensor name: (dtype name, shape)} of one .safetensors file, without reading a tensor. An empty, truncated
+    or foreign file is one error naming it, found here, before any weight is read."""
+    from safetensors import SafetensorError, safe_open      # only for Hugging Face directories
     size = os.path.getsize(file)
-    bad = lambda why: ValueError(f"{file} is not a valid .safetensors file ({why})")
-    with open(file, "rb") as fh:
-        head = fh.read(8)
-        if len(head) < 8:
-            raise bad(f"{size} bytes, shorter than its 8-byte header length")
-        (n,) = struct.unpack("<Q", head)
-        if n > size - 8:
-            raise bad(f"its header claims {n} bytes, the file holds {size - 8}; truncated, or not safetensors")
-        try:
-            header = json.loads(fh.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise bad("its header is not JSON") from None
-    if not isinstance(header, dict):
-        raise bad("its header is not a JSON object")
-    header.pop("__metadata__", None)
-    out = {}
-    for name, e in header.items():
-        ok = isinstance(e, dict) and isinstance(e.get("dtype"), str) and isinstance(e.get("shape"), list) \
-            and all(isinstance(s, int) and s >= 0 for s in e["shape"]) and isinstance(e.get("data_offsets"), list) \
-            and len(e["data_offsets"]) == 2 and all(isinstance(o, int) for o in e["data_offsets"]) \
-            and 0 <= e["data_offsets"][0] <= e["data_offsets"][1]
-        if not ok:
-            raise bad(f"tensor {name!r} has no valid dtype, shape and data_offsets")
-        if 8 + n + e["data_offsets"][1] > size:
-            raise bad(f"tensor {name!r} ends at byte {8 + n + e['data_offsets'][1]} of a {size}-byte file; truncated")
-        out[name] = (e["dtype"], tuple(e["shape"]), 8 + n + e["data_offsets"][0],
-                     e["data_offsets"][1] - e["data_offsets"][0])
-    return out
+    if size < 8:
+        raise ValueError(f"{file} is not a valid .safetensors file ({size} bytes, shorter than its 8-byte header "
+                         f"length)")
+    try:
+        with safe_open(file, framework="pt") as f:
+            return {name: (f.get_slice(name).get_dtype(), tuple(f.get_slice(name).get_shape())) for name in f.keys()}
+    except SafetensorError as e:
+        raise ValueError(f"{file} is not a valid .safetensors file (truncated, damaged or another format: "
+                         f"{str(e).removeprefix('Error while deserializing header: ')})") from None
 
 
-def widest_float_dtype(headers: dict) -> torch.dtype:
-    """The widest floating dtype among the tensors: the model is built in it, so no weight is rounded."""
-    found = {SAFETENSORS_DTYPES.get(e[0]) for h in headers.values() for e in h.values()}
-    for dtype in (torch.float64, torch.float32, torch.bfloat16, torch.float16):
-        if dtype in found:
-            return dtype
-    raise ValueError("the checkpoint holds no floating-point tensor this loader reads (F64/F32/BF16/F16)")
+def read_hf_tensor(file: str, name: str) -> torch.Tensor:
+    """One tensor of a .safetensors file. The file is mapped for this tensor alone and closed again, so a loading
+    process never holds a whole file's pages beside the model (its peak stays near the model's own size)."""
+    from safetensors import safe_open
+    with safe_open(file, framework="pt") as f:
+        return f.get_tensor(name)
 
 
-def hf_tensor_targets(config: GPTConfig, arch: str) -> dict:
-    """Hugging Face tensor name (prefix "model." / "transformer." stripped) -> (this model's parameter,
-    its rows the tensor fills -- None for all of them --, transpose). q, k and v fill row ranges of
-    the fused c_attn; GPT-2 stores Conv1D weights as (in, out), so they are transposed."""
-    whole = lambda name, transpose=False: (name, None, transpose)
-    t = {}
-    if arch == "GPT2LMHeadModel":
-        t.update({name: whole("transformer." + name) for name in ("wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias")})
-        for i in range(config.n_layer):
-            o = f"transformer.h.{i}."
-            for name in ("ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias", "attn.c_attn.bias", "attn.c_proj.bias",
-                         "mlp.c_fc.bias", "mlp.c_proj.bias"):
-                t[f"h.{i}.{name}"] = whole(o + name)
-            for name in ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"):
-                t[f"h.{i}.{name}"] = whole(o + name, transpose=True)
-    else:
-        t.update({"embed_tokens.weight": whole("transformer.wte.weight"), "norm.weight": whole("transformer.ln_f.weight")})
-        q, k, v = qkv_sizes(config)
-        rows = dict(q=slice(0, q), k=slice(q, q + k), v=slice(q + k, q + k + v))
-        for i in range(config.n_layer):
-            p, o = f"layers.{i}.", f"transformer.h.{i}."
-            for kind in ["weight"] + (["bias"] if config.qkv_bias or config.attn_bias else []):
-                for proj in "qkv":
-                    t[p + f"self_attn.{proj}_proj.{kind}"] = (o + f"attn.c_attn.{kind}", rows[proj], False)
-            for kind in ["weight"] + (["bias"] if config.attn_bias else []):
-                t[p + f"self_attn.o_proj.{kind}"] = whole(o + f"attn.c_proj.{kind}")
-            if config.qk_norm:
-                t[p + "self_attn.q_norm.weight"] = whole(o + "attn.q_norm.weight")
-                t[p + "self_attn.k_norm.weight"] = whole(o + "attn.k_norm.weight")
-            t[p + "input_layernorm.weight"] = whole(o + "ln_1.weight")
-            t[p + "post_attention_layernorm.weight"] = whole(o + "ln_2.weight")
-            for hf_name, ours in (("up_proj", "c_fc"), ("gate_proj", "c_gate"), ("down_proj", "c_proj")):
-                for kind in ["weight"] + (["bias"] if config.mlp_bias else []):
-                    t[p + f"mlp.{hf_name}.{kind}"] = whole(o + f"mlp.{ours}.{kind}")
-    if not config.tie_embeddings:
-        t["lm_head.weight"] = whole("lm_head.weight")
-    return t
+# The LLaMA family's names for this model's modules; GPT-2 checkpoints use this model's own names.
+LLAMA_NAMES = {"ln_1": "input_layernorm", "ln_2": "post_attention_layernorm", "attn.c_proj": "self_attn.o_proj",
+               "attn.q_norm": "self_attn.q_norm", "attn.k_norm": "self_attn.k_norm", "mlp.c_fc": "mlp.up_proj",
+               "mlp.c_gate": "mlp.gate_proj", "mlp.c_proj": "mlp.down_proj",
+               "transformer.wte": "embed_tokens", "transformer.ln_f": "norm", "lm_head": "lm_head"}
+GPT2_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
-def _hf_skipped(name: str, config: GPTConfig) -> bool:
-    """Tensors that are not weights of the forward pass: GPT-2's causal-mask buffers, old checkpoints'
-    RoPE tables, and a tied model's saved copy of its embedding."""
-    return (name.endswith((".attn.bias", ".attn.masked_bias")) and name.startswith("h.")) or \
-        name.endswith("rotary_emb.inv_freq") or (name == "lm_head.weight" and config.tie_embeddings)
+def hf_tensor_targets(model: GPT, arch: str) -> dict:
+    """Hugging Face tensor name (its prefix "model." / "transformer." stripped) -> (this model's parameter, the
+    rows of it the tensor fills -- None for all of them --, transpose). GPT-2 stores its Conv1D weights as
+    (in, out): transposed. The LLaMA family stores q, k and v apart: row ranges of the fused c_attn."""
+    targets = {}
+    for name in dict(model.named_parameters()):
+        layer = re.fullmatch(r"transformer\.h\.(\d+)\.(.+)\.(weight|bias)", name)
+        if arch == "GPT2LMHeadModel":
+            targets[name.removeprefix("transformer.")] = (name, None, name.endswith(GPT2_CONV1D))
+        elif layer is None:                                  # embedding, final norm, LM head
+            module, kind = name.rsplit(".", 1)
+            targets[f"{LLAMA_NAMES[module]}.{kind}"] = (name, None, False)
+        elif layer[2] == "attn.c_attn":
+            ends = list(itertools.accumulate(qkv_sizes(model.config)))
+            for proj, start, end in zip("qkv", [0] + ends, ends):
+                targets[f"layers.{layer[1]}.self_attn.{proj}_proj.{layer[3]}"] = (name, slice(start, end), False)
+        else:
+            targets[f"layers.{layer[1]}.{LLAMA_NAMES[layer[2]]}.{layer[3]}"] = (name, None, False)
+    return targets
 
 
 def plan_hf_weights(model: GPT, headers: dict, arch: str, where: str) -> list:
-    """Check every tensor of the safetensors headers against `model` (which may live on the meta device)
-    before any weight is read: a missing, unknown, misshapen or mis-sized tensor is an error naming it.
-    Returns the reads: (file, HF name, parameter name, rows, transpose, dtype, offset, nbytes)."""
-    config = model.config
-    targets = hf_tensor_targets(config, arch)
-    params = dict(model.named_parameters())
-    rows_filled = {name: 0 for name in params}
+    """Every tensor of the headers checked against `model` (on any device, meta too) before a weight is read: a
+    missing, unknown, misshapen or twice-stored one is an error naming it. -> [(file, name, ours, rows, transpose)]"""
+    targets, params = hf_tensor_targets(model, arch), dict(model.named_parameters())
     prefix = "transformer." if arch == "GPT2LMHeadModel" else "model."
-    plan = []
+    plan = {}
     for file, header in headers.items():
-        for hf_name, (kind, shape, offset, nbytes) in header.items():
-            name = hf_name[len(prefix):] if hf_name.startswith(prefix) else hf_name
-            if _hf_skipped(name, config):
-                continue
-            if name not in targets:
-                raise ValueError(f"{where}: tensor {hf_name!r} is not part of a {arch} with this config.json")
-            if kind not in SAFETENSORS_DTYPES or not SAFETENSORS_DTYPES[kind].is_floating_point:
+        for hf_name, (kind, shape) in header.items():
+            name = hf_name.removeprefix(prefix)
+            if name.endswith((".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq")) \
+                    or name == "lm_head.weight" and model.config.tie_embeddings:
+                continue       # not weights: GPT-2's mask buffers, old RoPE tables, a tied head's saved copy
+            if name not in targets or name in plan:
+                raise ValueError(f"{where}: tensor {hf_name!r} is " + ("stored twice" if name in plan else
+                                 f"not part of a {arch} with this config.json"))
+            if kind not in SAFETENSORS_FLOATS:
                 raise ValueError(f"{where}: tensor {hf_name!r} has dtype {kind}; only F64/F32/BF16/F16 load")
             param_name, rows, transpose = targets[name]
-            dest = params[param_name][rows] if rows is not None else params[param_name]
+            dest = params[param_name] if rows is None else params[param_name][rows]
             want = tuple(dest.shape[::-1] if transpose else dest.shape)
             if shape != want:
-                raise ValueError(f"{where}: tensor {hf_name!r} has shape {list(shape)}, config.json implies {list(want)}")
-            dtype = SAFETENSORS_DTYPES[kind]
-            if math.prod(shape) * dtype.itemsize != nbytes:
-                raise ValueError(f"{where}: the header of {file} gives tensor {hf_name!r} {nbytes} bytes for "
-                                 f"{kind} {list(shape)}; the file is damaged")
-            rows_filled[param_name] += dest.shape[0]
-            plan.append((file, hf_name, param_name, rows, transpose, dtype, offset, nbytes))
-    missing = [n for n, p in params.items() if rows_filled[n] != p.shape[0]]
+                raise ValueError(f"{where}: tensor {hf_name!r} has shape {list(shape)}, config.json implies "
+                                 f"{list(want)}")
+            plan[name] = (file, hf_name, param_name, rows, transpose)
+    missing = [f"{prefix}{name} ({targets[name][0]})" for name in targets if name not in plan]
     if missing:
-        raise ValueError(f"{where}: the tensors for {missing[:5]}{' ...' if len(missing) > 5 else ''} of a {arch} "
-                         f"are missing from the checkpoint (or stored twice)")
-    return plan
+        raise ValueError(f"{where}: the tensor(s) {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} "
+                         f"of a {arch} are missing from the checkpoint")
+    return list(plan.values())
 
 
 @torch.no_grad()
@@ -1139,138 +953,27 @@ def load_hf_weights(model: GPT, headers: dict, arch: str, where: str) -> None:
     """Fill every parameter of `model` from the safetensors files, one tensor at a time, after
     plan_hf_weights has checked them all."""
     params = dict(model.named_parameters())
-    handles = {}
-    try:
-        plan = plan_hf_weights(model, headers, arch, where)
-        for file, hf_name, param_name, rows, transpose, dtype, offset, nbytes in plan:
-            fh = handles.get(file) or handles.setdefault(file, open(file, "rb"))
-            dest = params[param_name][rows] if rows is not None else params[param_name]
-            fh.seek(offset)
-            if dtype == dest.dtype and not transpose and dest.device.type == "cpu" and dest.is_contiguous():
-                buf = dest                                   # read straight into the parameter
-            else:
-                buf = torch.empty(tuple(dest.shape[::-1]) if transpose else tuple(dest.shape), dtype=dtype)
-            if fh.readinto(memoryview(buf.view(torch.uint8).numpy()).cast("B")) != nbytes:
-                raise ValueError(f"{where}: {file} ends inside tensor {hf_name!r}; the file is truncated")
-            if buf is not dest:
-                dest.copy_(buf.T if transpose else buf)
-    finally:
-        for fh in handles.values():
-            fh.close()
+    for file, hf_name, param_name, rows, transpose in plan_hf_weights(model, headers, arch, where):
+        dest = params[param_name][rows] if rows is not None else params[param_name]
+        t = read_hf_tensor(file, hf_name)
+        dest.copy_(t.T if transpose else t)
 
 
-# ----------------------------------------------------------------------------- tokenizers
-
-def get_tokenizer(name: str):
-    """(encode, decode, vocab_size) for "bytes" (UTF-8 bytes, vocab 256, offline), "gpt2" (tiktoken
-    BPE), or a Hugging Face directory holding tokenizer.json (the `tokenizers` library). Each library is
-    imported only here, only when asked for. No special tokens are added: --bos does that explicitly."""
-    if name == "bytes":
-        return (lambda text: list(text.encode("utf-8")),
-                lambda ids: bytes(int(i) for i in ids).decode("utf-8", errors="replace"), 256)
-    if name == "gpt2":
-        import tiktoken                    # only for GPT-2's tokenizer (it downloads its files)
-        try:
-            enc = tiktoken.get_encoding("gpt2")   # downloads the BPE files unless TIKTOKEN_CACHE_DIR has them
-        except Exception as e:
-            raise OSError("tiktoken could not load the GPT-2 BPE files (offline?). Point TIKTOKEN_CACHE_DIR "
-                          "at a cache that holds them, or use --tokenizer bytes") from e
-        return (lambda text: enc.encode_ordinary(text)), enc.decode, enc.n_vocab
-    file = os.path.join(name, "tokenizer.json") if os.path.isdir(name) else name
-    if not os.path.isfile(file):
-        raise FileNotFoundError(f"no tokenizer {name!r}: give bytes, gpt2, or a directory with tokenizer.json"
-                                + (f" ({name} has none)" if os.path.isdir(name) else ""))
-    from tokenizers import Tokenizer       # optional dependency: pip install tokenizers
-    try:
-        tok = Tokenizer.from_file(file)
-    except Exception as e:                 # the Rust library raises its own exception type
-        raise ValueError(f"{file} is not a readable tokenizer.json ({str(e)[:120]})") from None
-    return ((lambda text: tok.encode(text, add_special_tokens=False).ids), tok.decode,
-            tok.get_vocab_size(with_added_tokens=True))
-
-
-# ----------------------------------------------------------------------------- command line
-
-SEED_LIMIT = 2 ** 63            # seeds lie in [0, 2^63): numpy and torch take no other
-
-
-def seed_int(s: str) -> int:
-    """An argparse type for seeds: an integer in [0, SEED_LIMIT)."""
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a seed is an integer, got {s!r}") from None
-    if not 0 <= v < SEED_LIMIT:
-        raise argparse.ArgumentTypeError(f"a seed lies in [0, 2^63), got {v}")
-    return v
-
-
-def check_output(path: str, flag: str = "--out") -> str:
-    """An output directory given on the command line, checked before any work: not empty, not a file, and
-    not under a file."""
-    if not path:
-        raise ValueError(f"{flag} is empty; give a directory")
-    here = os.path.abspath(path)
-    while here and not os.path.exists(here):
-        here = os.path.dirname(here)
-    if os.path.exists(path) and not os.path.isdir(path) or (here and not os.path.isdir(here)):
-        culprit = here if here != os.path.abspath(path) else path
-        raise FileExistsError(f"{flag} {path}: {culprit} is a file, not a directory")
-    return path
-
-
-def parse_bool(s: str) -> bool:
-    low = str(s).lower()
-    if low in ("1", "true", "on", "yes"):
-        return True
-    if low in ("0", "false", "off", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected on/off, got {s!r}")
-
-
-def add_config_flags(parser: argparse.ArgumentParser, default_model: Optional[str] = "gpt2-nano") -> None:
-    """--model PRESET plus one flag per GPTConfig knob (--n_layer 4, --calibration attenuate, ...).
-    Knobs left unset are None, so a caller can tell which ones were given."""
-    parser.add_argument("--model", default=default_model, help=f"preset: {', '.join(PRESETS)}")
-    group = parser.add_argument_group("config knobs (override the preset)")
-    for f in dataclasses.fields(GPTConfig):
-        if f.name in CHOICES:
-            group.add_argument(f"--{f.name}", choices=CHOICES[f.name], default=None)
-        elif f.type is bool:
-            group.add_argument(f"--{f.name}", type=parse_bool, default=None, metavar="on|off")
-        else:
-            kind = float if f.type is float else int
-            group.add_argument(f"--{f.name}", type=kind, default=None, metavar=kind.__name__.upper())
-
-
-def config_overrides(args: argparse.Namespace) -> dict:
-    """The config knobs given on the command line (those not None)."""
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(GPTConfig)
-            if getattr(args, f.name, None) is not None}
-
-
-def config_from_flags(args: argparse.Namespace) -> GPTConfig:
-    return get_config(args.model, **config_overrides(args))
-
+# ----------------------------------------------------------------------------- python model.py
 
 def main(argv=None):
+    """The presets with their parameter counts, or one model loaded with what loading it cost (common.report_load).
+    The command line follows the project's conventions (common.py); imported, model.py needs none of them."""
+    from common import ArgumentParser, DTYPES, check_output, lock_dir, print_table, provenance, report_load, write_json
     parser = ArgumentParser(prog="model.py", description="List the presets with their parameter counts, or load "
                             "one model and report what loading it cost.")
     parser.add_argument("model", nargs="?", help="a train.py checkpoint or a Hugging Face directory to load")
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default=None,
-                        help="load in this dtype (default: the checkpoint's own)")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), help="load in this dtype (default: the checkpoint's own)")
     parser.add_argument("--out", default="out/model", help="directory for presets.json / load.json")
     args = parser.parse_args(argv)
     check_output(args.out)
-    if args.model:
-        if not os.path.exists(args.model):
-            raise FileNotFoundError(f"no model at {args.model!r}: give a train.py checkpoint or a Hugging Face directory")
-        if args.dtype:
-            check_dtype_runs(torch.device("cpu"), DTYPES[args.dtype])
-        res = report_load(args.model, args.dtype)
-        with lock_dir(args.out):
-            write_json(os.path.join(args.out, "load.json"), dict(res, provenance=provenance("cpu", args.dtype)))
-        return res
+    if args.model is not None:
+        return report_load(args.model, args.dtype, args.out)
     rows = {}
     for name, cfg in PRESETS.items():
         with torch.device("meta"):   # shapes only: no memory, no init
@@ -1279,391 +982,11 @@ def main(argv=None):
                           vocab=cfg.vocab_size, context=cfg.block_size, params=model.num_params(),
                           params_non_embedding=model.num_params(include_embeddings=False))
     print_table([dict(preset=name, **row) for name, row in rows.items()])
-    path = os.path.join(args.out, "presets.json")
+    presets = {name: dict(config=dataclasses.asdict(PRESETS[name]), **row) for name, row in rows.items()}
     with lock_dir(args.out):
-        write_json(path, {name: dict(config=dataclasses.asdict(PRESETS[name]), **row) for name, row in rows.items()}
-                   | dict(provenance=provenance()))
-    print(f"wrote {path}")
-
-
-def report_load(path: str, dtype: Optional[str]) -> dict:
-    """Load one model and report its config, parameter count, load time and the growth of the process's
-    peak resident memory against the size of the weight files (Unix: resource.getrusage)."""
-    import resource                  # Unix only
-    kib = 1 if sys.platform == "darwin" else 1024          # ru_maxrss is bytes on macOS, KiB on Linux
-    files = [os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors")] \
-        if os.path.isdir(path) else [path]
-    size = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
-    before, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * kib, time.time()
-    model = load_model(path, dtype=getattr(torch, dtype) if dtype else None)
-    seconds, grown = time.time() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * kib - before
-    p = next(model.parameters())
-    res = dict(model=path, params=model.num_params(), dtype=str(p.dtype).replace("torch.", ""), seconds=seconds,
-               file_bytes=size, peak_rss_growth_bytes=grown, ratio=grown / size if size else None,
-               config=dataclasses.asdict(model.config))
-    print(f"{path}: {res['params']:,} parameters in {res['dtype']}, loaded in {seconds:.1f} s; peak memory grew by "
-          f"{grown / 2**30:.2f} GiB for {size / 2**30:.2f} GiB of weight files ({res['ratio']:.3f}x)")
-    return res
-
-
-# ----------------------------------------------------------------------------- plumbing shared by the scripts
-# Every script imports model.py, so the few helpers they all need live here once: copying model.py and
-# one script is enough to run it.
-
-# Dense bf16 peak of known GPUs (flop/s), matched as a substring of torch.cuda.get_device_name, more
-# specific names first: MFU = achieved flop/s / this. train.py's --peak_tflops overrides it.
-BF16_PEAK_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12,
-                   "A10G": 70e12, "RTX 4090": 165e12}
-
-
-def forward_flops(model: "GPT", seq_len: int, logits_positions: int = 1) -> float:
-    """Forward flops of one sequence of T = seq_len tokens, 2 per multiply-add, as the probes' and fingerprints'
-    TFLOP/s and MFU count them:
-      - each weight matrix once per token (embedding lookups, biases and norm gains are not matmuls);
-      - 4 H hd per attended (query, key) pair and layer: its score and its weighted value. Causal attention
-        attends T (T + 1) / 2 pairs (fewer with a sliding window); uniform attention is a running sum, no matmul;
-      - the LM head on `logits_positions` positions (1: the last only, as the probes; 0: none, a fingerprint).
-    train.py's MFU counts as nanoGPT does instead (PaLM's 6 N + 12 L H hd T), so the two compare."""
-    cfg = model.config
-    tables = [model.transformer.wte.weight]                        # read by lookup (and a head: below)
-    tables += [model.transformer.wpe.weight] if "wpe" in model.transformer else []
-    tables += [model.lm_head.weight] if model.lm_head is not None else []
-    matrices = sum(p.numel() for p in model.parameters() if p.dim() == 2 and not any(p is t for t in tables))
-    w = min(cfg.sliding_window or seq_len, seq_len)
-    pairs = w * (w + 1) // 2 + (seq_len - w) * w                  # sum over t of min(t, w) keys
-    attends = cfg.sublayers != "mlp" and cfg.attention != "uniform"
-    attention = 4 * cfg.n_layer * cfg.n_head * cfg.head_dim * pairs if attends else 0
-    return 2 * matrices * seq_len + attention + logits_positions * 2 * cfg.n_embd * cfg.vocab_size
-
-
-def peak_flops(device) -> Optional[float]:
-    """The bf16 peak of `device` from BF16_PEAK_FLOPS, or None (CPU, unknown GPU)."""
-    if torch.device(device).type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((peak for key, peak in BF16_PEAK_FLOPS.items() if key in name), None)
-
-
-def atomic_write(path: str, write) -> None:
-    """write(tmp) to a temp file beside `path`, flush it to disk, then rename it into place: a run killed
-    at any moment leaves the old file or the new one, never half a file. For everything a script saves."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def write_json(path: str, obj) -> None:
-    def dump(tmp):
-        with open(tmp, "w") as fh:
-            json.dump(obj, fh, indent=2)
-    atomic_write(path, dump)
-
-
-STARTED = time.time()            # when this process imported model.py: the wall time of a run starts here
-
-
-def code_version() -> Optional[dict]:
-    """The git commit of this file's repository and whether tracked files differ from it; None outside one."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}      # a status that never takes index.lock from a user's commit
-    git = lambda *a: subprocess.run(["git", "-C", here, *a], capture_output=True, text=True, timeout=10, env=env)
-    try:
-        commit = git("rev-parse", "HEAD")
-        if commit.returncode != 0:
-            return None
-        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
-        return dict(commit=commit.stdout.strip(), dirty=bool(dirty))
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-CODE_VERSION = code_version()    # read as the process starts: a long run is recorded as the code it ran, not as
-                                 # whatever the repository holds when it writes its results
-
-
-def provenance(device=None, dtype=None, started: float = None) -> dict:
-    """How a result was made, so that every number can be traced to its run: the command line, the git commit
-    of the code (with a dirty flag) where there is a repository, the versions of torch and numpy, the device's
-    name, the dtype, the thread count, the date and the wall time so far (since `started`, a time.time(), where
-    one process makes several results, e.g. an experiment's training runs; else since the process started).
-    The commit is the one checked out when the process started (CODE_VERSION)."""
-    device = torch.device(device) if device is not None else None
-    if device is not None and device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-    else:
-        name = platform.processor() or platform.machine()
-        if os.path.isfile("/proc/cpuinfo"):
-            with open("/proc/cpuinfo") as fh:
-                name = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), name)
-    return dict(command=" ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]), git=CODE_VERSION,
-                torch=str(torch.__version__), numpy=str(numpy.__version__), device=str(device) if device is not None else None, device_name=name,
-                dtype=str(dtype).replace("torch.", "") if dtype is not None else None, threads=torch.get_num_threads(),
-                date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                wall_seconds=round(time.time() - (STARTED if started is None else started), 1))
-
-
-def update_results(path: str, results: dict, device=None, dtype=None) -> None:
-    """Merge `results` into the JSON file at `path`, keeping the entries other runs wrote. Its "provenance" maps
-    each entry to how it was made (the command, the code's commit, the machine: provenance())."""
-    old = read_json(path, "results") if os.path.isfile(path) else {}
-    old = old if isinstance(old, dict) else {}
-    how = provenance(device, dtype)
-    made = {**old.get("provenance", {}), **{k: how for k in results}}        # entry -> the run that wrote it
-    write_json(path, {**old, **jsonable(results), "provenance": made})
-    print(f"wrote {path}")
-
-
-def jsonable(obj):
-    """numpy scalars and arrays, tuples and non-string keys -> plain JSON values."""
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if hasattr(obj, "tolist"):            # numpy / torch arrays and scalars
-        return obj.tolist()
-    return obj
-
-
-def figure(*subplots, figsize=(5, 3.5)):
-    """(matplotlib.pyplot, fig, axes) on the Agg backend (no display needed)."""
-    import matplotlib                # only where a figure is drawn: importing it costs a second
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(*subplots, figsize=figsize)
-    return plt, fig, axes
-
-
-def save_figure(fig, path: str) -> None:
-    import matplotlib.pyplot as plt
-    fig.tight_layout()
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format=os.path.splitext(path)[1][1:] or "png"))
-    plt.close(fig)
-    print(f"wrote {path}")
-
-
-def print_table(rows: list, floats: str = "{:.4g}") -> None:
-    """Print a list of dicts as aligned columns (the keys of the first row are the header)."""
-    if not rows:
-        return
-    cols = list(rows[0])
-    cell = lambda v: floats.format(v) if isinstance(v, float) else "-" if v is None else str(v)
-    cells = [[cell(r.get(c)) for c in cols] for r in rows]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
-    print("  ".join(c.rjust(w) for c, w in zip(cols, widths)))
-    for r in cells:
-        print("  ".join(v.rjust(w) for v, w in zip(r, widths)))
-
-
-class Progress:
-    """`label: done/total (rate/s, ETA m:ss)` on stderr, at most every `every` seconds."""
-
-    def __init__(self, total: int, label: str, unit: str = "", every: float = 5.0):
-        self.total, self.label, self.unit, self.every = total, label, unit, every
-        self.done, self.t0, self.last = 0, time.time(), time.time()
-
-    def update(self, n: int = 1) -> None:
-        self.done += n
-        now = time.time()
-        if now - self.last >= self.every or self.done == self.total:
-            self.last = now
-            rate = self.done / max(now - self.t0, 1e-9)
-            eta = (self.total - self.done) / rate if rate > 0 else float("inf")
-            print(f"  {self.label}: {self.done:,}/{self.total:,} {self.unit} ({rate:,.1f}/s, ETA "
-                  f"{int(eta // 60)}:{int(eta % 60):02d})", file=sys.stderr, flush=True)
-
-
-# ----------------------------------------------------------------------------- one convention for every script
-# Bad input is refused before any work, in one line on stderr that says what is wrong and what to do,
-# with exit code 2; a traceback only when BORN_BIASED_DEBUG=1 asks for one. An error that is not bad input
-# (a bug) is one line too, exit code 1, and says how to get its traceback.
-
-DEBUG_ENV = "BORN_BIASED_DEBUG"
-
-
-def one_line(message) -> str:
-    return " ".join(str(message).split())
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse, but a bad flag is one line (no usage block) and exit code 2, as every other refusal."""
-
-    def error(self, message):
-        sys.stderr.write(f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
-        sys.exit(2)
-
-
-def run_script(main_fn, name: str, argv=None):
-    """Run a script's main under the convention above."""
-    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
-    out_of_memory = "not enough memory ({}); use a smaller model, fewer or shorter sequences, or another --device"
-    try:
-        return main_fn(argv)
-    except KeyboardInterrupt:
-        sys.stderr.write(f"{name}: interrupted\n")
-        sys.exit(130)
-    except Exception as e:
-        if debug:
-            raise
-        if isinstance(e, (OSError, ValueError, FloatingPointError)):     # bad input, a missing file, NaN activations
-            sys.stderr.write(f"{name}: error: {one_line(e)}\n")
-        elif isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(e):
-            sys.stderr.write(f"{name}: error: {out_of_memory.format(one_line(e)[:120])}\n")
-        else:
-            sys.stderr.write(f"{name}: internal error {type(e).__name__}: {one_line(e)} (a bug: rerun with "
-                             f"{DEBUG_ENV}=1 for the traceback and report it)\n")
-            sys.exit(1)
-        sys.exit(2)
-
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def add_device_flags(parser: argparse.ArgumentParser, dtype_help: str, dtype_default: Optional[str] = None) -> None:
-    """--device and --dtype with one vocabulary in every script."""
-    parser.add_argument("--device", default="auto", help="auto (cuda if available, else cpu), cpu, cuda, cuda:N, mps")
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default=dtype_default, help=dtype_help)
-
-
-def resolve_device(name: Optional[str] = "auto") -> torch.device:
-    """The torch.device a --device flag names; one that is unknown or absent on this machine is refused."""
-    name = "auto" if name is None else name
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"--device {name}: this machine has no CUDA device that torch {torch.__version__} can "
-                             f"use; run with --device cpu")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) here")
-    elif device.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise ValueError(f"--device {name}: MPS is not available here; run with --device cpu")
-    elif device.type != "cpu" or device.index:
-        raise ValueError(f"unsupported device {name!r}; use auto, cpu, cuda, cuda:N or mps")
-    return device
-
-
-def check_dtype_runs(device: torch.device, dtype: torch.dtype) -> None:
-    """Refuse a dtype the device cannot run, by running the ops a forward pass uses once on tiny tensors."""
-    try:
-        x = torch.ones(1, 2, 4, 8, device=device, dtype=dtype)
-        y = F.scaled_dot_product_attention(x, x, x, is_causal=True)
-        F.softmax(F.linear(y, torch.ones(8, 8, device=device, dtype=dtype)).float(), dim=-1)
-        torch.rsqrt(x.float().pow(2).mean(-1)).to(dtype).cumsum(-1)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"{device} cannot run {str(dtype).replace('torch.', '')} ({one_line(e)[:100]}); "
-                         f"choose another --dtype") from None
-
-
-_HELD = set()                          # the output directories this process holds locked
-
-
-@contextlib.contextmanager
-def lock_dir(path: str, flag: str = "--out"):
-    """Hold an exclusive lock on the output directory `path` (created if needed) while a run writes there:
-    a second run into it is refused at once, and the first run's files stay as they are. The lock is an
-    flock on the directory itself, so it creates no file and dies with its process, however it ends.
-    Temp files that a killed run left behind (atomic_write's *.tmpPID) are removed once the lock is held;
-    directories made here and still empty when the run stops (it failed before writing) are removed."""
-    check_output(path, flag)
-    if os.path.realpath(path) in _HELD:              # this process holds it already (a nested writer)
-        yield path
-        return
-    made, parent = [], os.path.abspath(path)
-    while not os.path.exists(parent):
-        made.append(parent)
-        parent = os.path.dirname(parent)
-    os.makedirs(path, exist_ok=True)
-    fd = None
-    try:
-        if fcntl is None:
-            print(f"note: {path} is not locked (no POSIX file locks on this system); run one job per {flag}",
-                  file=sys.stderr)
-        else:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                raise OSError(f"{path} is in use by another run that holds its lock; wait for it to finish, or "
-                              f"choose another {flag}") from None
-        for f in os.listdir(path):
-            if re.fullmatch(r".+\.tmp\d+", f) and os.path.isfile(os.path.join(path, f)):
-                os.remove(os.path.join(path, f))
-        _HELD.add(os.path.realpath(path))
-        yield path
-    finally:
-        _HELD.discard(os.path.realpath(path))
-        if fd is not None:
-            os.close(fd)                 # closing the descriptor releases the lock
-        for d in made:                   # innermost first
-            if os.path.isdir(d) and not os.listdir(d):
-                os.rmdir(d)
-
-
-TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")      # what torchrun sets for every process it starts
-
-
-def torchrun_rank() -> tuple:
-    """(rank, world size, local rank) of a process that torchrun started; (0, 1, 0) for a plain `python` run.
-    An environment that sets some of torchrun's variables but not all is refused: it is neither."""
-    present = [k for k in TORCHRUN_VARS if k in os.environ]
-    if not present:
-        return 0, 1, 0
-    if len(present) < len(TORCHRUN_VARS):
-        missing = [k for k in TORCHRUN_VARS if k not in present]
-        raise ValueError(f"{', '.join(present)} set but not {', '.join(missing)}: start multi-process runs with "
-                         f"torchrun, or unset {', '.join(present)} for a plain run")
-    return tuple(int(os.environ[k]) for k in TORCHRUN_VARS)
-
-
-def rank_device(device: torch.device) -> torch.device:
-    """The device this process runs on, made current: under torchrun a CUDA job puts rank r on cuda:LOCAL_RANK
-    (one process per GPU); anything else is `device` itself. Refused before any group forms: more processes
-    per node than GPUs (NCCL would fail later and less clearly), and a GPU index under torchrun (the local
-    rank chooses the GPU; CUDA_VISIBLE_DEVICES chooses which GPUs the job sees)."""
-    _, _, local = torchrun_rank()
-    if device.type != "cuda" or "RANK" not in os.environ:
-        return device
-    if device.index is not None:
-        raise ValueError(f"--device {device}: under torchrun each process takes cuda:LOCAL_RANK; pass --device cuda "
-                         f"(and CUDA_VISIBLE_DEVICES to choose the GPUs)")
-    if local >= torch.cuda.device_count():
-        raise ValueError(f"torchrun started local rank {local}, but this machine has {torch.cuda.device_count()} "
-                         f"CUDA device(s): one process per GPU, so lower --nproc_per_node")
-    torch.cuda.set_device(local)         # before any CUDA work, so no rank makes a context on GPU 0
-    return torch.device("cuda", local)
-
-
-def join_process_group(device: torch.device) -> bool:
-    """Under torchrun, join the job's process group and return True; a plain run joins nothing (False).
-    NCCL for a CUDA device (rank_device has made this rank's GPU current), gloo otherwise. A one-process
-    torchrun job joins a group of one, so a single GPU runs the same code path (DDP, gathers) as eight.
-    Pair with leave_process_group()."""
-    if "RANK" not in os.environ:
-        return False
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return True
-
-
-def leave_process_group() -> None:
-    """End a torchrun job's process group with every rank at once. A rank that tears gloo down while another
-    still works (rank 0 writing results.json) can abort at exit ("terminate called without an active
-    exception", SIGABRT); the barrier makes the ranks leave together."""
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+        write_json(os.path.join(args.out, "presets.json"), presets | dict(provenance=provenance()))
 
 
 if __name__ == "__main__":
+    from common import run_script
     run_script(main, "model.py")

@@ -27,11 +27,12 @@ import math
 import os
 import time
 
-# model.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from model import (ArgumentParser, DTYPES, GPT, Progress, add_config_flags, add_device_flags, check_dtype_runs,
-                   check_output, config_from_flags, figure, forward_flops, join_process_group, leave_process_group,
-                   lock_dir, parse_bool, peak_flops, print_table, random_batches, rank_device, resolve_device,
-                   run_script, save_figure, seed_int, torchrun_rank, update_results)
+# common.py first: before torch is imported, it checks the requirements (and answers --help without them)
+from common import (ArgumentParser, DTYPES, Progress, add_config_flags, add_device_flags, check_dtype_runs,
+                    check_output, config_from_flags, figure, join_process_group, leave_process_group, lock_dir,
+                    parse_bool, peak_flops, print_table, random_batches, rank_device, resolve_device, run_script,
+                    save_figure, seed_int, torchrun_rank, update_results)
+from model import GPT, forward_flops
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -190,7 +191,8 @@ def position_variance(model: GPT, inputs: torch.Tensor, batch_size: int = 32) ->
     device = next(model.parameters()).device
     key = "embeds" if inputs.is_floating_point() else "idx"
     for i in range(0, len(inputs), batch_size):
-        h = torch.stack(model.trace(**{key: inputs[i:i + batch_size].to(device)}, head_out=True)["head_out"], 1).double()
+        h = torch.stack(model.trace(**{key: inputs[i:i + batch_size].to(device)},
+                                    head_out=True)["head_out"], 1).double()
         s1 = h.sum(0) if s1 is None else s1 + h.sum(0)
         s2 = (h ** 2).sum(0) if s2 is None else s2 + (h ** 2).sum(0)
         n += h.shape[0]
@@ -212,8 +214,8 @@ DERIVED = {
     "mlp0": {"relu": dict(MLP0, activation="relu"), "tanh": dict(MLP0, activation="tanh"),
              "mlp-only": dict(sublayers="mlp")},
     "layernorm": {"with norm": dict(sublayers="mlp"), "without norm": dict(sublayers="mlp", norm="none")},
-    "table3": {"MLP0": dict(MLP0, activation="relu", n_layer=1), "MLP0 -> MLP0": dict(MLP0, activation="relu", n_layer=2),
-               "Attn0": dict(ATTN0, n_layer=1)},
+    "table3": {"MLP0": dict(MLP0, activation="relu", n_layer=1),
+               "MLP0 -> MLP0": dict(MLP0, activation="relu", n_layer=2), "Attn0": dict(ATTN0, n_layer=1)},
     "intra": {"softmax": dict(sublayers="attn", residual=False, attention="softmax"),
               "uniform": dict(sublayers="attn", residual=False, attention="uniform")},
     "variance": {"one block": dict(n_layer=1)},
@@ -262,7 +264,8 @@ def report_table1(args, config, res):
     k = 50
     for label, counts in res["hist"].items():
         ax.bar(np.arange(k), np.asarray(counts)[:k], alpha=0.5, label=label)
-    ax.plot(np.arange(k), uniform_baseline(args.sequences, config.vocab_size)[:k], "r--", label="uniform draws (baseline)")
+    ax.plot(np.arange(k), uniform_baseline(args.sequences, config.vocab_size)[:k], "r--",
+            label="uniform draws (baseline)")
     ax.set(yscale="log", xlabel="rank of predicted token", ylabel="count of argmax next token")
     ax.set_title(f"{args.model} at init: argmax next token, {args.sequences} random sequences", fontsize=10)
     ax.legend(fontsize=8)
@@ -334,7 +337,8 @@ def exp_mlp0(args, config):
     theory_curve = [theory.mlp0_cosine(layer) for layer in range(config.n_layer + 1)]
     print(f"Fig 5: inter-sequence cosine through MLP blocks, {args.model} width, Gaussian inputs")
     print_table(_layer_rows(stacks, extra={"ReLU theory": theory_curve}))
-    _plot_layers(args, "fig5_mlp0.png", stacks, "Fig 5: MLP0 with ReLU vs tanh (same weights)", theory_curve=theory_curve)
+    _plot_layers(args, "fig5_mlp0.png", stacks, "Fig 5: MLP0 with ReLU vs tanh (same weights)",
+                 theory_curve=theory_curve)
     return dict(stacks=stacks, theory=theory_curve)
 
 
@@ -365,7 +369,8 @@ def exp_layernorm(args, config):
             res[label]["gelu_layer1"] = dict(std=stds[0], mean_over_sd=m / math.sqrt(m2 - m * m),
                                              mlp0_cosine=theory.gelu_mlp0_cosine(stds[0]))
     print(f"Fig 6: MLP pre-activation std per layer, MLP-only {args.model}, Gaussian inputs (embedding scale)")
-    print_table([dict(norm=label, **{f"L{i + 1}": f"{s:.3f}" for i, s in enumerate(r["preact_std"])}) for label, r in res.items()])
+    print_table([dict(norm=label, **{f"L{i + 1}": f"{s:.3f}" for i, s in enumerate(r["preact_std"])})
+                 for label, r in res.items()])
     if config.activation in ("gelu", "gelu_tanh"):
         print_table([dict(norm=label, gelu_input_std=f"{r['gelu_layer1']['std']:.3f}",
                           gelu_output_mean_over_sd=f"{r['gelu_layer1']['mean_over_sd']:.4f}",
@@ -425,7 +430,8 @@ def exp_intra(args, config, lengths=(64, 1024), n_seq=16):
         res[T] = curves
         print(f"Fig 8: intra-sequence cosine, n = {T}, {n_seq} sequences, {args.model} attention-only, no residual")
         print_table([dict(layer=layer + 1, softmax=f"{curves['softmax']['mean'][layer]:.4f}",
-                          uniform=f"{curves['uniform']['mean'][layer]:.4f}", Attn0=f"{curves['Attn0 theory'][layer]:.4f}")
+                          uniform=f"{curves['uniform']['mean'][layer]:.4f}",
+                          Attn0=f"{curves['Attn0 theory'][layer]:.4f}")
                      for layer in range(config.n_layer)])
     plt, fig, ax = figure(figsize=(6, 4))
     x = np.arange(1, config.n_layer + 1)
@@ -486,7 +492,8 @@ def exp_seed_dependence(args, config):
         rows.append(dict(seed=seed, counts=counts, **token_preference(counts)))
     same = bool(np.array_equal(rows[0]["counts"], rows[-1]["counts"]))
     distinct = len({r["top1_id"] for r in rows[:-1]})
-    print(f"Seed dependence: {args.model}, embedding seed {args.embed_seed}, {args.sequences} sequences of {args.seq_len[0]}")
+    print(f"Seed dependence: {args.model}, embedding seed {args.embed_seed}, "
+          f"{args.sequences} sequences of {args.seq_len[0]}")
     print_table([dict(seed=r["seed"], top1_id=r["top1_id"], freq=f"{100 * r['top1_freq']:.2f}%",
                       log10_p=f"{r['log10_p']:.1f}") for r in rows])
     print(f"  {distinct} distinct top-1 ids over {len(rows) - 1} seeds; seed {args.seeds[0]} twice gives identical "
@@ -543,8 +550,9 @@ def exp_bench(args, config):
     bare = bare_matmul_seconds(model, args.batch_size, T, batches)
     print(f"bench: {batches * args.batch_size} x {T} tokens: probe {r['seconds']:.2f} s, bare matmuls {bare:.2f} s, "
           f"ratio {r['seconds'] / bare:.2f} ({r['tokens_per_s']:,.0f} tok/s, {r['tflops']:.2f} TFLOP/s)")
-    return dict(seconds=r["seconds"], bare_matmul_seconds=bare, ratio=r["seconds"] / bare, tokens_per_s=r["tokens_per_s"],
-                tflops=r["tflops"], mfu=r["mfu"], sequences=batches * args.batch_size, seq_len=T)
+    return dict(seconds=r["seconds"], bare_matmul_seconds=bare, ratio=r["seconds"] / bare,
+                tokens_per_s=r["tokens_per_s"], tflops=r["tflops"], mfu=r["mfu"], sequences=batches * args.batch_size,
+                seq_len=T)
 
 
 def _plot_layers(args, name, curves: dict, title: str, theory_curve=None):
@@ -572,8 +580,8 @@ EXPERIMENTS = tuple(PER_SEED) + tuple(WHOLE)
 
 
 def main(argv=None):
-    parser = ArgumentParser(prog="probe.py", description="What a transformer is born with: token preference and contraction "
-                                                 "on random inputs (paper Sections 3-5).")
+    parser = ArgumentParser(prog="probe.py", description="What a transformer is born with: token preference and "
+                                                 "contraction on random inputs (paper Sections 3-5).")
     add_config_flags(parser)
     parser.add_argument("--exp", nargs="+", default=["table1"], choices=EXPERIMENTS + ("all",),
                         help="which tables / figures to make (default table1)")

@@ -47,12 +47,12 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-# model.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from model import (ArgumentParser, DTYPES, GPT, GPTConfig, LLAMA_KNOBS, Progress, add_config_flags, add_device_flags,
-                   atomic_write, check_dtype_runs, check_output, check_file_weights_finite, config_overrides, figure,
-                   forward_flops, get_config, get_tokenizer, load_model, lock_dir, parse_bool, peak_flops, print_table,
-                   qkv_sizes, random_batches, read_model_config, resolve_device, run_script, save_figure, seed_int,
-                   update_results, write_checkpoint)
+# common.py first: before torch is imported, it checks the requirements (and answers --help without them)
+from common import (ArgumentParser, DTYPES, Progress, add_config_flags, add_device_flags, atomic_write,
+                    check_dtype_runs, check_file_weights_finite, check_output, config_overrides, figure, load_model,
+                    lock_dir, parse_bool, peak_flops, print_table, random_batches, read_model_config, resolve_device,
+                    run_script, save_checkpoint, save_figure, seed_int, update_results)
+from model import GPT, GPTConfig, LLAMA_KNOBS, forward_flops, get_config, qkv_sizes
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -176,10 +176,11 @@ class SeedPrintResult:
         how = (f"aligned (B's coordinates matched to A's{', with signs,' if self.signed else ''} on held-out "
                f"inputs, {self.moved} moved), then " if self.aligned else "")
         what = ("RELATED (a shared initialization, or, in this aligned mode, training on the same data: README)"
-                if self.related and self.aligned else "RELATED (shared initialization)" if self.related else "unrelated")
-        return (f"{what}: {how}dimension-permutation test of mean tau {self.mean_tau:+.4f} over |S| = {self.n_identity} "
-                f"identity dimensions (k = {self.k}), N = {self.n_inputs}: p_perm {self.p_perm:.3g}, p_overlap "
-                f"{self.p_overlap:.3g}, combined p {self.p:.3g} vs alpha {ALPHA}")
+                if self.related and self.aligned else "RELATED (shared initialization)" if self.related
+                else "unrelated")
+        return (f"{what}: {how}dimension-permutation test of mean tau {self.mean_tau:+.4f} over "
+                f"|S| = {self.n_identity} identity dimensions (k = {self.k}), N = {self.n_inputs}: p_perm "
+                f"{self.p_perm:.3g}, p_overlap {self.p_overlap:.3g}, combined p {self.p:.3g} vs alpha {ALPHA}")
 
 
 def check_options(k: int = 400, rank_by: str = "smallest", set_mode: str = "coset", temperature: float = 10.0,
@@ -391,12 +392,14 @@ def fingerprint_all(models: list, cache_dir: str = None, device="cpu", dtype: st
             out.append([fingerprint(m, **opts) for opts in sets])
             continue
         if not isinstance(m, (str, GPT, Recipe)):
-            raise TypeError(f"expected a GPT, a path, a Recipe, a callable or a fingerprint array, got {type(m).__name__}")
+            raise TypeError(f"expected a GPT, a path, a Recipe, a callable or a fingerprint array, "
+                            f"got {type(m).__name__}")
         identity = weights_identity(m) if isinstance(m, str) else m.key if isinstance(m, Recipe) else None
         row, model = [], m if isinstance(m, GPT) else None
         for opts in sets:
             key = json.dumps(dict(weights=identity, device=str(device), dtype=str(dtype), options=opts,
-                                  autocast="bf16" if str(device).startswith("cuda") else None, version=3), sort_keys=True)
+                                  autocast="bf16" if str(device).startswith("cuda") else None, version=3),
+                             sort_keys=True)
             file = os.path.join(cache_dir, hashlib.sha256(key.encode()).hexdigest()[:20] + ".npz") \
                 if cache_dir and identity is not None else None
             if file and os.path.isfile(file):
@@ -523,7 +526,8 @@ def _copy(model: GPT, config=None) -> GPT:
 
 def _matrices(model: GPT, embeddings: bool = True):
     """(name, parameter) of every weight matrix; embeddings=False: those of the blocks only."""
-    return [(n, p) for n, p in model.named_parameters() if p.dim() == 2 and (embeddings or n.startswith("transformer.h."))]
+    return [(n, p) for n, p in model.named_parameters()
+            if p.dim() == 2 and (embeddings or n.startswith("transformer.h."))]
 
 
 @torch.no_grad()
@@ -772,8 +776,8 @@ def _run(args, name, seed, data, steps=None, init_from=None, data_seed=None):
                             knobs={} if init_from else {**LLAMA_KNOBS, **args.knobs}, init_seed=seed,
                             embed_seed=seed, data_seed=args.data_seed if data_seed is None else data_seed,
                             init_from=init_from, batch_size=args.batch_size, max_steps=steps or args.steps,
-                            lr=args.lr, warmup=min(30, (steps or args.steps) // 10), ckpt_every=args.ckpt_every, eval_every=0,
-                            log_every=50, device=args.device)
+                            lr=args.lr, warmup=min(30, (steps or args.steps) // 10), ckpt_every=args.ckpt_every,
+                            eval_every=0, log_every=50, device=args.device)
     train.ensure(cfg)
     return out_dir
 
@@ -814,8 +818,8 @@ def _init_file(args, seed):
     if not os.path.isfile(path):
         meta = train.load_data(_data(args, args.corpus))["meta"]
         cfg = get_config(args.model, **{**LLAMA_KNOBS, **args.knobs, "vocab_size": meta["vocab_size"]})
-        write_checkpoint(path, build(cfg, seed, seed), seeds=dict(init_seed=seed, embed_seed=seed),
-                         tokenizer=meta["tokenizer"])
+        save_checkpoint(path, build(cfg, seed, seed), seeds=dict(init_seed=seed, embed_seed=seed),
+                        tokenizer=meta["tokenizer"])
     return path
 
 
@@ -892,7 +896,8 @@ def exp_fig11(args):
     dims = biased_dims(H0, min(args.top, H0.shape[1]))
     rows = []
     for (step, p_own), (_, p_other) in zip(own, other):
-        c_own, c_other = dimension_correlations(H0, _fp(args, p_own), dims), dimension_correlations(H0, _fp(args, p_other), dims)
+        c_own, c_other = (dimension_correlations(H0, _fp(args, p_own), dims),
+                          dimension_correlations(H0, _fp(args, p_other), dims))
         rows.append(dict(step=step, own_mean=float(c_own.mean()), own_std=float(c_own.std()),
                          other_mean=float(c_other.mean()), other_std=float(c_other.std())))
     plt, fig, ax = figure()
@@ -912,7 +917,7 @@ def _base_checkpoint(args) -> tuple:
     path = os.path.join(args.out, "derivatives", "base.pt")
     base = load_model(args.base, dtype=torch.float32).eval()
     if not os.path.isfile(path):
-        write_checkpoint(path, base, tokenizer=args.base)
+        save_checkpoint(path, base, tokenizer=args.base)
     return base, path
 
 
@@ -967,14 +972,16 @@ def exp_derivatives(args):
         (f"continued training on brown ({args.deriv_steps} steps)", True, continued, False),
         ("vocabulary extension (+1024 tokens)", True, R("vocab1024", lambda: extend_vocab(base, 1024)), False),
         ("permuted residual basis", True, R("perm", lambda: permute_residual(base, 1)), True),
-        ("signed permutation of the residual basis", True, R("perm_signs", lambda: permute_residual(base, 1, 0.5)), True),
+        ("signed permutation of the residual basis", True,
+         R("perm_signs", lambda: permute_residual(base, 1, 0.5)), True),
         ("negated, permuted residual basis", True, R("perm_negated", lambda: permute_residual(base, 1, 1.0)), True),
         ("permuted MLP units", True, R("mlpperm", lambda: permute_mlp(base, 1)), True),
         ("rotated residual stream (QuaRot)", True, R("rotate", lambda: rotate_residual(base, 1)), True),
         *[(f"fresh init, seed {sd}", False, Recipe(f"init|{json.dumps(dataclasses.asdict(cfg))}|{sd}",
                                                    lambda sd=sd: build(cfg, sd, sd), cfg), False) for sd in (1, 2, 3)],
         *[(f"from scratch, seed {sd} ({args.deriv_steps} steps)", False,
-           _base_run(args, f"scratch_seed{sd}", _base_data(args, "shakespeare"), seed=sd, lr=1e-3), False) for sd in (1, 2)],
+           _base_run(args, f"scratch_seed{sd}", _base_data(args, "shakespeare"), seed=sd, lr=1e-3), False)
+          for sd in (1, 2)],
     ]
     args.vocab = V                                   # every model sees ids below the base's vocabulary
     rows = []
@@ -1025,8 +1032,10 @@ def exp_fpr(args):
     for s in trained_seeds:
         pairs += [(_ckpts(runs[s])[0][1], p, "init vs its checkpoint", True) for _, p in _ckpts(runs[s])[1:]]
     for s in trained_seeds[:args.fpr_descendants]:
-        child = _ckpts(_run(args, f"seed{s}_on_{args.corpus2}", s, data2, steps=args.steps // 2, init_from=final[s]))[-1][1]
-        pairs += [(final[s], child, "base vs continual descendant", True), (inits[s], child, "init vs continual descendant", True)]
+        child = _ckpts(_run(args, f"seed{s}_on_{args.corpus2}", s, data2, steps=args.steps // 2,
+                            init_from=final[s]))[-1][1]
+        pairs += [(final[s], child, "base vs continual descendant", True),
+                  (inits[s], child, "init vs continual descendant", True)]
     flip = 0.5 if signs_keep_function(read_model_config(inits[seeds[0]])) else 0.0     # signs: not with LayerNorm
     pairs += [(a, Recipe(f"permuted{flip}|{json.dumps(weights_identity(b))}",
                          lambda b=b: permute_residual(load_model(b), 1, flip), read_model_config(b)),
@@ -1037,9 +1046,11 @@ def exp_fpr(args):
     for a, b, kind, truth in pairs:
         r, aligned = _verdicts(args, a, b)
         HA, HB = _fps(args, a)[0], _fps(args, b)[0]
-        other = seedprint_test(HA, HB, k=args.k, set_mode="base" if args.set_mode == "coset" else "coset", reference=False)
+        other = seedprint_test(HA, HB, k=args.k, set_mode="base" if args.set_mode == "coset" else "coset",
+                               reference=False)
         results.append(dict(kind=kind, related=truth, permuted=kind.endswith("permuted"), S=r.n_identity,
-                            mean_tau=r.mean_tau, **{t: getattr(r, t) for t in tests if t not in ("p_base", "p_aligned")},
+                            mean_tau=r.mean_tau,
+                            **{t: getattr(r, t) for t in tests if t not in ("p_base", "p_aligned")},
                             p_base=other.p if args.set_mode == "coset" else r.p, p_aligned=aligned.p,
                             tau_aligned=aligned.mean_tau, moved=aligned.moved))
         bar.update()
@@ -1075,8 +1086,8 @@ def rate_summary(unrelated: list, related: list, permuted: list = ()) -> dict:
 def exp_inits(args):
     """Calibration where the truth is known by construction: --fpr_inits fresh inits (seeds from --fpr_seed0)
     of one architecture -- --base's, or the model flags' --, every pair unrelated. The FPR of the verdict, of
-    its two parts alone (p_perm, p_overlap), of the aligned verdict (with --align on), with 95% intervals; for each false
-    positive, which part made it: the permutation test, the overlap, or their Fisher combination alone."""
+    its two parts alone (p_perm, p_overlap), of the aligned verdict (with --align on), with 95% intervals; for each
+    false positive, which part made it: the permutation test, the overlap, or their Fisher combination alone."""
     cfg = read_model_config(args.base) if args.base else get_config(args.model, **{**LLAMA_KNOBS, **args.knobs})
     seeds = list(range(args.fpr_seed0, args.fpr_seed0 + args.fpr_inits))
     args.vocab = cfg.vocab_size
@@ -1093,7 +1104,8 @@ def exp_inits(args):
             results.append(dict(a=seeds[i], b=seeds[j], S=r.n_identity, mean_tau=r.mean_tau, z_perm=r.z_perm, p=r.p,
                                 p_perm=r.p_perm,
                                 p_overlap=r.p_overlap, p_aligned=aligned.p if aligned else float("nan"),
-                                made_by="-" if r.p >= ALPHA else "p_perm and p_overlap" if max(r.p_perm, r.p_overlap) < ALPHA
+                                made_by="-" if r.p >= ALPHA
+                                else "p_perm and p_overlap" if max(r.p_perm, r.p_overlap) < ALPHA
                                 else "p_perm" if r.p_perm < ALPHA else "p_overlap" if r.p_overlap < ALPHA
                                 else "their Fisher combination alone"))
     table = [dict(test=t, **rate_summary([r[t] for r in results], []))
@@ -1235,7 +1247,8 @@ def main(argv=None):
     p.add_argument("models", nargs="*", help="two or more train.py checkpoints or Hugging Face directories (base "
                    "first); with more than two, every pair is tested, Holm-adjusted, and the models grouped by lineage")
     p.add_argument("--exp", choices=EXPERIMENTS + OTHER_EXPERIMENTS + ("all",), default=None,
-                   help="all = the paper's tables, fig11, fpr and baselines; derivatives (needs --base) and inits run alone")
+                   help="all = the paper's tables, fig11, fpr and baselines; derivatives (needs --base) and inits "
+                   "run alone")
     p.add_argument("--sequences", type=int, default=2000, help="random input sequences N")
     p.add_argument("--seq_len", type=int, default=64, help="tokens per input (the paper: 1024)")
     p.add_argument("--input_seed", type=seed_int, default=0)
@@ -1244,13 +1257,14 @@ def main(argv=None):
     p.add_argument("--set_mode", choices=("coset", "base"), default="coset")
     p.add_argument("--align", type=parse_bool, default=False, metavar="on|off",
                    help="match B's coordinates to A's (a signed permutation) on held-out inputs first: sees "
-                   "through a permutation of the residual basis, signs flipped or not, but also calls models trained on the same data from other inits related; its "
-                   "false-positive rate is measured, not exact (README)")
+                   "through a permutation of the residual basis, signs flipped or not, but also calls models trained "
+                   "on the same data from other inits related; its false-positive rate is measured, not exact (README)")
     add_device_flags(p, "load the models in this dtype (default: each checkpoint's own; float32 on CPU is exact)")
     p.add_argument("--out", default="out/seedprint")
     g = p.add_argument_group("experiments (small models trained here)")
     add_config_flags(p, default_model="tiny")
-    g.add_argument("--corpus", default="shakespeare", help="pretraining corpus: a named corpus of train.py, or a text file")
+    g.add_argument("--corpus", default="shakespeare",
+                   help="pretraining corpus: a named corpus of train.py, or a text file")
     g.add_argument("--corpus2", default="brown", help="continual-training corpus (Table 5)")
     g.add_argument("--tokenizer", choices=("bytes", "gpt2"), default="gpt2")
     g.add_argument("--data_from", default=None, help="offline: a directory holding the corpora (train.py --from)")
@@ -1282,11 +1296,11 @@ def main(argv=None):
     check_output(args.out)
     if args.base:
         if not os.path.isdir(args.base):
-            raise FileNotFoundError(f"--base {args.base}: a Hugging Face directory is wanted (config.json, *.safetensors"
-                                    f"{', tokenizer.json' if args.exp == 'derivatives' else ''})")
+            raise FileNotFoundError(f"--base {args.base}: a Hugging Face directory is wanted (config.json, "
+                                    f"*.safetensors{', tokenizer.json' if args.exp == 'derivatives' else ''})")
         read_model_config(args.base)
         if args.exp == "derivatives":
-            get_tokenizer(args.base)                   # its corpora are tokenized by the base's own tokenizer
+            train.get_tokenizer(args.base)                   # its corpora are tokenized by the base's own tokenizer
             check_file_weights_finite(args.base)
     for name in ("steps", "ckpt_every", "batch_size", "top", "fpr_inits", "deriv_steps"):
         if getattr(args, name) < 1:
@@ -1324,7 +1338,8 @@ def run(args) -> None:
         seconds = time.time() - t0
         if len(args.models) == 2:
             r = res["results"][(0, 1)]
-            print(f"{r.explain()}\n(reference tests: p_t {r.p_t:.3g}, p_u {r.p_u:.3g}, p_z {r.p_z:.3g}) [{seconds:.1f} s]")
+            print(f"{r.explain()}\n(reference tests: p_t {r.p_t:.3g}, p_u {r.p_u:.3g}, p_z {r.p_z:.3g}) "
+                  f"[{seconds:.1f} s]")
             results = {"compare": dict(a=args.models[0], b=args.models[1], **dataclasses.asdict(r), seconds=seconds)}
         else:
             results = {"matrix": report_matrix(args, res, seconds)}

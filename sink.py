@@ -28,12 +28,12 @@ import json
 import math
 import os
 
-# model.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from model import (ArgumentParser, DTYPES, GPT, LLAMA_KNOBS, Progress, add_config_flags, add_device_flags,
-                   check_dtype_runs, check_output, check_token_ids, config_overrides, figure, get_config,
-                   get_tokenizer, load_model, lock_dir, one_line, parse_bool, print_table, random_batches,
-                   read_checkpoint, read_json, read_model_config, resolve_device, run_script, save_figure, seed_int,
-                   update_results, write_json)
+# common.py first: before torch is imported, it checks the requirements (and answers --help without them)
+from common import (ArgumentParser, DTYPES, Progress, add_config_flags, add_device_flags, check_dtype_runs,
+                    check_output, config_overrides, figure, load_model, lock_dir, one_line, parse_bool, print_table,
+                    random_batches, read_json, read_model_config, resolve_device, run_script, save_figure, seed_int,
+                    update_results, write_json)
+from model import GPT, LLAMA_KNOBS, get_config, read_checkpoint
 import numpy as np
 import torch
 
@@ -262,6 +262,15 @@ def read_ids(path: str) -> np.ndarray:
     raise ValueError(f"{path}: token ids are read from .npy or train.py .bin files")
 
 
+
+def check_token_ids(idx: torch.Tensor, vocab_size: int, where: str = "the input") -> torch.Tensor:
+    """Token ids must index the embedding table; checked once where data enters (one host sync)."""
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= vocab_size):
+        raise ValueError(f"token ids of {where} must lie in [0, {vocab_size}); got min {int(idx.min())}, max "
+                         f"{int(idx.max())} -- is it tokenized for this model's vocabulary?")
+    return idx
+
+
 def model_inputs(args, model: GPT, path: str, T: int) -> torch.Tensor:
     """The sequences of the command line: random tokens (default), --text through the model's own
     tokenizer, or --ids; --bos on prepends the model's bos_token_id. Range-checked once, here."""
@@ -278,7 +287,7 @@ def input_stream(args, path: str) -> np.ndarray:
     key = (args.text, args.ids, args.tokenizer, path)
     if getattr(args, "_stream", (None,))[0] != key:
         if args.text:
-            encode = get_tokenizer(args.tokenizer or model_tokenizer(path))[0]
+            encode = train.get_tokenizer(args.tokenizer or model_tokenizer(path))[0]
             args._stream = key, np.array(encode(train.read_text(text_file(args.text, args.data_from))), dtype=np.int64)
         else:
             args._stream = key, read_ids(args.ids)
@@ -292,13 +301,13 @@ def calibration_text(args) -> np.ndarray:
     if getattr(args, "_calibration_text", None) is None:
         if args.ids:           # the vocabulary of prepared data is in its meta.json: no tokenizer to load
             meta = prepared_train_text(args)
-            vocab = meta["vocab_size"] if meta else get_tokenizer(args.tokenizer)[2]
+            vocab = meta["vocab_size"] if meta else train.get_tokenizer(args.tokenizer)[2]
             ids = read_ids(args.ids)
             if len(ids) and (ids.min() < 0 or ids.max() >= vocab):
                 raise ValueError(f"--ids {args.ids} holds ids in [{ids.min()}, {ids.max()}], outside the "
                                  f"{args.tokenizer} vocabulary of {vocab} the models are trained on")
         else:
-            encode = get_tokenizer(args.tokenizer)[0]
+            encode = train.get_tokenizer(args.tokenizer)[0]
             ids = np.array(encode(train.read_text(text_file(args.text or "wikitext2", args.data_from))), dtype=np.int64)
         args._calibration_text = ids
     return args._calibration_text
@@ -341,12 +350,14 @@ def model_tokenizer(path: str) -> str:
         return path
     name = read_checkpoint(path, mmap=True).get("tokenizer")   # the metadata only: no weights read
     if not isinstance(name, str):
-        raise ValueError(f"{path} does not record its tokenizer; pass --tokenizer (bytes, gpt2, or a tokenizer.json dir)")
+        raise ValueError(f"{path} does not record its tokenizer; pass --tokenizer "
+                         f"(bytes, gpt2, or a tokenizer.json dir)")
     return name
 
 
 def bos_token_id(path: str) -> int:
-    bos = read_json(os.path.join(path, "config.json"), "config.json").get("bos_token_id") if os.path.isdir(path) else None
+    bos = (read_json(os.path.join(path, "config.json"), "config.json").get("bos_token_id")
+           if os.path.isdir(path) else None)
     if bos is None:
         raise ValueError(f"{path} names no bos_token_id (config.json); run with --bos off")
     if isinstance(bos, bool) or not isinstance(bos, int) or bos < 0:
@@ -417,7 +428,8 @@ def exp_interventions(args) -> dict:
         later = slice(args.layer + 1, None)                 # the layers after the edit
         mean = lambda xs: float(np.mean(xs[later]))
         print(f"k={k:>3}: alpha_k in layers > {args.layer}: baseline {mean(run['baseline']):.4f} | mask edit "
-              f"{mean(run['mask_edit']):.4f} (sink rate {run['sink_rate_baseline']:.1f}% -> {run['sink_rate_mask_edit']:.1f}%)")
+              f"{mean(run['mask_edit']):.4f} (sink rate {run['sink_rate_baseline']:.1f}% -> "
+              f"{run['sink_rate_mask_edit']:.1f}%)")
         for lam in args.lambdas:
             print(f"        lam {lam:>4g}: amplify ({args.mu} mean) {mean(run[f'amplify x{lam:g}']):.4f} | "
                   f"plain scaling {mean(run[f'scale x{lam:g}']):.4f}")
@@ -636,7 +648,8 @@ def _plot_testbed(args, res):
         ax.scatter([i] * len(v["runs"]), [r["rate"] for r in v["runs"]], alpha=0.7, zorder=3)
         ax.errorbar([i], [v["rate_mean"]], [v["rate_std"]], fmt="k_", capsize=8, zorder=2)
     ax.set(xticks=range(len(names)), ylabel=f"sink rate (%), eps = {args.eps}", ylim=(-3, 103),
-           title=f"testbed: {'BOS documents' if args.bos else 'no BOS'}, {len(res['variants'][names[0]]['runs'])} seeds")
+           title=f"testbed: {'BOS documents' if args.bos else 'no BOS'}, "
+                 f"{len(res['variants'][names[0]]['runs'])} seeds")
     ax.set_xticklabels(names, rotation=30, ha="right")
     save_figure(fig, os.path.join(args.out, "testbed.png"))
 
@@ -655,8 +668,8 @@ def exp_calibration(args) -> dict:
         cfg = train.TrainConfig(data=data, out_dir=out_dir, model=args.model, knobs={**LLAMA_KNOBS, **args.knobs,
                                 **VARIANTS[name]}, init_seed=args.seeds[0], data_seed=args.data_seed,
                                 batch_size=args.batch_size, max_steps=args.steps, lr=args.lr,
-                                weight_decay=args.weight_decay, ckpt_every=args.steps, eval_every=args.steps, log_every=50,
-                                device=args.device, micro_batch=args.micro_batch, compile=args.compile)
+                                weight_decay=args.weight_decay, ckpt_every=args.steps, eval_every=args.steps,
+                                log_every=50, device=args.device, micro_batch=args.micro_batch, compile=args.compile)
         train.ensure(cfg)
         path = train.list_checkpoints(out_dir)[-1][1]
         model = load_model(path, device=args.device).eval()
@@ -818,7 +831,8 @@ def check_args(p, args) -> None:
             raise ValueError(f"{args.model_path} has no attention layers (sublayers=mlp): no sink to measure")
         too_long = [T for T in args.lengths if T > cfg.block_size]
         if too_long:
-            raise ValueError(f"--lengths {too_long[0]} exceeds the context of {args.model_path} ({cfg.block_size} tokens)")
+            raise ValueError(f"--lengths {too_long[0]} exceeds the context of {args.model_path} "
+                             f"({cfg.block_size} tokens)")
         if args.bos:
             bos_token_id(args.model_path)                   # refuses a model that names no BOS
         if args.text or args.ids:                           # read once: enough windows for every length?

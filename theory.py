@@ -23,8 +23,8 @@ import math
 import os
 import time
 
-if __name__ == "__main__":     # the command line needs model.py: it checks the requirements first (and answers
-    from model import check_requirements    # noqa: F401 (--help without them); the maths needs numpy, scipy only
+if __name__ == "__main__":     # the command line follows common.py, which checks the requirements first (and
+    import common              # noqa: F401 -- answers --help without them); the maths needs numpy, scipy only
 import numpy as np
 from scipy import integrate
 from scipy.special import comb, gammaln
@@ -306,7 +306,7 @@ def attn0_quality_at_init(preset: str = "gpt2-nano", seq_len: int = 256, batch: 
 # ----------------------------------------------------------------------------- the script
 
 def main(argv=None):
-    from model import ArgumentParser, check_output, lock_dir, print_table, seed_int, update_results   # plumbing
+    from common import ArgumentParser, check_output, lock_dir, print_table, seed_int, update_results
     parser = ArgumentParser(prog="theory.py", description="Every closed form of the paper beside Monte Carlo; "
                             "figures under --out.")
     parser.add_argument("--quick", action="store_true", help="smaller Monte Carlo, no GPT-2 init check")
@@ -331,7 +331,8 @@ def run_all(args, print_table) -> dict:
     res = {"width": width}
 
     L = 12
-    print(f"Prop 2 / Fig 5: inter-sequence cosine after L MLP0 layers (Monte Carlo: width {width}, {nets} nets x 256 pairs)")
+    print(f"Prop 2 / Fig 5: inter-sequence cosine after L MLP0 layers "
+          f"(Monte Carlo: width {width}, {nets} nets x 256 pairs)")
     relu_mc, relu_se = mlp0_cosine_mc(L, "relu", width, 256, nets, args.seed)
     tanh_mc, tanh_se = mlp0_cosine_mc(L, "tanh", width, 256, nets, args.seed)
     theory = [mlp0_cosine(l) for l in range(1, L + 1)]
@@ -361,11 +362,13 @@ def run_all(args, print_table) -> dict:
         m, m2 = gelu_moments(s)
         mc, se = gelu_mlp0_cosine_mc(s, width=1024, n_pairs=500 if args.quick else 2000, seed=args.seed)
         fig6.append(dict(std=s, mean=m, sd=math.sqrt(m2 - m * m), cos=gelu_mlp0_cosine(s), cos_mc=mc, cos_se=se))
-    print_table([dict(s=r["std"], mean=f"{r['mean']:.2e}", sd=f"{r['sd']:.2e}", mean_over_sd=f"{r['mean'] / r['sd']:.4f}",
-                      cos_theory=f"{r['cos']:.5f}", cos_mc=f"{r['cos_mc']:.5f} +- {r['cos_se']:.5f}") for r in fig6])
+    print_table([dict(s=r["std"], mean=f"{r['mean']:.2e}", sd=f"{r['sd']:.2e}",
+                      mean_over_sd=f"{r['mean'] / r['sd']:.4f}", cos_theory=f"{r['cos']:.5f}",
+                      cos_mc=f"{r['cos_mc']:.5f} +- {r['cos_se']:.5f}") for r in fig6])
     print("In gpt2-nano, LayerNorm gives the MLP input unit variance, so the GELU pre-activation has std\n"
           f"0.02 sqrt(768) = {0.02 * math.sqrt(768):.2f}; without it the input keeps the embedding's 0.02 and the\n"
-          f"pre-activation std is 0.02 x 0.02 x sqrt(768) = {0.02 * 0.02 * math.sqrt(768):.3f}: GELU is then nearly odd.")
+          f"pre-activation std is 0.02 x 0.02 x sqrt(768) = {0.02 * 0.02 * math.sqrt(768):.3f}: "
+          f"GELU is then nearly odd.")
     res["fig6"] = fig6
 
     print("\nProp 5 / Fig 8: intra-sequence cosine (pairs i != j) after L Attn0 layers")
@@ -389,7 +392,8 @@ def run_all(args, print_table) -> dict:
             limit_table.append(dict(n=n_tok, layers=l, exact=ex, continuum=co, gap_ratio=(1 - co) / (1 - ex)))
     print_table([dict(n=n_tok, ln_n=f"{math.log(n_tok):.2f}", **{f"L={r['layers']}": f"{1 - r['exact']:.2e} / "
                                                                   f"{1 - r['continuum']:.2e}"
-                                                                  for r in limit_table if r["n"] == n_tok}) for n_tok in ns])
+                                                                  for r in limit_table if r["n"] == n_tok})
+                 for n_tok in ns])
     res["continuum_limit"] = limit_table
 
     print("\nEq. 2 / Fig 9: variance at position t after L Attn0 layers (unit-variance inputs)")
@@ -397,7 +401,8 @@ def run_all(args, print_table) -> dict:
     est, se = attn0_variance_mc(n_var, 4, width=64, n_seq=64 if args.quick else 256, seed=args.seed)
     print_table([dict(t=t, **{f"L={l} exact / MC": f"{attn0_variance(t, l):.5f} / {est[l - 1, t - 1]:.5f}"
                               for l in (1, 2, 4)}) for t in (1, 2, 8, 64, 256)])
-    print(f"t = 1024: L=2 {attn0_variance(1024, 2):.4e}, L=4 {attn0_variance(1024, 4):.4e}, L=8 {attn0_variance(1024, 8):.4e} "
+    print(f"t = 1024: L=2 {attn0_variance(1024, 2):.4e}, L=4 {attn0_variance(1024, 4):.4e}, "
+          f"L=8 {attn0_variance(1024, 8):.4e} "
           f"(naive 1/t^L: {1024.0 ** -2:.1e}, {1024.0 ** -4:.1e}, {1024.0 ** -8:.1e})")
     res["fig9"] = dict(n=n_var, exact={l: attn0_variance(np.arange(1, n_var + 1), l).tolist() for l in (1, 2, 4)},
                        mc={l: est[l - 1].tolist() for l in (1, 2, 4)})
@@ -414,7 +419,7 @@ def run_all(args, print_table) -> dict:
 
 
 def _figures(out, res, L):
-    from model import figure, save_figure          # the plotting helpers every script shares
+    from common import figure, save_figure          # the plotting helpers every script shares
     layers = np.arange(1, L + 1)
     save = lambda fig, name: save_figure(fig, os.path.join(out, name))
 
@@ -434,7 +439,8 @@ def _figures(out, res, L):
     for n_tok, style in zip(res["fig8"], ("C0", "C1")):
         f8 = res["fig8"][n_tok]
         ax.plot(layers, f8["exact"], "-", color=style, label=f"n={n_tok} exact (A^L)")
-        ax.plot(layers, f8["continuum"], ":", color=style, label=f"n={n_tok} continuum (Gamma)" if n_tok == 64 else None)
+        ax.plot(layers, f8["continuum"], ":", color=style,
+                label=f"n={n_tok} continuum (Gamma)" if n_tok == 64 else None)
         ax.errorbar(layers, f8["mc"], yerr=f8["se"], fmt="o", color=style, ms=4, label=f"n={n_tok} Monte Carlo")
     ax.set_xlabel("Attn0 layers")
     ax.set_ylabel("intra-sequence cosine (i != j)")
@@ -457,5 +463,5 @@ def _figures(out, res, L):
 
 
 if __name__ == "__main__":
-    from model import run_script                   # exit codes and one-line errors, as in every script
+    from common import run_script                   # exit codes and one-line errors, as in every script
     run_script(main, "theory.py")

@@ -35,12 +35,13 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import Optional
 
-# model.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from model import (ArgumentParser, DTYPES, GPT, GPTConfig, Progress, add_config_flags, add_device_flags,
-                   atomic_write, check_dtype_runs, check_output, check_file_weights_finite, config_overrides, figure,
-                   get_config, get_tokenizer, join_process_group, leave_process_group, lock_dir, parse_bool, peak_flops,
-                   provenance, rank_device, read_checkpoint, read_json, resolve_device, run_script, save_figure,
-                   SEED_LIMIT, seed_int, torchrun_rank, write_checkpoint, write_json)
+# common.py first: before torch is imported, it checks the requirements (and answers --help without them)
+from common import (ArgumentParser, DTYPES, Progress, SEED_LIMIT, add_config_flags, add_device_flags, atomic_write,
+                    check_dtype_runs, check_file_weights_finite, check_output, config_overrides, figure,
+                    join_process_group, leave_process_group, lock_dir, parse_bool, peak_flops, provenance,
+                    rank_device, read_json, resolve_device, run_script, save_checkpoint, save_figure, seed_int,
+                    torchrun_rank, write_json)
+from model import GPT, GPTConfig, get_config, read_checkpoint
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -85,7 +86,8 @@ class TrainConfig:
         """Every number in range, each refusal naming its flag."""
         def need(name, ok, what):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not ok(value):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or not ok(value):
                 raise ValueError(f"--{name} must be {what}, got {value!r}")
         for name in ("batch_size", "max_steps", "ckpt_every", "eval_sequences"):
             need(name, lambda v: v == int(v) and v >= 1, "an integer >= 1")
@@ -215,6 +217,34 @@ def download(url: str) -> bytes:
     return b"".join(chunks)
 
 
+def get_tokenizer(name: str):
+    """(encode, decode, vocab_size) for "bytes" (UTF-8 bytes, vocab 256, offline), "gpt2" (tiktoken
+    BPE), or a Hugging Face directory holding tokenizer.json (the `tokenizers` library). Each library is
+    imported only here, only when asked for. No special tokens are added: --bos does that explicitly."""
+    if name == "bytes":
+        return (lambda text: list(text.encode("utf-8")),
+                lambda ids: bytes(int(i) for i in ids).decode("utf-8", errors="replace"), 256)
+    if name == "gpt2":
+        import tiktoken                    # only for GPT-2's tokenizer (it downloads its files)
+        try:
+            enc = tiktoken.get_encoding("gpt2")   # downloads the BPE files unless TIKTOKEN_CACHE_DIR has them
+        except Exception as e:
+            raise OSError("tiktoken could not load the GPT-2 BPE files (offline?). Point TIKTOKEN_CACHE_DIR "
+                          "at a cache that holds them, or use --tokenizer bytes") from e
+        return (lambda text: enc.encode_ordinary(text)), enc.decode, enc.n_vocab
+    file = os.path.join(name, "tokenizer.json") if os.path.isdir(name) else name
+    if not os.path.isfile(file):
+        raise FileNotFoundError(f"no tokenizer {name!r}: give bytes, gpt2, or a directory with tokenizer.json"
+                                + (f" ({name} has none)" if os.path.isdir(name) else ""))
+    from tokenizers import Tokenizer       # optional dependency: pip install tokenizers
+    try:
+        tok = Tokenizer.from_file(file)
+    except Exception as e:                 # the Rust library raises its own exception type
+        raise ValueError(f"{file} is not a readable tokenizer.json ({str(e)[:120]})") from None
+    return ((lambda text: tok.encode(text, add_special_tokens=False).ids), tok.decode,
+            tok.get_vocab_size(with_added_tokens=True))
+
+
 def encode_in_blocks(encode, text: str, block: int = 1 << 20, progress: Optional[Progress] = None) -> list:
     """encode(text), block by block for a progress line. Blocks end at a newline that follows a non-space
     and precedes a non-space character: GPT-2's pre-tokenizer never joins across such a point, so the
@@ -222,7 +252,8 @@ def encode_in_blocks(encode, text: str, block: int = 1 << 20, progress: Optional
     out, start = [], 0
     while start < len(text):
         end = min(start + block, len(text))
-        while end < len(text) and not (text[end - 1] == "\n" and not text[end - 2].isspace() and not text[end].isspace()):
+        while end < len(text) and not (text[end - 1] == "\n" and not text[end - 2].isspace()
+                                       and not text[end].isspace()):
             end += 1
         out += encode(text[start:end])
         if progress:
@@ -680,9 +711,9 @@ def _train(args: TrainConfig, run: dict) -> dict:
 
     def checkpoint(step):
         if master:
-            write_checkpoint(checkpoint_path(args.out_dir, step), raw, step, optimizer=optimizer.state_dict(),
-                             seeds=seeds, tokenizer=data["meta"]["tokenizer"], args=dataclasses.asdict(args),
-                             rng=dict(cpu=torch.get_rng_state()), init_from=args.init_from, data_meta=data["meta"])
+            save_checkpoint(checkpoint_path(args.out_dir, step), raw, step, optimizer=optimizer.state_dict(),
+                            seeds=seeds, tokenizer=data["meta"]["tokenizer"], args=dataclasses.asdict(args),
+                            rng=dict(cpu=torch.get_rng_state()), init_from=args.init_from, data_meta=data["meta"])
 
     def validate(step):
         loss = evaluate(raw, data["val"], T, args.eval_sequences, micro, rank, world, device, autocast, doc_len)
@@ -794,14 +825,15 @@ def plot_log(log: dict, path: str) -> None:
 
 def parse_args(argv=None) -> TrainConfig:
     d = TrainConfig()
-    p = ArgumentParser(prog="train.py", description="Train a model from a seeded init on prepared data (prepare it first: "
-                                "python train.py prepare --help). --model defaults to tiny, or to the --init_from "
-                                "checkpoint's architecture.")
+    p = ArgumentParser(prog="train.py", description="Train a model from a seeded init on prepared data "
+                                "(prepare it first: python train.py prepare --help). --model defaults to tiny, or to "
+                                "the --init_from checkpoint's architecture.")
     p.add_argument("--data", default=d.data, help="directory made by `train.py prepare`")
     p.add_argument("--out_dir", default=d.out_dir, help="checkpoints ckpt_STEP.pt, log.json, loss.png")
     add_config_flags(p, default_model=None)
     p.add_argument("--init_seed", type=seed_int, default=d.init_seed, help="seed of the transformer blocks")
-    p.add_argument("--embed_seed", type=seed_int, default=d.embed_seed, help="seed of the embeddings and untied LM head")
+    p.add_argument("--embed_seed", type=seed_int, default=d.embed_seed,
+                   help="seed of the embeddings and untied LM head")
     p.add_argument("--data_seed", type=seed_int, default=d.data_seed, help="seed of the batch order")
     p.add_argument("--init_from", default=None, help="start from this checkpoint's weights (continual training)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out_dir from its last checkpoint")
@@ -820,7 +852,8 @@ def parse_args(argv=None) -> TrainConfig:
     p.add_argument("--grad_clip", type=float, default=d.grad_clip, help="0 = off")
     p.add_argument("--ckpt_every", type=int, default=d.ckpt_every, help="checkpoint interval (all are kept)")
     p.add_argument("--eval_every", type=int, default=d.eval_every, help="validation interval (0 = never)")
-    p.add_argument("--eval_sequences", type=int, default=d.eval_sequences, help="validation windows of block_size tokens")
+    p.add_argument("--eval_sequences", type=int, default=d.eval_sequences,
+                   help="validation windows of block_size tokens")
     p.add_argument("--log_every", type=int, default=d.log_every)
     add_device_flags(p, "autocast dtype of the forward pass (weights and optimizer stay float32); default "
                         "bfloat16 on CUDA, float32 elsewhere")
@@ -837,7 +870,8 @@ def parse_args(argv=None) -> TrainConfig:
 def prepare_main(argv):
     p = ArgumentParser(prog="train.py prepare", description="Tokenize corpora into train.bin / val.bin "
                                 "(uint16) and meta.json. Named corpora are fetched from their canonical URL and "
-                                "checked against a sha256: " + ", ".join(f"{k} ({v['url']})" for k, v in CORPORA.items()))
+                                "checked against a sha256: "
+                                + ", ".join(f"{k} ({v['url']})" for k, v in CORPORA.items()))
     p.add_argument("sources", nargs="+", help=f"named corpora ({', '.join(CORPORA)}) or UTF-8 text files, "
                    "joined by a blank line")
     p.add_argument("--out", default=None, help="output directory (default: data/NAME_TOKENIZER)")

@@ -12,7 +12,7 @@ import sys
 
 import torch
 
-from model import run_script
+from common import run_script
 
 
 def cli_error(main, name: str, argv: list, code: int = 2) -> str:
@@ -50,7 +50,8 @@ def torchrun(script: str, flags: list, out: str, out_flag: str = "--out", cwd=No
            *flags, out_flag, str(out)]
     for attempt in range(2):
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
-        if proc.returncode == 0 or GLOO_TEARDOWN_ABORT not in proc.stdout + proc.stderr or "(SIGABRT)" not in proc.stderr:
+        if (proc.returncode == 0 or GLOO_TEARDOWN_ABORT not in proc.stdout + proc.stderr
+                or "(SIGABRT)" not in proc.stderr):
             return proc
         shutil.rmtree(out, ignore_errors=True)
     return proc
@@ -101,7 +102,8 @@ def llama_family(arch, spelling="5.x", rope=None, window=None, head_dim=None, ti
                   p + "mlp.down_proj.weight": r(d, ff), p + "input_layernorm.weight": 1 + r(d),
                   p + "post_attention_layernorm.weight": 1 + r(d)})
         if spec["qkv_bias"]:
-            t.update({p + f"self_attn.{x}_proj.bias": r(n) for x, n in (("q", H * hd), ("k", Hkv * hd), ("v", Hkv * hd))})
+            t.update({p + f"self_attn.{x}_proj.bias": r(n)
+                      for x, n in (("q", H * hd), ("k", Hkv * hd), ("v", Hkv * hd))})
         if spec["o_bias"]:
             t[p + "self_attn.o_proj.bias"] = r(d)
         if mlp_bias:

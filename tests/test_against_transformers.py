@@ -4,10 +4,10 @@ transformers is never a dependency of this project: without it every test here i
 rest of the suite checks the loader against naive forwards written in tests/test_model_hf.py. With it
 (`pip install transformers`), this file builds a tiny random model of each supported family with
 transformers, saves it, loads it with model.py, and compares logits and the final-norm hidden state
-(fp32, eager attention, T = 40); `pytest -s` prints the errors. Each directory is checked as saved (the installed version's config
-spelling) and rewritten into the other spelling (transformers 4.x `rope_theta` / `rope_scaling`, or
-5.x `rope_parameters`). A real checkpoint is compared too when BORN_BIASED_HF_DIR names one (for
-example a SmolLM2-135M directory).
+(fp32, eager attention, T = 40); `pytest -s` prints the errors. Each directory is checked as saved
+(the installed version's config spelling) and rewritten into the other spelling (transformers 4.x
+`rope_theta` / `rope_scaling`, or 5.x `rope_parameters`). A real checkpoint is compared too when
+BORN_BIASED_HF_DIR names one (for example a SmolLM2-135M directory).
 """
 import json
 import os

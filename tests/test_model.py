@@ -1,16 +1,16 @@
 """model.py against independent computations: causality, SDPA vs explicit softmax vs a naive
 loop, RoPE vs complex-number rotation, calibration vs the 1/sqrt(t) law, hand-counted parameters."""
-import argparse
 import itertools
 import math
+import os
 import shutil
 
 import pytest
 import torch
 
 from init import build, init_weights
-from model import (CHOICES, GPT, GPTConfig, PRESETS, SOFTPICK_EPS, add_config_flags, apply_rope, check_token_ids, config_from_flags,
-                   get_config, qkv_sizes, rope_tables)
+from model import CHOICES, GPT, GPTConfig, PRESETS, SOFTPICK_EPS, apply_rope, get_config, qkv_sizes, rope_tables
+from sink import check_token_ids
 
 torch.set_num_threads(2)
 
@@ -58,7 +58,8 @@ def test_causality_every_combination_of_knobs():
     assert not failures, failures[:3]
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(n_kv_head=1, position="rope"), dict(position="learned", qkv_bias=True, bias=False),
+@pytest.mark.parametrize("kw", [dict(), dict(n_kv_head=1, position="rope"),
+                                dict(position="learned", qkv_bias=True, bias=False),
                                 dict(calibration="attenuate", head_norm=True, norm="rmsnorm", activation="swiglu")])
 def test_explicit_softmax_path_equals_sdpa(kw):
     model = build(tiny(**kw), seed=3)
@@ -106,7 +107,8 @@ def test_rope_matches_complex_rotation_and_is_relative():
     z = torch.complex(q[..., : hd // 2].double(), q[..., hd // 2:].double())
     ang = torch.arange(T).double()[:, None] * theta ** (-torch.arange(0, hd, 2).double() / hd)
     zr = z * torch.polar(torch.ones_like(ang), ang)
-    torch.testing.assert_close(apply_rope(q, cos, sin).double(), torch.cat([zr.real, zr.imag], -1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(apply_rope(q, cos, sin).double(), torch.cat([zr.real, zr.imag], -1),
+                               rtol=1e-5, atol=1e-5)
     # shift test: the same q, k vectors placed at (m, n) and at (m + s, n + s) give the same score
     qv, kv = q[0, 0, 0], k[0, 0, 0]
     rq = apply_rope(qv.expand(T, hd)[None, None], cos, sin)[0, 0]
@@ -165,13 +167,13 @@ def test_forward_return_forms():
     model = build(tiny(), seed=0)
     idx = torch.randint(0, 32, (2, 5))
     last, none = model(idx)
-    assert last.shape == (2, 32) and none is None
+    assert last.shape == (2, 1, 32) and none is None           # nanoGPT's shape: logits[:, -1, :] works
     logits, loss = model(idx, idx)
     assert logits.shape == (2, 5, 32) and loss.ndim == 0
     # the loss is the mean cross-entropy over all positions, computed independently here
     ref = -torch.log_softmax(logits, -1).gather(-1, idx[..., None]).mean()
     torch.testing.assert_close(loss, ref)
-    torch.testing.assert_close(last, logits[:, -1])
+    torch.testing.assert_close(last[:, -1, :], logits[:, -1])
     out = model.trace(idx, hidden="last", logits=True)
     assert len(out["hidden"]) == 2 + 2 and out["hidden"][0].shape == (2, 16)
     torch.testing.assert_close(model.unembed(out["hidden"][-1]), out["logits"])
@@ -201,18 +203,6 @@ def test_bad_inputs_name_the_problem():
         model.trace()
     with pytest.raises(ValueError, match="integer token ids"):
         model(torch.zeros(2, 3))
-
-
-def test_config_flags_round_trip():
-    parser = argparse.ArgumentParser()
-    add_config_flags(parser)
-    args = parser.parse_args(["--model", "tiny", "--n_layer", "3", "--calibration", "attenuate",
-                              "--residual", "off", "--norm_eps", "1e-6"])
-    cfg = config_from_flags(args)
-    assert (cfg.n_layer, cfg.calibration, cfg.residual, cfg.norm_eps) == (3, "attenuate", False, 1e-6)
-    assert cfg.n_embd == PRESETS["tiny"].n_embd
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--calibration", "loud"])
 
 
 @pytest.mark.parametrize("attention", ["softmax", "uniform"])
@@ -290,59 +280,11 @@ def test_attn_sink_needs_plain_softmax():
         get_config("tiny", attn_sink=True, attention="softpick")
 
 
-def test_random_inputs_are_the_same_whatever_the_batch_size_and_the_script():
-    from model import random_batches
-    import probe
-    import seedprint
-    import sink
-    for kind, kw in (("tokens", dict(vocab=50)), ("gaussian", dict(width=8, mean=0.5, std=2.0))):
-        whole = torch.cat(list(random_batches(kind, 23, 6, 23, seed=4, **kw)))
-        for b in (1, 5, 64):
-            assert torch.equal(torch.cat(list(random_batches(kind, 23, 6, b, seed=4, **kw))), whole)
-        assert not torch.equal(torch.cat(list(random_batches(kind, 23, 6, 23, seed=5, **kw))), whole)
-    g = torch.cat(list(random_batches("gaussian", 4000, 2, 4000, seed=0, width=4, mean=0.5, std=2.0)))
-    assert g.mean().item() == pytest.approx(0.5, abs=0.05) and g.std().item() == pytest.approx(2.0, rel=0.03)
-    model = build(get_config("tiny", n_layer=1, vocab_size=50), 0).eval()
-    seen = []
-    record = lambda ids: seen.append(ids) or model.trace(ids, hidden="last")["hidden"][-1]
-    seedprint.fingerprint(record, sequences=23, seq_len=6, vocab=50, seed=4, batch_size=5)
-    probe_ids = torch.cat([b["idx"] for b in probe.model_inputs(model, "tokens", 23, 6, 7, seed=4)])
-    assert torch.equal(torch.cat(seen), probe_ids) and torch.equal(sink.random_tokens(50, 23, 6, seed=4), probe_ids)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_random_inputs_are_identical_on_cpu_and_cuda():
-    from model import random_batches
-    for kind, kw in (("tokens", dict(vocab=50)), ("gaussian", dict(width=8))):
-        cpu = torch.cat(list(random_batches(kind, 9, 4, 3, seed=1, **kw)))
-        assert torch.equal(torch.cat([x.cuda() for x in random_batches(kind, 9, 4, 4, seed=1, **kw)]).cpu(), cpu)
-
-
-def test_every_result_and_checkpoint_records_how_it_was_made(tmp_path):
-    import json
-    import sys
-    from model import read_checkpoint, update_results, write_checkpoint
-    update_results(str(tmp_path / "results.json"), dict(a=[1, 2]), device="cpu", dtype=torch.float32)
-    update_results(str(tmp_path / "results.json"), dict(b=dict(x=1)))
-    res = json.load(open(tmp_path / "results.json"))
-    assert res["a"] == [1, 2] and res["b"] == dict(x=1) and set(res["provenance"]) == {"a", "b"}
-    how = res["provenance"]["a"]
-    assert how["command"].split()[1:] == sys.argv[1:] and how["dtype"] == "float32" and how["device"] == "cpu"
-    assert how["torch"] == torch.__version__ and how["threads"] == torch.get_num_threads() and how["wall_seconds"] >= 0
-    assert how["git"] is None or (len(how["git"]["commit"]) == 40 and isinstance(how["git"]["dirty"], bool))
-    write_checkpoint(str(tmp_path / "c.pt"), build(get_config("tiny", n_layer=1), 0), step=3)
-    ckpt = read_checkpoint(str(tmp_path / "c.pt"))
-    assert ckpt["step"] == 3 and ckpt["provenance"]["dtype"] == "float32"
-    import time
-    from model import STARTED, provenance
-    since = provenance(started=time.time() - 2.0)["wall_seconds"]       # one run among several in a process
-    assert 2.0 <= since < 3.0 and provenance()["wall_seconds"] >= round(time.time() - STARTED, 1) - 0.1
-
-
 def test_a_weight_that_overflows_the_asked_dtype_is_refused(tmp_path):
     """load_model checks a checkpoint's weights finite as stored and again as cast: 1e5 is finite in float32
     and inf in float16 (largest 65504)."""
-    from model import load_model, write_checkpoint
+    from common import load_model
+    from model import write_checkpoint
     model = build(get_config("tiny", n_layer=1), 0)
     with torch.no_grad():
         model.transformer.h[0].mlp.c_fc.weight[0, 0] = 1e5
@@ -352,76 +294,10 @@ def test_a_weight_that_overflows_the_asked_dtype_is_refused(tmp_path):
         load_model(tmp_path / "c.pt", dtype=torch.float16)
 
 
-def test_leave_process_group_waits_for_every_rank_then_ends_the_group(tmp_path):
-    """One process as a world of one (gloo, a file store): leaving waits at a barrier (what makes the ranks leave
-    together), then the group ends; leaving without a group is a no-op."""
-    import torch.distributed as dist
-    from model import leave_process_group
-    leave_process_group()                                     # no group: nothing to do
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    assert dist.is_initialized()
-    calls = []
-    real_barrier = dist.barrier
-    dist.barrier = lambda *a, **k: (calls.append("barrier"), real_barrier(*a, **k))
-    try:
-        leave_process_group()
-    finally:
-        dist.barrier = real_barrier
-    assert calls == ["barrier"] and not dist.is_initialized()
-
-
-def test_a_torchrun_rank_runs_on_its_own_gpu_and_more_ranks_than_gpus_are_refused(monkeypatch):
-    """Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK set) a CUDA rank takes cuda:LOCAL_RANK and makes it current; a
-    rank without a GPU of its own, a GPU index under torchrun, and a half-set environment are refused before any
-    group forms; CPU ranks and plain runs keep the device they asked for."""
-    from model import rank_device, torchrun_rank
-    cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    assert torchrun_rank() == (0, 1, 0) and rank_device(cuda) == cuda       # a plain run: untouched
-    current = []
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    monkeypatch.setattr(torch.cuda, "set_device", current.append)
-    monkeypatch.setenv("RANK", "3")
-    with pytest.raises(ValueError, match="RANK set but not WORLD_SIZE, LOCAL_RANK: start multi-process runs with torchrun"):
-        torchrun_rank()
-    monkeypatch.setenv("WORLD_SIZE", "4")
-    monkeypatch.setenv("LOCAL_RANK", "1")
-    assert torchrun_rank() == (3, 4, 1)
-    assert rank_device(cuda) == torch.device("cuda", 1) and current == [1] and rank_device(cpu) == cpu
-    with pytest.raises(ValueError, match="under torchrun each process takes cuda:LOCAL_RANK; pass --device cuda"):
-        rank_device(torch.device("cuda", 0))
-    monkeypatch.setenv("LOCAL_RANK", "2")
-    with pytest.raises(ValueError, match="local rank 2, but this machine has 2 CUDA device.*--nproc_per_node"):
-        rank_device(cuda)
-    assert current == [1]                                   # refused before any device was made current
-
-
-@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-def test_provenance_records_the_commit_the_process_started_on(tmp_path):
-    """A long run records the code it ran: a commit made while it runs does not become its provenance."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-    shutil.copy(Path(__file__).resolve().parents[1] / "model.py", tmp_path)
-    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
-    run = lambda *a: subprocess.run([*git, *a], check=True, capture_output=True, text=True).stdout.strip()
-    run("init", "-q")
-    run("add", "model.py")
-    run("commit", "-q", "--no-verify", "-m", "first")
-    first = run("rev-parse", "HEAD")
-    code = ("import json, subprocess, sys; git = json.loads(sys.argv[2]); sys.path.insert(0, sys.argv[1]); "
-            "import model; open(sys.argv[1] + '/later.txt', 'w').write('x'); "
-            "subprocess.run(git + ['add', 'later.txt'], check=True); "
-            "subprocess.run(git + ['commit', '-q', '--no-verify', '-m', 'later'], check=True); "
-            "print(model.provenance()['git']['commit'])")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path), json.dumps(git)], capture_output=True,
-                         text=True, check=True)
-    assert run("rev-parse", "HEAD") != first and out.stdout.strip() == first
-
-
 FLOP_CASES = {"gpt2 (biases, tied)": ("gpt2-nano", {}), "llama (untied, GQA)": ("llama2-nano", dict(n_kv_head=2)),
-              "head_size 8, GQA": ("llama2-nano", dict(head_size=8, n_kv_head=2)), "gated": ("tiny", dict(attn_gate=True)),
-              "learned positions": ("tiny", dict(position="learned")), "attention only": ("tiny", dict(sublayers="attn")),
+              "head_size 8, GQA": ("llama2-nano", dict(head_size=8, n_kv_head=2)),
+              "gated": ("tiny", dict(attn_gate=True)), "learned positions": ("tiny", dict(position="learned")),
+              "attention only": ("tiny", dict(sublayers="attn")),
               "MLP only": ("tiny", dict(sublayers="mlp")), "uniform": ("tiny", dict(attention="uniform")),
               "sliding window 8": ("llama2-nano", dict(sliding_window=8))}
 
@@ -452,3 +328,50 @@ def test_forward_flops_count_what_torch_counts(case):
     assert counted(hidden="last") == B * (forward_flops(model, T, logits_positions=0) - attention)
     if attends and cfg.sliding_window is None:
         assert counted(attn_probs=True) - counted() == B * 4 * 2 * Hhd * T * T
+
+
+COPIED_ALONE = """
+import sys, torch
+import model                                        # the only project file in this directory
+assert not any(m in sys.modules for m in ("common", "init", "train", "probe", "seedprint", "sink", "theory"))
+assert "torch._dynamo" not in sys.modules           # importing the model does not pay for the compiler
+net = model.GPT(model.get_config("tiny", n_layer=2)).eval()
+ids = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0))
+with torch.no_grad():
+    last, _ = net(ids)
+    logits, loss = net(ids, ids)
+assert last.shape == (2, 1, 512) and torch.isfinite(loss)
+model.write_checkpoint("c.pt", net, step=7, note="copied alone")
+back = model.GPT.from_checkpoint("c.pt").eval()
+assert model.read_checkpoint("c.pt")["note"] == "copied alone"
+with torch.no_grad():
+    assert torch.equal(back(ids, ids)[0], logits)
+hf = model.GPT.from_pretrained(sys.argv[1]).eval()
+with torch.no_grad():
+    out = hf.trace(torch.tensor([[int(a) for a in sys.argv[2:]]]), hidden="last", logits=True)
+print(" ".join(repr(float(v)) for v in out["logits"][0]))
+"""
+
+
+def test_model_py_copied_alone_builds_runs_saves_and_loads_hugging_face(tmp_path):
+    """model.py is the transformer and its weights, copyable alone: in an empty directory, with nothing else of
+    the project importable, it builds a preset, runs forward, writes a checkpoint and reads it back to the same
+    logits, and loads a tiny Hugging Face directory to the logits of the naive float64 forward (conftest)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    from conftest import llama_family, naive_llama_family, write_hf
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "model.py", alone)
+    spec, cfg, t = llama_family("LlamaForCausalLM")
+    write_hf(tmp_path / "hf", cfg, t)
+    ids = torch.randint(0, spec["V"], (1, 9), generator=torch.Generator().manual_seed(1))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", COPIED_ALONE, str(tmp_path / "hf"), *map(str, ids[0].tolist())],
+                         cwd=alone, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    naive_logits = naive_llama_family(spec, t, ids)[0][0, -1]
+    got = torch.tensor([float(v) for v in out.stdout.split()], dtype=torch.float64)
+    torch.testing.assert_close(got, naive_logits, rtol=1e-5, atol=1e-5 * naive_logits.abs().max().item())
+    assert sorted(os.listdir(alone)) == ["c.pt", "model.py"]          # nothing else was needed, or written

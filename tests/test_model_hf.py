@@ -30,7 +30,8 @@ def gpt2_checkpoint(seed=0):
          "transformer.ln_f.weight": 1 + r(d), "transformer.ln_f.bias": r(d)}
     for i in range(L):
         p = f"transformer.h.{i}."
-        t.update({p + "ln_1.weight": 1 + r(d), p + "ln_1.bias": r(d), p + "ln_2.weight": 1 + r(d), p + "ln_2.bias": r(d),
+        t.update({p + "ln_1.weight": 1 + r(d), p + "ln_1.bias": r(d),
+                  p + "ln_2.weight": 1 + r(d), p + "ln_2.bias": r(d),
                   p + "attn.c_attn.weight": r(d, 3 * d), p + "attn.c_attn.bias": r(3 * d),    # Conv1D: (in, out)
                   p + "attn.c_proj.weight": r(d, d), p + "attn.c_proj.bias": r(d),
                   p + "mlp.c_fc.weight": r(d, 4 * d), p + "mlp.c_fc.bias": r(4 * d),
@@ -74,7 +75,8 @@ LLAMA3 = dict(kind="llama3", theta=50000.0, factor=8.0, low_freq_factor=1.0, hig
 FAMILIES = {
     "llama, llama3 RoPE, GQA, biases, head_dim 16 != 32/4": dict(
         arch="LlamaForCausalLM", rope=LLAMA3, head_dim=16, attention_bias=True, mlp_bias=True),
-    "llama, linear RoPE, tied": dict(arch="LlamaForCausalLM", rope=dict(kind="linear", theta=20000.0, factor=4.0), tie=True),
+    "llama, linear RoPE, tied": dict(
+        arch="LlamaForCausalLM", rope=dict(kind="linear", theta=20000.0, factor=4.0), tie=True),
     "mistral, window 5 < T": dict(arch="MistralForCausalLM", window=5),
     "qwen2, q/k/v biases, tied": dict(arch="Qwen2ForCausalLM", tie=True),
     "qwen3, q/k norm, head_dim 12 != 32/4": dict(arch="Qwen3ForCausalLM", head_dim=12),
@@ -103,7 +105,8 @@ def test_the_knobs_the_families_need_are_read_not_defaulted(tmp_path):
     """The reference forwards above would still pass if a knob were silently dropped only when it does
     not matter; check that each one changes the output, so the comparisons are not vacuous."""
     ids = torch.randint(0, 100, (2, 12), generator=torch.Generator().manual_seed(1))
-    for family, change in (("llama, llama3 RoPE, GQA, biases, head_dim 16 != 32/4", dict(rope=dict(LLAMA3, kind="default"))),
+    for family, change in (("llama, llama3 RoPE, GQA, biases, head_dim 16 != 32/4",
+                            dict(rope=dict(LLAMA3, kind="default"))),
                            ("mistral, window 5 < T", dict(window=None)),
                            ("qwen3, q/k norm, head_dim 12 != 32/4", dict(qk_norm=False))):
         spec, cfg, t = llama_family(**FAMILIES[family])
@@ -119,7 +122,8 @@ def test_smollm2_config_as_saved_by_transformers_5_keeps_rope_theta():
                "eos_token_id": 2, "head_dim": 64, "hidden_act": "silu", "hidden_size": 576, "initializer_range": 0.02,
                "intermediate_size": 1536, "max_position_embeddings": 8192, "mlp_bias": False, "model_type": "llama",
                "num_attention_heads": 9, "num_hidden_layers": 30, "num_key_value_heads": 3, "pad_token_id": 2,
-               "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
+               "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+               "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
                "tie_word_embeddings": True, "transformers_version": "5.23.0", "unk_token_id": 0, "use_cache": True,
                "vocab_size": 49152}
     c = hf_config(smollm2)
@@ -186,7 +190,8 @@ def test_fields_that_cannot_be_honoured_are_refused_by_name(tmp_path, change, ma
 def test_family_specific_refusals(tmp_path):
     refused(dict(use_sliding_window=True, sliding_window=8, max_window_layers=1), match="mixes full and sliding",
             tmp=tmp_path / "qwen2", arch="Qwen2ForCausalLM")
-    refused(dict(attention_bias=True), match="attention_bias=true, which transformers' MistralForCausalLM does not read",
+    refused(dict(attention_bias=True),
+            match="attention_bias=true, which transformers' MistralForCausalLM does not read",
             tmp=tmp_path / "mistral", arch="MistralForCausalLM")
     cfg, t = gpt2_checkpoint()
     write_hf(tmp_path / "gpt2", dict(cfg, scale_attn_by_inverse_layer_idx=True), t)

@@ -146,7 +146,8 @@ def test_mlp0_stack_built_from_model_blocks_matches_theory(activation):
     d, L, seeds = 128, 3, range(8)
     cfg = GPTConfig(n_layer=L, n_head=4, n_embd=d, vocab_size=16, block_size=4, sublayers="mlp",
                     residual=False, norm="none", activation=activation, bias=False, position="none")
-    per_seed = np.array([[c["mean"] for c in probe(build(cfg, seed=s), "gaussian", sequences=128, seq_len=2)["cosine"][1:L + 1]]
+    per_seed = np.array([[c["mean"] for c in probe(build(cfg, seed=s), "gaussian", sequences=128,
+                                                   seq_len=2)["cosine"][1:L + 1]]
                          for s in seeds])
     mean, se = per_seed.mean(0), per_seed.std(0, ddof=1) / math.sqrt(len(seeds))
     for layer in range(1, L + 1):

@@ -378,7 +378,8 @@ def test_alignment_recovers_a_permutation_that_hides_a_lineage():
     assert not seedprint.seedprint_test(base[test], hidden[test], k=20).related          # the exact test is blind
     r = seedprint.seedprint_test(base[test], hidden[test], k=20, align=(base[hold], hidden[hold]))
     assert r.related and r.aligned and r.moved == int(((perm != np.arange(d)) | (sign < 0)).sum())
-    assert "aligned" in r.explain() and r.mean_tau == pytest.approx(seedprint.seedprint_test(base[test], child[test], k=20).mean_tau)
+    assert "aligned" in r.explain() and r.mean_tau == pytest.approx(
+        seedprint.seedprint_test(base[test], child[test], k=20).mean_tau)
     other = rng.standard_normal((2 * N, d))
     assert not seedprint.seedprint_test(base[test], other[test], k=20, align=(base[hold], other[hold])).related
     # unsigned (LayerNorm models, where a sign flip is not function-preserving): a plain permutation is undone,
@@ -511,7 +512,8 @@ def test_the_calibration_on_fresh_inits_end_to_end(tmp_path, monkeypatch):
                     "--seq_len", "16", "--fpr_inits", "5", "--sequences", "60", "--k", "12", "--device", "cpu",
                     "--out", str(out)])
     res = json.loads((out / "results.json").read_text())["inits"]
-    assert sorted((r["a"], r["b"]) for r in res["pairs"]) == [(a, b) for a in range(100, 105) for b in range(a + 1, 105)]
+    assert sorted((r["a"], r["b"]) for r in res["pairs"]) == [(a, b) for a in range(100, 105)
+                                                              for b in range(a + 1, 105)]
     for row in res["table"]:
         x = sum(r[row["test"]] < 0.3 for r in res["pairs"])
         assert row["FPR"] == f"{100 * x / len(res['pairs']):.2f}%"

@@ -68,11 +68,13 @@ def test_attention_mass_of_uniform_attention_in_closed_form():
     """Uniform attention gives query t (1-indexed, t >= 2) 1/t on each key: the first token and itself take
     1/t each, its previous token 1/t from t = 3 on (at t = 2 it is the first token), the rest (t - 3)/t."""
     T = 12
-    model = build(get_config("tiny", n_layer=1, n_head=2, n_embd=16, vocab_size=32, block_size=T, attention="uniform"), 0)
+    model = build(get_config("tiny", n_layer=1, n_head=2, n_embd=16, vocab_size=32, block_size=T,
+                             attention="uniform"), 0)
     row = sink.attention_mass(model, torch.randint(0, 32, (4, T)))[0]
     ts = np.arange(2, T + 1)
     assert (row["first"], row["self"], row["previous"], row["rest"]) == pytest.approx(
-        (np.mean(1 / ts), np.mean(1 / ts), np.mean([(t > 2) / t for t in ts]), np.mean([max(t - 3, 0) / t for t in ts])))
+        (np.mean(1 / ts), np.mean(1 / ts), np.mean([(t > 2) / t for t in ts]),
+         np.mean([max(t - 3, 0) / t for t in ts])))
 
 
 
@@ -80,7 +82,8 @@ def test_attention_mass_counts_what_softmax1_gives_to_no_token():
     """With q = k = 0 every logit is 0, so softmax + 1 gives query t 1/(t + 1) on each of its t keys and
     1/(t + 1) to the extra zero logit: the "none" column, which plain softmax leaves at 0."""
     T, n = 12, 16
-    model = build(get_config("tiny", n_layer=1, n_head=2, n_embd=n, vocab_size=32, block_size=T, attention="softmax1"), 0)
+    model = build(get_config("tiny", n_layer=1, n_head=2, n_embd=n, vocab_size=32, block_size=T,
+                             attention="softmax1"), 0)
     with torch.no_grad():
         model.transformer.h[0].attn.c_attn.weight[:2 * n].zero_()          # the q and k rows of W_qkv
         model.transformer.h[0].attn.c_attn.bias[:2 * n].zero_()
@@ -340,7 +343,7 @@ def test_calibration_trains_on_prepared_data_in_micro_batches_and_scores_the_giv
     evaluation text as token ids, micro-batches. Each variant's sink rates must be the metric of its own
     checkpoint on the --ids windows, and its perplexity the checkpoint's loss on them, recomputed here."""
     import train
-    from model import load_model
+    from common import load_model
     (tmp_path / "train.txt").write_text("the cat sat on the mat; the dog sat on the log.\n" * 600)
     data = str(tmp_path / "data")
     train.prepare([str(tmp_path / "train.txt")], data, tokenizer="bytes")

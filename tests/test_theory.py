@@ -98,7 +98,8 @@ def test_attn0_intra_exact_against_monte_carlo():
 
 
 def test_attn0_intra_continuum_limit():
-    assert [th.attn0_intra_cosine_limit(L) for L in (1, 2, 3, 4)] == pytest.approx([2 / 3, 8 / 9, 76 / 81, 388 / 405], rel=1e-12)
+    assert [th.attn0_intra_cosine_limit(L) for L in (1, 2, 3, 4)] == pytest.approx(
+        [2 / 3, 8 / 9, 76 / 81, 388 / 405], rel=1e-12)
     for L in (1, 2, 3, 6):    # M_L is the mean of the continuum correlation over r ~ Uniform(0, 1)
         quad = integrate.quad(lambda r: float(th.attn0_intra_corr_limit(r, L)), 0, 1, limit=200)[0]
         assert th.attn0_intra_cosine_limit(L) == pytest.approx(quad, rel=1e-8)

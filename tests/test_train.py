@@ -14,13 +14,13 @@ import pytest
 import torch
 
 import train
-import model
 from conftest import cli_error, torchrun
 from model import GPT, read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "It was the best of times, it was the worst of times; naïve café, 東京 ✓.\n" * 60
-TINY = ["--n_layer", "2", "--n_embd", "32", "--n_head", "2", "--block_size", "16", "--device", "cpu", "--eval_sequences", "8"]
+TINY = ["--n_layer", "2", "--n_embd", "32", "--n_head", "2", "--block_size", "16", "--device", "cpu",
+        "--eval_sequences", "8"]
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def test_prepare_round_trips_bytes(data_dir):
     tokens = tokens_of(data_dir)
     assert meta["tokenizer"] == "bytes" and meta["vocab_size"] == 256
     assert meta["train_tokens"] + meta["val_tokens"] == len(tokens) == len(TEXT.encode("utf-8"))
-    _, decode, _ = model.get_tokenizer("bytes")
+    _, decode, _ = train.get_tokenizer("bytes")
     assert decode(tokens) == TEXT
 
 
@@ -67,7 +67,7 @@ def test_prepare_round_trips_gpt2(tmp_path, monkeypatch):
     (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
     meta = train.prepare([str(tmp_path / "t.txt")], str(tmp_path / "gpt2"), tokenizer="gpt2")
     tokens = tokens_of(str(tmp_path / "gpt2"))
-    _, decode, vocab = model.get_tokenizer("gpt2")
+    _, decode, vocab = train.get_tokenizer("gpt2")
     assert meta["vocab_size"] == vocab == 50257
     assert len(tokens) < len(TEXT) / 2        # BPE, not bytes
     assert decode(tokens.tolist()) == TEXT
@@ -78,7 +78,8 @@ def test_batch_order_depends_on_data_seed_only(data_dir, tmp_path, monkeypatch):
     seed and another micro-batch split, different for another data seed."""
     seen = []
     real = train.get_batch
-    monkeypatch.setattr(train, "get_batch", lambda tokens, offs, T, dev: (seen.append(list(offs)), real(tokens, offs, T, dev))[1])
+    monkeypatch.setattr(train, "get_batch",
+                        lambda tokens, offs, T, dev: (seen.append(list(offs)), real(tokens, offs, T, dev))[1])
 
     def order(*flags):
         seen.clear()
@@ -227,7 +228,8 @@ def error_of(argv):
 def test_missing_data_dir_is_one_clear_error(tmp_path):
     msg = error_of(["--data", str(tmp_path / "nope"), "--out_dir", str(tmp_path / "out")])
     assert "prepare" in msg and not (tmp_path / "out").exists()
-    assert "no such text file or named corpus" in error_of(["prepare", str(tmp_path / "missing.txt"), "--out", str(tmp_path / "d")])
+    assert "no such text file or named corpus" in error_of(["prepare", str(tmp_path / "missing.txt"),
+                                                            "--out", str(tmp_path / "d")])
     assert not (tmp_path / "d").exists()
 
 
@@ -309,7 +311,8 @@ def test_corpora_are_downloaded_and_extracted(tmp_path, monkeypatch):
     assert open(train.corpus_file("wt", str(tmp_path / "data"))).read() == " = Title = \n\n Some text .\n"
 
     tpath = tmp_path / "brown.tgz"
-    docs = {"package/ca01": "\n\n\tThe/at jury/nn said/vbd ./.\n\n\n\tIt/pps 1-1/2/cd was/bedz ./.\nNo/rb //in tab/nn ./.\n",
+    docs = {"package/ca01": "\n\n\tThe/at jury/nn said/vbd ./.\n\n\n\tIt/pps 1-1/2/cd was/bedz ./."
+                            "\nNo/rb //in tab/nn ./.\n",
             "package/cb02": "\n\n\tSecond/od doc/nn ./.\n", "package/README": "not a document"}
     with tarfile.open(tpath, "w:gz") as tar:
         for name, body in docs.items():
@@ -334,7 +337,7 @@ def test_tokenizing_in_blocks_equals_tokenizing_the_whole_text(tokenizer, monkey
         if _tiktoken_offline() is None:
             pytest.skip("GPT-2 BPE files not cached")
         monkeypatch.setenv("TIKTOKEN_CACHE_DIR", _tiktoken_offline())
-    encode, _, _ = model.get_tokenizer(tokenizer)
+    encode, _, _ = train.get_tokenizer(tokenizer)
     text = "".join(f"line {i} ,  with\tspaces  \n\n\n word's end\n  {i}x\n \n" for i in range(300))
     assert train.encode_in_blocks(encode, text, block=97) == encode(text)
 

@@ -1,0 +1,589 @@
+"""
+common.py: the conventions every script of this project shares. Not an idea of the paper: the paper's
+ideas live in model.py, init.py, theory.py, probe.py, seedprint.py and sink.py; this file is how they
+behave as command-line programs, the same way in each, so that each script's first screen is its idea.
+
+  errors     bad input refused before any work, one line on stderr, exit 2; a bug: one line, exit 1
+  flags      --model plus one flag per GPTConfig knob, --device and --dtype, seeds, on|off
+  outputs    a run locks its output directory; every file is written whole or not at all
+  results    results.json entries that record how they were made (command, commit, machine)
+  reporting  progress lines, aligned tables, figures (matplotlib, Agg)
+  inputs     random token or Gaussian batches, the same on every device
+  GPUs       torchrun ranks and process groups, the bf16 peak behind MFU
+
+Every script imports this file before anything else: it checks the requirements before torch is
+imported, so `python SCRIPT.py --help` answers even without them. model.py needs none of it.
+"""
+import argparse
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from typing import Optional
+try:
+    import fcntl                      # POSIX file locks: one run per output directory (lock_dir)
+except ImportError:                   # Windows has none: runs there are not locked, and lock_dir says so
+    fcntl = None
+
+
+def check_requirements(names=("numpy", "scipy", "torch", "matplotlib")) -> None:
+    """Before any of them is imported: are the requirements installed? A script of this project run without
+    them still answers --help (its docstring; the list of flags needs them) and otherwise says in one line what
+    to install, exit code 2. Imported from elsewhere (a notebook, a test), the usual ModuleNotFoundError.
+    Every script imports common.py before any other requirement, so that this runs first."""
+    import importlib.util
+    missing = [n for n in names if importlib.util.find_spec(n) is None]
+    if not missing:
+        return
+    message = f"needs {', '.join(missing)}: pip install -r requirements.txt"
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__file__", None) or ""
+    if os.path.dirname(os.path.abspath(script)) != os.path.dirname(os.path.abspath(__file__)):
+        raise ModuleNotFoundError(message, name=missing[0])
+    name = os.path.basename(script)
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        print((main.__doc__ or name).strip())
+        print(f"\n(the full list of {name}'s flags {message})")
+        sys.exit(0)
+    sys.stderr.write(f"{name}: error: {message}\n")
+    sys.exit(2)
+
+
+check_requirements()
+
+import numpy
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from model import (CHOICES, GPT, PRESETS, SAFETENSORS_FLOATS, GPTConfig, check_model_weights_finite, get_config,
+                   nonfinite_weight, plan_hf_weights, read_checkpoint, read_hf_dir, read_hf_tensor, write_checkpoint)
+
+
+# ----------------------------------------------------------------------------- errors: one line, exit code 2
+# Bad input is refused before any work, in one line on stderr that says what is wrong and what to do,
+# with exit code 2; a traceback only when BORN_BIASED_DEBUG=1 asks for one. An error that is not bad input
+# (a bug) is one line too, exit code 1, and says how to get its traceback.
+
+DEBUG_ENV = "BORN_BIASED_DEBUG"
+
+
+def one_line(message) -> str:
+    return " ".join(str(message).split())
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (no usage block) and exit code 2, as every other refusal."""
+
+    def error(self, message):
+        sys.stderr.write(f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+        sys.exit(2)
+
+
+def run_script(main_fn, name: str, argv=None):
+    """Run a script's main under the convention above."""
+    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    out_of_memory = "not enough memory ({}); use a smaller model, fewer or shorter sequences, or another --device"
+    try:
+        return main_fn(argv)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{name}: interrupted\n")
+        sys.exit(130)
+    except Exception as e:
+        if debug:
+            raise
+        if isinstance(e, (OSError, ValueError, FloatingPointError)):     # bad input, a missing file, NaN activations
+            sys.stderr.write(f"{name}: error: {one_line(e)}\n")
+        elif isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(e):
+            sys.stderr.write(f"{name}: error: {out_of_memory.format(one_line(e)[:120])}\n")
+        else:
+            sys.stderr.write(f"{name}: internal error {type(e).__name__}: {one_line(e)} (a bug: rerun with "
+                             f"{DEBUG_ENV}=1 for the traceback and report it)\n")
+            sys.exit(1)
+        sys.exit(2)
+
+
+# ----------------------------------------------------------------------------- flags
+
+SEED_LIMIT = 2 ** 63            # seeds lie in [0, 2^63): numpy and torch take no other
+
+
+def seed_int(s: str) -> int:
+    """An argparse type for seeds: an integer in [0, SEED_LIMIT)."""
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a seed is an integer, got {s!r}") from None
+    if not 0 <= v < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"a seed lies in [0, 2^63), got {v}")
+    return v
+
+
+def parse_bool(s: str) -> bool:
+    low = str(s).lower()
+    if low in ("1", "true", "on", "yes"):
+        return True
+    if low in ("0", "false", "off", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected on/off, got {s!r}")
+
+
+def check_output(path: str, flag: str = "--out") -> str:
+    """An output directory given on the command line, checked before any work: not empty, not a file, and
+    not under a file."""
+    if not path:
+        raise ValueError(f"{flag} is empty; give a directory")
+    here = os.path.abspath(path)
+    while here and not os.path.exists(here):
+        here = os.path.dirname(here)
+    if os.path.exists(path) and not os.path.isdir(path) or (here and not os.path.isdir(here)):
+        culprit = here if here != os.path.abspath(path) else path
+        raise FileExistsError(f"{flag} {path}: {culprit} is a file, not a directory")
+    return path
+
+
+def add_config_flags(parser: argparse.ArgumentParser, default_model: Optional[str] = "gpt2-nano") -> None:
+    """--model PRESET plus one flag per GPTConfig knob (--n_layer 4, --calibration attenuate, ...).
+    Knobs left unset are None, so a caller can tell which ones were given."""
+    parser.add_argument("--model", default=default_model, help=f"preset: {', '.join(PRESETS)}")
+    group = parser.add_argument_group("config knobs (override the preset)")
+    for f in dataclasses.fields(GPTConfig):
+        if f.name in CHOICES:
+            group.add_argument(f"--{f.name}", choices=CHOICES[f.name], default=None)
+        elif f.type is bool:
+            group.add_argument(f"--{f.name}", type=parse_bool, default=None, metavar="on|off")
+        else:
+            kind = float if f.type is float else int
+            group.add_argument(f"--{f.name}", type=kind, default=None, metavar=kind.__name__.upper())
+
+
+def config_overrides(args: argparse.Namespace) -> dict:
+    """The config knobs given on the command line (those not None)."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(GPTConfig)
+            if getattr(args, f.name, None) is not None}
+
+
+def config_from_flags(args: argparse.Namespace) -> GPTConfig:
+    return get_config(args.model, **config_overrides(args))
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def add_device_flags(parser: argparse.ArgumentParser, dtype_help: str, dtype_default: Optional[str] = None) -> None:
+    """--device and --dtype with one vocabulary in every script."""
+    parser.add_argument("--device", default="auto", help="auto (cuda if available, else cpu), cpu, cuda, cuda:N, mps")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default=dtype_default, help=dtype_help)
+
+
+def resolve_device(name: Optional[str] = "auto") -> torch.device:
+    """The torch.device a --device flag names; one that is unknown or absent on this machine is refused."""
+    name = "auto" if name is None else name
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {name}: this machine has no CUDA device that torch {torch.__version__} can "
+                             f"use; run with --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) here")
+    elif device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"--device {name}: MPS is not available here; run with --device cpu")
+    elif device.type != "cpu" or device.index:
+        raise ValueError(f"unsupported device {name!r}; use auto, cpu, cuda, cuda:N or mps")
+    return device
+
+
+def check_dtype_runs(device: torch.device, dtype: torch.dtype) -> None:
+    """Refuse a dtype the device cannot run, by running the ops a forward pass uses once on tiny tensors."""
+    try:
+        x = torch.ones(1, 2, 4, 8, device=device, dtype=dtype)
+        y = F.scaled_dot_product_attention(x, x, x, is_causal=True)
+        F.softmax(F.linear(y, torch.ones(8, 8, device=device, dtype=dtype)).float(), dim=-1)
+        torch.rsqrt(x.float().pow(2).mean(-1)).to(dtype).cumsum(-1)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"{device} cannot run {str(dtype).replace('torch.', '')} ({one_line(e)[:100]}); "
+                         f"choose another --dtype") from None
+
+
+# ----------------------------------------------------------------------------- models named on the command line
+# Wherever a script takes a model, it takes a train.py checkpoint or a Hugging Face directory, and checks every
+# model it is given before the work on any begins.
+
+def load_model(path, device="cpu", dtype: Optional[torch.dtype] = None) -> GPT:
+    """Any model this project reads: a train.py checkpoint file or a Hugging Face directory."""
+    path = os.fspath(path)
+    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+        raise ValueError(f"a model loads in a floating-point dtype (float32, bfloat16, float16), not {dtype}")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no model at {path!r}: give a train.py checkpoint (.pt) or a Hugging Face directory")
+    if os.path.isdir(path):
+        return GPT.from_pretrained(path, device=device, dtype=dtype)
+    model = GPT.from_checkpoint(path, device=device)      # checked finite as stored ...
+    return check_model_weights_finite(model.to(dtype), path) if dtype is not None else model   # ... and as cast
+
+
+def read_model_config(path) -> GPTConfig:
+    """The GPTConfig of any model this project reads, without reading its weights: for the checks a
+    script makes before any work (context length, vocabulary, layer indices). The weight files are checked
+    as far as that costs nothing: a Hugging Face directory's tensor names, shapes and dtypes against its
+    config.json; a checkpoint's file structure (memory-mapped)."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no model at {path!r}: give a train.py checkpoint (.pt) or a Hugging Face directory")
+    if os.path.isdir(path):
+        config, arch, headers = read_hf_dir(path)
+        with torch.device("meta"):      # shapes only: the weight files' headers are checked against them
+            plan_hf_weights(GPT(config), headers, arch, path)
+        return config
+    return GPTConfig(**read_checkpoint(path, mmap=True)["config"])
+
+
+def check_file_weights_finite(path: str) -> None:
+    """Stream every weight of the model at `path` once, tensor by tensor (memory: the largest tensor), and
+    refuse one that holds NaN or inf, naming it. For scripts that read several models: all are checked
+    before the work on any begins."""
+    if os.path.isdir(path):
+        tensors = ((name, read_hf_tensor(file, name)) for file, header in read_hf_dir(path)[2].items()
+                   for name, (kind, _) in header.items() if kind in SAFETENSORS_FLOATS)
+    else:
+        tensors = read_checkpoint(path, mmap=True)["model"].items()
+    for name, t in tensors:
+        if t.is_floating_point() and not torch.isfinite(t).all():
+            raise nonfinite_weight(path, name, t)
+
+
+def report_load(path: str, dtype: Optional[str], out: str) -> dict:
+    """`python model.py DIR`: load one model and report its config, parameter count, load time, and the growth of
+    the process's peak resident memory against the size of its weight files (Unix: getrusage) -> out/load.json."""
+    import resource
+    peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    if dtype:
+        check_dtype_runs(torch.device("cpu"), DTYPES[dtype])
+    files = [os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors")] if os.path.isdir(path) \
+        else [path]
+    size = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
+    before, t0 = peak(), time.time()
+    model = load_model(path, dtype=DTYPES[dtype] if dtype else None)     # refuses a path that is not a model
+    seconds, grown = time.time() - t0, peak() - before
+    res = dict(model=path, params=model.num_params(), dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+               seconds=seconds, file_bytes=size, peak_rss_growth_bytes=grown, ratio=grown / size if size else None,
+               config=dataclasses.asdict(model.config))
+    print(f"{path}: {res['params']:,} parameters in {res['dtype']}, loaded in {seconds:.1f} s; peak memory grew by "
+          f"{grown / 2**30:.2f} GiB for {size / 2**30:.2f} GiB of weight files ({res['ratio']:.3f}x)")
+    with lock_dir(out):
+        write_json(os.path.join(out, "load.json"), dict(res, provenance=provenance("cpu", dtype)))
+    return res
+
+
+# ----------------------------------------------------------------------------- outputs: locked, written whole
+
+_HELD = set()                          # the output directories this process holds locked
+
+
+@contextlib.contextmanager
+def lock_dir(path: str, flag: str = "--out"):
+    """Hold an exclusive lock on the output directory `path` (created if needed) while a run writes there:
+    a second run into it is refused at once, and the first run's files stay as they are. The lock is an
+    flock on the directory itself, so it creates no file and dies with its process, however it ends.
+    Temp files that a killed run left behind (atomic_write's *.tmpPID) are removed once the lock is held;
+    directories made here and still empty when the run stops (it failed before writing) are removed."""
+    check_output(path, flag)
+    if os.path.realpath(path) in _HELD:              # this process holds it already (a nested writer)
+        yield path
+        return
+    made, parent = [], os.path.abspath(path)
+    while not os.path.exists(parent):
+        made.append(parent)
+        parent = os.path.dirname(parent)
+    os.makedirs(path, exist_ok=True)
+    fd = None
+    try:
+        if fcntl is None:
+            print(f"note: {path} is not locked (no POSIX file locks on this system); run one job per {flag}",
+                  file=sys.stderr)
+        else:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                raise OSError(f"{path} is in use by another run that holds its lock; wait for it to finish, or "
+                              f"choose another {flag}") from None
+        for f in os.listdir(path):
+            if re.fullmatch(r".+\.tmp\d+", f) and os.path.isfile(os.path.join(path, f)):
+                os.remove(os.path.join(path, f))
+        _HELD.add(os.path.realpath(path))
+        yield path
+    finally:
+        _HELD.discard(os.path.realpath(path))
+        if fd is not None:
+            os.close(fd)                 # closing the descriptor releases the lock
+        for d in made:                   # innermost first
+            if os.path.isdir(d) and not os.listdir(d):
+                os.rmdir(d)
+
+
+def atomic_write(path: str, write) -> None:
+    """write(tmp) to a temp file beside `path`, flush it to disk, then rename it into place: a run killed
+    at any moment leaves the old file or the new one, never half a file. For everything a script saves."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_json(path: str, obj) -> None:
+    def dump(tmp):
+        with open(tmp, "w") as fh:
+            json.dump(obj, fh, indent=2)
+    atomic_write(path, dump)
+
+
+def read_json(path: str, what: str = "JSON"):
+    """A JSON file's content; a missing, unreadable or malformed file is one error naming it."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: {'is a directory, not' if os.path.isdir(path) else 'no'} {what} file")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path} is not valid {what} ({e})") from None
+
+
+def save_checkpoint(path: str, model, step: int = 0, **meta) -> None:
+    """model.write_checkpoint as every script saves one: atomically (a run killed mid-write leaves the old
+    file or the new one) and with the provenance of the run that made it."""
+    p = next(model.parameters())
+    atomic_write(path, lambda tmp: write_checkpoint(tmp, model, step, provenance=provenance(p.device, p.dtype), **meta))
+
+
+# ----------------------------------------------------------------------------- results with provenance
+
+STARTED = time.time()            # when this process imported common.py: the wall time of a run starts here
+
+
+def code_version() -> Optional[dict]:
+    """The git commit of this file's repository and whether tracked files differ from it; None outside one."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}      # a status that never takes index.lock from a user's commit
+    git = lambda *a: subprocess.run(["git", "-C", here, *a], capture_output=True, text=True, timeout=10, env=env)
+    try:
+        commit = git("rev-parse", "HEAD")
+        if commit.returncode != 0:
+            return None
+        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+        return dict(commit=commit.stdout.strip(), dirty=bool(dirty))
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+CODE_VERSION = code_version()    # read as the process starts: a long run is recorded as the code it ran, not as
+                                 # whatever the repository holds when it writes its results
+
+
+def provenance(device=None, dtype=None, started: float = None) -> dict:
+    """How a result was made, so that every number can be traced to its run: the command line, the git commit
+    of the code (with a dirty flag) where there is a repository, the versions of torch and numpy, the device's
+    name, the dtype, the thread count, the date and the wall time so far (since `started`, a time.time(), where
+    one process makes several results, e.g. an experiment's training runs; else since the process started).
+    The commit is the one checked out when the process started (CODE_VERSION)."""
+    device = torch.device(device) if device is not None else None
+    if device is not None and device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = platform.processor() or platform.machine()
+        if os.path.isfile("/proc/cpuinfo"):
+            with open("/proc/cpuinfo") as fh:
+                name = next((line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")), name)
+    return dict(command=" ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]), git=CODE_VERSION,
+                torch=str(torch.__version__), numpy=str(numpy.__version__),
+                device=str(device) if device is not None else None, device_name=name,
+                dtype=str(dtype).replace("torch.", "") if dtype is not None else None, threads=torch.get_num_threads(),
+                date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                wall_seconds=round(time.time() - (STARTED if started is None else started), 1))
+
+
+def update_results(path: str, results: dict, device=None, dtype=None) -> None:
+    """Merge `results` into the JSON file at `path`, keeping the entries other runs wrote. Its "provenance" maps
+    each entry to how it was made (the command, the code's commit, the machine: provenance())."""
+    old = read_json(path, "results") if os.path.isfile(path) else {}
+    old = old if isinstance(old, dict) else {}
+    how = provenance(device, dtype)
+    made = {**old.get("provenance", {}), **{k: how for k in results}}        # entry -> the run that wrote it
+    write_json(path, {**old, **jsonable(results), "provenance": made})
+    print(f"wrote {path}")
+
+
+def jsonable(obj):
+    """numpy scalars and arrays, tuples and non-string keys -> plain JSON values."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if hasattr(obj, "tolist"):            # numpy / torch arrays and scalars
+        return obj.tolist()
+    return obj
+
+
+# ----------------------------------------------------------------------------- reporting: progress, tables, figures
+
+class Progress:
+    """`label: done/total (rate/s, ETA m:ss)` on stderr, at most every `every` seconds."""
+
+    def __init__(self, total: int, label: str, unit: str = "", every: float = 5.0):
+        self.total, self.label, self.unit, self.every = total, label, unit, every
+        self.done, self.t0, self.last = 0, time.time(), time.time()
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        now = time.time()
+        if now - self.last >= self.every or self.done == self.total:
+            self.last = now
+            rate = self.done / max(now - self.t0, 1e-9)
+            eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+            print(f"  {self.label}: {self.done:,}/{self.total:,} {self.unit} ({rate:,.1f}/s, ETA "
+                  f"{int(eta // 60)}:{int(eta % 60):02d})", file=sys.stderr, flush=True)
+
+
+def print_table(rows: list, floats: str = "{:.4g}") -> None:
+    """Print a list of dicts as aligned columns (the keys of the first row are the header)."""
+    if not rows:
+        return
+    cols = list(rows[0])
+    cell = lambda v: floats.format(v) if isinstance(v, float) else "-" if v is None else str(v)
+    cells = [[cell(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
+    print("  ".join(c.rjust(w) for c, w in zip(cols, widths)))
+    for r in cells:
+        print("  ".join(v.rjust(w) for v, w in zip(r, widths)))
+
+
+def figure(*subplots, figsize=(5, 3.5)):
+    """(matplotlib.pyplot, fig, axes) on the Agg backend (no display needed)."""
+    import matplotlib                # only where a figure is drawn: importing it costs a second
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(*subplots, figsize=figsize)
+    return plt, fig, axes
+
+
+def save_figure(fig, path: str) -> None:
+    import matplotlib.pyplot as plt
+    fig.tight_layout()
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, format=os.path.splitext(path)[1][1:] or "png"))
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
+# ----------------------------------------------------------------------------- random inputs, one way for every script
+
+def seed_of(*parts) -> int:
+    """A 63-bit seed from any parts (a seed and a name, a seed and an index), the same in every process:
+    sha256, not hash(), which Python salts per process. Generators seeded this way are independent."""
+    digest = hashlib.sha256("/".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def random_batches(kind: str, n: int, T: int, batch_size: int, seed: int, vocab: int = None, width: int = None,
+                   mean: float = 0.0, std: float = 1.0, low: int = 0):
+    """n random input sequences of T positions, in CPU batches of batch_size, the same whatever the batch size
+    and whatever device they are moved to. kind="tokens": ids uniform in [low, vocab), all drawn at once from one
+    seeded CPU generator, (b, T) int64. kind="gaussian": vectors N(mean, std^2) of `width` (Section 4.1's stand-in
+    for tokens, without repeats), each sequence from its own CPU generator seeded by (seed, its index),
+    (b, T, width)."""
+    if kind == "tokens":
+        ids = torch.randint(low, vocab, (n, T), generator=torch.Generator().manual_seed(seed))
+        yield from ids.split(batch_size)
+    elif kind == "gaussian":
+        for start in range(0, n, batch_size):
+            yield torch.stack([torch.randn(T, width, generator=torch.Generator().manual_seed(seed_of(seed, i)))
+                               for i in range(start, min(start + batch_size, n))]) * std + mean
+    else:
+        raise ValueError(f"unknown input kind {kind!r}: choose 'tokens' or 'gaussian'")
+
+
+# ----------------------------------------------------------------------------- GPUs: torchrun and MFU
+
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")      # what torchrun sets for every process it starts
+
+
+def torchrun_rank() -> tuple:
+    """(rank, world size, local rank) of a process that torchrun started; (0, 1, 0) for a plain `python` run.
+    An environment that sets some of torchrun's variables but not all is refused: it is neither."""
+    present = [k for k in TORCHRUN_VARS if k in os.environ]
+    if not present:
+        return 0, 1, 0
+    if len(present) < len(TORCHRUN_VARS):
+        missing = [k for k in TORCHRUN_VARS if k not in present]
+        raise ValueError(f"{', '.join(present)} set but not {', '.join(missing)}: start multi-process runs with "
+                         f"torchrun, or unset {', '.join(present)} for a plain run")
+    return tuple(int(os.environ[k]) for k in TORCHRUN_VARS)
+
+
+def rank_device(device: torch.device) -> torch.device:
+    """The device this process runs on, made current: under torchrun a CUDA job puts rank r on cuda:LOCAL_RANK
+    (one process per GPU); anything else is `device` itself. Refused before any group forms: more processes
+    per node than GPUs (NCCL would fail later and less clearly), and a GPU index under torchrun (the local
+    rank chooses the GPU; CUDA_VISIBLE_DEVICES chooses which GPUs the job sees)."""
+    _, _, local = torchrun_rank()
+    if device.type != "cuda" or "RANK" not in os.environ:
+        return device
+    if device.index is not None:
+        raise ValueError(f"--device {device}: under torchrun each process takes cuda:LOCAL_RANK; pass --device cuda "
+                         f"(and CUDA_VISIBLE_DEVICES to choose the GPUs)")
+    if local >= torch.cuda.device_count():
+        raise ValueError(f"torchrun started local rank {local}, but this machine has {torch.cuda.device_count()} "
+                         f"CUDA device(s): one process per GPU, so lower --nproc_per_node")
+    torch.cuda.set_device(local)         # before any CUDA work, so no rank makes a context on GPU 0
+    return torch.device("cuda", local)
+
+
+def join_process_group(device: torch.device) -> bool:
+    """Under torchrun, join the job's process group and return True; a plain run joins nothing (False).
+    NCCL for a CUDA device (rank_device has made this rank's GPU current), gloo otherwise. A one-process
+    torchrun job joins a group of one, so a single GPU runs the same code path (DDP, gathers) as eight.
+    Pair with leave_process_group()."""
+    if "RANK" not in os.environ:
+        return False
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return True
+
+
+def leave_process_group() -> None:
+    """End a torchrun job's process group with every rank at once. A rank that tears gloo down while another
+    still works (rank 0 writing results.json) can abort at exit ("terminate called without an active
+    exception", SIGABRT); the barrier makes the ranks leave together."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+# Dense bf16 peak of known GPUs (flop/s), matched as a substring of torch.cuda.get_device_name, more
+# specific names first: MFU = achieved flop/s / this. train.py's --peak_tflops overrides it.
+BF16_PEAK_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12,
+                   "A10G": 70e12, "RTX 4090": 165e12}
+
+
+def peak_flops(device) -> Optional[float]:
+    """The bf16 peak of `device` from BF16_PEAK_FLOPS, or None (CPU, unknown GPU)."""
+    if torch.device(device).type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in BF16_PEAK_FLOPS.items() if key in name), None)
