@@ -222,8 +222,9 @@ def check_dtype_runs(device: torch.device, dtype: torch.dtype) -> None:
 # model it is given before the work on any begins.
 
 def load_model(path, device="cpu", dtype: Optional[torch.dtype] = None) -> GPT:
-    """Any model this project reads: a train.py checkpoint file or a Hugging Face directory."""
-    path = os.fspath(path)
+    """Any model this project reads: a train.py checkpoint file or a Hugging Face directory, on a device that is
+    there (resolve_device: an absent one is refused in one line)."""
+    path, device = os.fspath(path), resolve_device(str(device))
     if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
         raise ValueError(f"a model loads in a floating-point dtype (float32, bfloat16, float16), not {dtype}")
     if not os.path.exists(path):

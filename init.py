@@ -27,7 +27,7 @@ RESIDUAL_PROJECTIONS = ("attn.c_proj.weight", "mlp.c_proj.weight")
 
 
 def param_seed(seed: int, name: str) -> int:
-    """A 63-bit seed for one parameter, from (seed, its name), the same in every process (model.seed_of)."""
+    """A 63-bit seed for one parameter, from (seed, its name), the same in every process (common.seed_of)."""
     return seed_of(int(seed), name)
 
 

@@ -32,8 +32,10 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-if __name__ == "__main__":    # run as a script, the project's conventions first: they check the requirements
-    import common             # noqa: F401 -- before torch is imported; imported as a module, it needs only torch
+if __name__ == "__main__":    # `python model.py`: the command line follows the scripts' conventions (common.py),
+    import common, model      # which check the requirements before torch is imported; imported, model.py needs
+    common.run_script(model.main, "model.py")     # only torch (and safetensors for Hugging Face directories)
+    raise SystemExit
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -70,6 +72,7 @@ class GPTConfig:
     rope_high_freq_factor: float = 4.0    # llama3 only
     rope_original_context: int = 8192     # llama3 only: the context the frequencies were trained for
     sliding_window: Optional[int] = None  # each query sees at most this many keys, itself included (Mistral)
+    self_only: Optional[int] = None   # this 1-indexed position attends only to itself (Sec 6.2's mask edit, from birth)
     qk_norm: bool = False             # per-head RMSNorm of q and k before RoPE (Qwen3)
     sublayers: str = "both"           # both | attn (self-attention-only) | mlp (MLP-only), Sec 4.1
     residual: bool = True             # False: x <- sublayer(Norm(x)), as in MLP0 stacks
@@ -243,10 +246,9 @@ SOFTPICK_EPS = 1e-8         # softpick's denominator guard, in the unshifted sca
 
 
 def attention_weights(scores: torch.Tensor, allowed: torch.Tensor, kind: str, sink=None) -> torch.Tensor:
-    """Attention weights (B, H, T, T), float32, from scores q.k / sqrt(hd) over the allowed keys. Beside
-    softmax, the sink controls of Section 6.2's comparison, each a few lines:
-      softmax1  exp(s_j) / (1 + sum_k exp(s_k)): one extra zero logit per row, with a zero value, so a
-                head can attend to "nothing" (Miller 2023, "Attention is off by one");
+    """Attention weights (B, H, T, T), float32, from scores q.k / sqrt(hd) over the allowed keys. Beside softmax,
+    the sink controls of Section 6.2's comparison, each a few lines:
+      softmax1  exp(s_j) / (1 + sum_k exp(s_k)): an extra zero logit with a zero value: attend to "nothing" (Miller);
       sink      the same with a learned logit per head instead of 0 (gpt-oss's attention sinks);
       softpick  relu(exp(s_j) - 1) / sum_k |exp(s_k) - 1| (Zuhri et al. 2025, 2504.20966): a key with
                 s_j <= 0 gets exactly 0, and a row may be all zeros.
@@ -263,12 +265,15 @@ def attention_weights(scores: torch.Tensor, allowed: torch.Tensor, kind: str, si
     return F.softmax(torch.cat([s, extra], dim=-1), dim=-1)[..., :-1]        # the extra column's value is zero
 
 
-def allowed_keys(T: int, window: Optional[int], device=None) -> torch.Tensor:
-    """(T, T) bool, True where query t may attend to key s: s <= t, and t - s < window if a window is set."""
+def allowed_keys(T: int, window: Optional[int] = None, self_only: Optional[int] = None, device=None) -> torch.Tensor:
+    """(T, T) bool, True where query t may attend to key s: s <= t, t - s < window if a window is set, and only
+    s = t for the query at 1-indexed position self_only, which then averages nothing, like the first position."""
     t = torch.arange(T, device=device)
     allowed = t[None, :] <= t[:, None]
     if window is not None:
         allowed &= t[None, :] > t[:, None] - window
+    if self_only is not None and self_only <= T:
+        allowed[self_only - 1] = t == self_only - 1
     return allowed
 
 
@@ -306,7 +311,9 @@ class CausalSelfAttention(nn.Module):
         want_probs = trace is not None and "attn_probs" in trace
         explicit = want_probs or not cfg.rows_sum_to_one              # SDPA computes plain softmax only
         window = cfg.sliding_window if cfg.sliding_window is not None and cfg.sliding_window < T else None
-        allowed = mask if mask is not None else (allowed_keys(T, window, x.device) if window or explicit else None)
+        edited = window or cfg.self_only is not None and cfg.self_only <= T
+        allowed = mask if mask is not None else (allowed_keys(T, window, cfg.self_only, x.device)
+                                                 if edited or explicit else None)
         t = torch.arange(1, T + 1, device=x.device, dtype=torch.float32).view(T, 1)    # 1-indexed positions
         if cfg.attention == "uniform" and allowed is None:
             # Attn0-like: position t averages the values of positions 1..t (summed in fp32)
@@ -544,8 +551,7 @@ def check_attn_mask(mask: torch.Tensor, T: int) -> torch.Tensor:
 
 def forward_flops(model: GPT, seq_len: int, logits_positions: int = 1) -> float:
     """Forward flops of one sequence of T = seq_len tokens, 2 per multiply-add, as the probes' and fingerprints'
-    TFLOP/s and MFU count them:
-      - each weight matrix once per token (embedding lookups, biases and norm gains are not matmuls);
+    TFLOP/s and MFU count them: each weight matrix once per token (lookups, biases and norm gains are no matmuls);
       - 4 H hd per attended (query, key) pair and layer: its score and its weighted value. Causal attention
         attends T (T + 1) / 2 pairs (fewer with a sliding window); uniform attention is a running sum, no matmul;
       - the LM head on `logits_positions` positions (1: the last only, as the probes; 0: none, a fingerprint).
@@ -554,7 +560,8 @@ def forward_flops(model: GPT, seq_len: int, logits_positions: int = 1) -> float:
     tables = [t.weight for t in (model.transformer.wte, getattr(model.transformer, "wpe", None), model.lm_head) if t]
     matrices = sum(p.numel() for p in model.parameters() if p.dim() == 2 and not any(p is t for t in tables))
     w = min(cfg.sliding_window or seq_len, seq_len)
-    pairs = w * (w + 1) // 2 + (seq_len - w) * w                  # sum over t of min(t, w) keys
+    pairs = w * (w + 1) // 2 + (seq_len - w) * w                  # sum over t of min(t, w) keys ...
+    pairs -= min(cfg.self_only, w) - 1 if cfg.self_only and cfg.self_only <= seq_len else 0   # ... but one at self_only
     attends = cfg.sublayers != "mlp" and cfg.attention != "uniform"
     attention = 4 * cfg.n_layer * cfg.n_head * cfg.head_dim * pairs if attends else 0
     return 2 * matrices * seq_len + attention + logits_positions * 2 * cfg.n_embd * cfg.vocab_size
@@ -567,14 +574,13 @@ def forward_flops(model: GPT, seq_len: int, logits_positions: int = 1) -> float:
 
 def write_checkpoint(path: str, model: GPT, step: int = 0, **meta) -> None:
     """Save `model` (and any metadata) at `path`; GPT.from_checkpoint rebuilds the model from the file alone. The
-    scripts write through common.save_checkpoint: atomically, and with the run's provenance."""
+    project's scripts write through their save_checkpoint: atomically, and with the run's provenance."""
     torch.save(dict(config=dataclasses.asdict(model.config), model=model.state_dict(), step=step, **meta), path)
 
 
 def read_checkpoint(path, mmap: bool = False) -> dict:
-    """A checkpoint as a dict: config, model (state dict), step, and what its writer added (train.py: optimizer,
-    seeds, tokenizer, args, ...). Loaded with weights_only=True: a checkpoint is data, never code.
-    mmap=True maps the tensors instead of reading them: cheap when only the config is wanted."""
+    """A checkpoint as a dict: config, model (state dict), step, and what its writer added (train.py: optimizer, seeds,
+    tokenizer, args, ...), loaded with weights_only=True (data, never code); mmap=True maps the tensors, not reads."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         hint = (" (a Hugging Face directory: a checkpoint file is wanted here; write one with "
@@ -864,10 +870,19 @@ def read_hf_dir(path: str):
 SAFETENSORS_FLOATS = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 
 
+def safetensors():
+    """(SafetensorError, safe_open) of the safetensors library: needed for Hugging Face directories only."""
+    try:
+        from safetensors import SafetensorError, safe_open
+        return SafetensorError, safe_open
+    except ImportError:
+        raise ValueError("a Hugging Face directory needs the safetensors package: pip install safetensors") from None
+
+
 def read_safetensors_header(file: str) -> dict:
     """{tensor name: (dtype name, shape)} of one .safetensors file, without reading a tensor. An empty, truncated
     or foreign file is one error naming it, found here, before any weight is read."""
-    from safetensors import SafetensorError, safe_open      # only for Hugging Face directories
+    SafetensorError, safe_open = safetensors()
     size = os.path.getsize(file)
     if size < 8:
         raise ValueError(f"{file} is not a valid .safetensors file ({size} bytes, shorter than its 8-byte header "
@@ -883,8 +898,7 @@ def read_safetensors_header(file: str) -> dict:
 def read_hf_tensor(file: str, name: str) -> torch.Tensor:
     """One tensor of a .safetensors file. The file is mapped for this tensor alone and closed again, so a loading
     process never holds a whole file's pages beside the model (its peak stays near the model's own size)."""
-    from safetensors import safe_open
-    with safe_open(file, framework="pt") as f:
+    with safetensors()[1](file, framework="pt") as f:
         return f.get_tensor(name)
 
 
@@ -897,9 +911,8 @@ GPT2_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "m
 
 
 def hf_tensor_targets(model: GPT, arch: str) -> dict:
-    """Hugging Face tensor name (its prefix "model." / "transformer." stripped) -> (this model's parameter, the
-    rows of it the tensor fills -- None for all of them --, transpose). GPT-2 stores its Conv1D weights as
-    (in, out): transposed. The LLaMA family stores q, k and v apart: row ranges of the fused c_attn."""
+    """HF tensor name (prefix "model." / "transformer." stripped) -> (this model's parameter, the rows it fills or None,
+    transpose): GPT-2's Conv1D weights are stored (in, out); LLaMA's q, k, v fill row ranges of the fused c_attn."""
     targets = {}
     for name in dict(model.named_parameters()):
         layer = re.fullmatch(r"transformer\.h\.(\d+)\.(.+)\.(weight|bias)", name)
@@ -962,8 +975,7 @@ def load_hf_weights(model: GPT, headers: dict, arch: str, where: str) -> None:
 # ----------------------------------------------------------------------------- python model.py
 
 def main(argv=None):
-    """The presets with their parameter counts, or one model loaded with what loading it cost (common.report_load).
-    The command line follows the project's conventions (common.py); imported, model.py needs none of them."""
+    """The presets with their parameter counts, or one model loaded with what loading it cost (common.report_load)."""
     from common import ArgumentParser, DTYPES, check_output, lock_dir, print_table, provenance, report_load, write_json
     parser = ArgumentParser(prog="model.py", description="List the presets with their parameter counts, or load "
                             "one model and report what loading it cost.")
@@ -985,8 +997,4 @@ def main(argv=None):
     presets = {name: dict(config=dataclasses.asdict(PRESETS[name]), **row) for name, row in rows.items()}
     with lock_dir(args.out):
         write_json(os.path.join(args.out, "presets.json"), presets | dict(provenance=provenance()))
-
-
-if __name__ == "__main__":
-    from common import run_script
-    run_script(main, "model.py")
+    print(f"wrote {os.path.join(args.out, 'presets.json')}")

@@ -167,7 +167,7 @@ class PairwiseCosine:
 
 
 def model_inputs(model: GPT, kind: str, sequences: int, seq_len: int, batch_size: int, seed: int):
-    """Keyword arguments for model.trace, batch by batch (model.random_batches, moved to the model's device):
+    """Keyword arguments for model.trace, batch by batch (common.random_batches, moved to the model's device):
     {"idx": uniform token ids} or {"embeds": iid N(mean, std) vectors with the scalar mean and std of the
     model's own token embedding table -- Section 4.1's stand-in for random tokens, without repeats}.
     The same arguments give the same inputs on every device, so two models see identical sequences."""

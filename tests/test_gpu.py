@@ -4,7 +4,7 @@ Each GPU path is held against a second path that the CPU suite already trusts:
   - bf16 autocast, as probe.py, seedprint.py and train.py run on CUDA, against float32 on the CPU;
   - torch.compile against eager: the forward pass, one training step's gradients, probe.py's pass;
   - train.py under torchrun on NCCL, one process (the DDP path), against one plain process;
-  - random inputs identical on CPU and CUDA: tests/test_model.py; seeded inits: tests/test_init.py.
+  - random inputs identical on CPU and CUDA: tests/test_common.py; seeded inits: tests/test_init.py.
 """
 from pathlib import Path
 

@@ -299,7 +299,8 @@ FLOP_CASES = {"gpt2 (biases, tied)": ("gpt2-nano", {}), "llama (untied, GQA)": (
               "gated": ("tiny", dict(attn_gate=True)), "learned positions": ("tiny", dict(position="learned")),
               "attention only": ("tiny", dict(sublayers="attn")),
               "MLP only": ("tiny", dict(sublayers="mlp")), "uniform": ("tiny", dict(attention="uniform")),
-              "sliding window 8": ("llama2-nano", dict(sliding_window=8))}
+              "sliding window 8": ("llama2-nano", dict(sliding_window=8)),
+              "self-only position 20, window 8": ("llama2-nano", dict(sliding_window=8, self_only=20))}
 
 
 @pytest.mark.parametrize("case", list(FLOP_CASES))
@@ -323,7 +324,7 @@ def test_forward_flops_count_what_torch_counts(case):
         return fc.get_total_flops()
     attends = cfg.sublayers != "mlp" and cfg.attention != "uniform"
     Hhd = cfg.n_head * cfg.head_dim
-    attention = 4 * 2 * Hhd * int(allowed_keys(T, cfg.sliding_window).sum()) if attends else 0
+    attention = 4 * 2 * Hhd * int(allowed_keys(T, cfg.sliding_window, cfg.self_only).sum()) if attends else 0
     assert counted(logits=True) == B * (forward_flops(model, T) - attention)
     assert counted(hidden="last") == B * (forward_flops(model, T, logits_positions=0) - attention)
     if attends and cfg.sliding_window is None:
@@ -375,3 +376,28 @@ def test_model_py_copied_alone_builds_runs_saves_and_loads_hugging_face(tmp_path
     got = torch.tensor([float(v) for v in out.stdout.split()], dtype=torch.float64)
     torch.testing.assert_close(got, naive_logits, rtol=1e-5, atol=1e-5 * naive_logits.abs().max().item())
     assert sorted(os.listdir(alone)) == ["c.pt", "model.py"]          # nothing else was needed, or written
+
+
+@pytest.mark.parametrize("attention", ["softmax", "uniform", "softpick"])
+def test_self_only_position_attends_only_to_itself_on_every_path(attention):
+    """self_only=k (sink.py's positive control, trained from birth): the query at 1-indexed position k sees only
+    itself in every layer, as the mask edit does on a model without the knob: the same states on the explicit
+    path (attention probabilities kept), the training path (SDPA or the running mean) and the edited-mask path."""
+    k, T = 5, 12
+    cfg = tiny(attention=attention, position="rope")
+    x = torch.randint(0, 32, (3, T), generator=torch.Generator().manual_seed(0))
+    edited = build(cfg, seed=0).eval()
+    knob = build(GPTConfig(**{**cfg.__dict__, "self_only": k}), seed=0).eval()
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    mask[k - 1, :k - 1] = False                                   # written here, not taken from model.py
+    with torch.no_grad():
+        want = edited.trace(x, hidden="all", attn_mask=mask)["hidden"]
+        got = knob.trace(x, hidden="all", attn_probs=True)
+        for a, b in zip(want, got["hidden"]):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+        for probs in got["attn_probs"]:
+            torch.testing.assert_close(probs[:, :, k - 1].sum(-1), probs[:, :, k - 1, k - 1])
+        torch.testing.assert_close(knob(x, x)[0][:, -1], edited.unembed(want[-1][:, -1]), atol=1e-5, rtol=1e-5)
+    short = torch.randint(0, 32, (2, k - 1))                      # a sequence that never reaches position k
+    with torch.no_grad():
+        torch.testing.assert_close(knob(short)[0], edited(short)[0])
