@@ -5,7 +5,8 @@ The lineage test (Section 6.1) and the sink experiments (Section 6.2) need model
 *known* init, on *known* data in a *known* order, with every checkpoint kept. So the sources of
 randomness are separate settings, and each can change alone:
   init_seed    the transformer blocks (init.py)
-  embed_seed   token/position embeddings and the untied LM head (init.py)
+  embed_seed   token/position embeddings and the untied LM head (init.py); by default the init seed, so runs
+               from two seeds share nothing -- the paper's shared-embedding experiments set it explicitly
   data_seed    which windows of train.bin make each step's batch -- a function of (data_seed, step)
                only, so it is the same for any number of processes and any init
 Recipe of the paper: AdamW betas (0.9, 0.95), weight decay 0.1 on matrices only, grad clip 1.0,
@@ -58,7 +59,7 @@ class TrainConfig:
     model: Optional[str] = None            # a preset; None: tiny, or --init_from's architecture
     knobs: dict = field(default_factory=dict)   # GPTConfig fields overriding the preset
     init_seed: int = 42
-    embed_seed: int = 0
+    embed_seed: Optional[int] = None       # None: the init seed (runs from two seeds share nothing)
     data_seed: int = 1234
     init_from: Optional[str] = None        # start from this checkpoint's weights (continual training)
     resume: bool = False                   # continue the run in out_dir from its last checkpoint
@@ -97,6 +98,8 @@ class TrainConfig:
         need("lr", lambda v: 0 < v < f32, "a finite number > 0")
         if self.min_lr is None:
             self.min_lr = min(1e-4, self.lr)
+        if self.embed_seed is None:
+            self.embed_seed = self.init_seed
         for name in ("min_lr", "weight_decay", "grad_clip"):
             need(name, lambda v: 0 <= v < f32, "a finite number >= 0")
         for name in ("init_seed", "embed_seed", "data_seed"):
@@ -600,8 +603,10 @@ def run_differences(args: TrainConfig, config: GPTConfig, meta: dict, state: dic
         if k in ("data", "init_from") and isinstance(a, str) and isinstance(b, str):
             return os.path.realpath(a) == os.path.realpath(b)
         return a == b
-    differ = [f"--{k} {getattr(args, k)!r} (checkpoint: {saved.get(k)!r})" for k in RUN_DEFINING
-              if not same(k, getattr(args, k), saved.get(k))]
+    differ = [f"--{k} {getattr(args, k)!r} (checkpoint: {saved.get(k)!r}"
+              + (": runs made before the embedding seed followed --init_seed used 0; pass --embed_seed 0)"
+                 if k == "embed_seed" and saved.get(k) == 0 else ")")
+              for k in RUN_DEFINING if not same(k, getattr(args, k), saved.get(k))]
     if state.get("config") != dataclasses.asdict(config):
         differ.append("the model config")
     old = state.get("data_meta")
@@ -832,8 +837,9 @@ def parse_args(argv=None) -> TrainConfig:
     p.add_argument("--out_dir", default=d.out_dir, help="checkpoints ckpt_STEP.pt, log.json, loss.png")
     add_config_flags(p, default_model=None)
     p.add_argument("--init_seed", type=seed_int, default=d.init_seed, help="seed of the transformer blocks")
-    p.add_argument("--embed_seed", type=seed_int, default=d.embed_seed,
-                   help="seed of the embeddings and untied LM head")
+    p.add_argument("--embed_seed", type=seed_int, default=None,
+                   help="seed of the embeddings and untied LM head (default: --init_seed; the same seed in two runs "
+                   "gives them the same embedding)")
     p.add_argument("--data_seed", type=seed_int, default=d.data_seed, help="seed of the batch order")
     p.add_argument("--init_from", default=None, help="start from this checkpoint's weights (continual training)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out_dir from its last checkpoint")

@@ -436,3 +436,33 @@ def test_tf32_is_on_while_training_on_cuda_and_restored_after():
         assert not m.allow_tf32 and not c.allow_tf32
     finally:
         m.allow_tf32, c.allow_tf32 = before
+
+
+def test_the_embedding_seed_follows_the_init_seed_unless_given(data_dir, tmp_path):
+    """Two runs "from seeds 1 and 2" share nothing: the embedding and the untied head are drawn from the init seed
+    (compared with init.py's own draws). --embed_seed still shares them on purpose. A run made under the old default
+    (embed_seed 0 whatever the init seed) is refused on --resume in one line that says how to resume it."""
+    from init import build
+    one_step = ["--max_steps", "1", "--eval_every", "0", "--tie_embeddings", "off"]
+    run(data_dir, tmp_path / "a", *one_step, "--init_seed", "1")
+    run(data_dir, tmp_path / "b", *one_step, "--init_seed", "2")
+    run(data_dir, tmp_path / "c", *one_step, "--init_seed", "2", "--embed_seed", "1")
+    step0 = {d: read_checkpoint(train.checkpoint_path(str(tmp_path / d), 0)) for d in "abc"}
+    assert [step0[d]["seeds"]["embed_seed"] for d in "abc"] == [1, 2, 1]
+    config = GPT.from_checkpoint(train.checkpoint_path(str(tmp_path / "a"), 0)).config
+    for d, (seed, embed) in zip("abc", [(1, 1), (2, 2), (2, 1)]):
+        fresh = build(config, seed, embed).state_dict()
+        assert all(torch.equal(fresh[k], v) for k, v in step0[d]["model"].items()), d
+    for name in ("transformer.wte.weight", "lm_head.weight"):
+        assert not torch.equal(step0["a"]["model"][name], step0["b"]["model"][name])
+        assert torch.equal(step0["a"]["model"][name], step0["c"]["model"][name])
+    old = tmp_path / "old"                                       # stopped after step 1 of 2
+    run(data_dir, old, "--max_steps", "2", "--ckpt_every", "1", "--eval_every", "0", "--init_seed", "3",
+        "--embed_seed", "0")
+    os.remove(train.checkpoint_path(str(old), 2))
+    line = cli_error(train.main, "train.py", ["--data", data_dir, "--out_dir", str(old), *TINY, "--max_steps", "2",
+                                             "--ckpt_every", "1", "--eval_every", "0", "--init_seed", "3", "--resume"])
+    assert "--embed_seed 3 (checkpoint: 0" in line and "pass --embed_seed 0" in line
+    run(data_dir, old, "--max_steps", "2", "--ckpt_every", "1", "--eval_every", "0", "--init_seed", "3",
+        "--embed_seed", "0", "--resume")
+    assert train.list_checkpoints(str(old))[-1][0] == 2
