@@ -33,7 +33,7 @@ from common import (ArgumentParser, DTYPES, Progress, add_config_flags, add_devi
                     check_output, config_overrides, figure, load_model, lock_dir, one_line, parse_bool, print_table,
                     random_batches, read_json, read_model_config, resolve_device, run_script, save_figure, seed_int,
                     update_results, write_json)
-from model import GPT, LLAMA_KNOBS, get_config, read_checkpoint
+from model import GPT, LLAMA_KNOBS, allowed_keys, get_config, read_checkpoint
 import numpy as np
 import torch
 
@@ -194,10 +194,8 @@ def super_neurons(model: GPT, tokens: torch.Tensor, top: int = 3) -> list:
 
 def self_only_mask(T: int, k: int) -> torch.Tensor:
     """The mask edit: causal, except that 1-indexed token k attends only to itself -- it then aggregates
-    nothing, like the first token."""
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
-    mask[k - 1, :k - 1] = False
-    return mask
+    nothing, like the first token (the knob self_only builds a model with this mask from birth)."""
+    return allowed_keys(T, self_only=k)
 
 
 def amplify_hook(k: int, lam: float, mu: str = "batch"):
@@ -576,23 +574,106 @@ def testbed_data(args) -> tuple:
 
 def sink_profile(model: GPT, tokens: torch.Tensor, eps: float = EPS) -> dict:
     """One model's numbers on the comparison protocol: the sink rate (overall and per layer), the attention
-    to the first token (alpha_1, mean over sequences, layers and heads, and per layer), and the massive
-    activation: the largest |h| over the median |h| at the residual state where that ratio peaks; and where each
-    layer's attention goes (attention_mass)."""
-    alpha = key_scores(model, tokens)[..., 0]                               # (N, L, H)
+    to the first token (alpha_1, mean over sequences, layers and heads, and per layer), the first position's
+    variance (what W_O sees, over the median of the other positions, mean over layers: Eq. 2's outlier), and the
+    massive activation: the largest |h| over the median |h| at the residual state where that ratio peaks; where
+    each layer's attention goes (attention_mass). A model built with self_only = k: the same at position k."""
+    alpha = key_scores(model, tokens)                                       # (N, L, H, T)
+    var = position_variance(model, tokens)                                  # (L, T)
+    outlier = lambda k: float(np.mean(var[:, k - 1] / np.median(np.delete(var, k - 1, axis=1), axis=1)))
     peak = max(massive_activations(model, tokens[:16]), key=lambda r: r["ratio"])
-    return dict(**sink_rates(alpha, eps), alpha_1=alpha.mean().item(), alpha_1_per_layer=alpha.mean((0, 2)).tolist(),
-                massive_ratio=peak["ratio"], massive_state=peak["state"], massive_position=peak["top_position"],
-                mass=attention_mass(model, tokens))
+    out = dict(**sink_rates(alpha[..., 0], eps), alpha_1=alpha[..., 0].mean().item(),
+               alpha_1_per_layer=alpha[..., 0].mean((0, 2)).tolist(), variance_ratio_1=outlier(1),
+               massive_ratio=peak["ratio"], massive_state=peak["state"], massive_position=peak["top_position"],
+               mass=attention_mass(model, tokens))
+    k = model.config.self_only
+    if k is not None and k <= tokens.shape[1]:
+        out.update(rate_k=sink_rates(alpha[..., k - 1], eps)["rate"], alpha_k=alpha[..., k - 1].mean().item(),
+                   variance_ratio_k=outlier(k))
+    return out
+
+
+@torch.no_grad()
+def position_table_probes(model: GPT, tokens: torch.Tensor, eps: float = EPS, ks=(2, 5, 9)) -> dict:
+    """Does a learned-position model's first-position sink live in its position table (Gu et al. 2410.10781)?
+    The sink rate at position 1 and at each k after editing the table: rows p1 and pk swapped (does the sink
+    follow the row?), every row replaced by the table's mean, the rows shuffled. The table is restored after."""
+    wpe = model.transformer.wpe.weight
+    table = wpe.detach().clone()
+    T = tokens.shape[1]
+    ks = [k for k in ks if k <= T]
+    shuffled = torch.randperm(len(table), generator=torch.Generator().manual_seed(0))
+
+    def rates(rows):
+        wpe.copy_(rows)
+        alpha = key_scores(model, tokens)
+        return {f"p{k}": sink_rates(alpha[..., k - 1], eps)["rate"] for k in (1, *ks)}
+    try:
+        out = {"as trained": rates(table)}
+        for k in ks:
+            swapped = table.clone()
+            swapped[[0, k - 1]] = table[[k - 1, 0]]
+            out[f"p1 <-> p{k}"] = rates(swapped)
+        out["every row the mean"] = rates(table.mean(0, keepdim=True).expand_as(table))
+        out["rows shuffled"] = rates(table[shuffled])
+    finally:
+        wpe.copy_(table)
+    return out
+
+
+@torch.no_grad()
+def token_probes(model: GPT, tokens: torch.Tensor, vocab: int, eps: float = EPS, k: int = 5) -> dict:
+    """Does a sinking head attend to a position or to a token? (i) Sequences where every token is the same
+    (each id of the vocabulary once): the sink rate at position 1. (ii) Token 1 copied to position k: the sink rate
+    and alpha at k, beside the same with the original token at k. A sink that follows the token moves to k's copy;
+    a positional one does not (Guo et al. 2410.13835 saw heads put 0.94-0.99 of their attention on one token)."""
+    T = tokens.shape[1]
+    same = torch.arange(vocab).view(-1, 1).expand(vocab, T).contiguous()
+    copied = tokens.clone()
+    copied[:, k - 1] = tokens[:, 0]
+    moved = copied[:, k - 1] != tokens[:, k - 1]                  # sequences where the copy changed position k
+    before, after = key_scores(model, tokens[moved]), key_scores(model, copied[moved])
+    return {"same token everywhere: p1": sink_rate(model, same, eps),
+            f"p{k} as drawn": sink_rates(before[..., k - 1], eps)["rate"],
+            f"p{k} = token 1": sink_rates(after[..., k - 1], eps)["rate"],
+            f"alpha_{k} as drawn": before[..., k - 1].mean().item(),
+            f"alpha_{k} = token 1": after[..., k - 1].mean().item()}
+
+
+def interval(values, level: float = 0.95) -> tuple:
+    """(mean, low, high): the mean over seeds with its Student-t interval (one value: no interval)."""
+    from scipy import stats
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return float(x.mean()), float("nan"), float("nan")
+    half = stats.t.ppf((1 + level) / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
+    return float(x.mean()), float(x.mean() - half), float(x.mean() + half)
+
+
+def paired(base: list, other: list, level: float = 0.95, power: float = 0.8) -> dict:
+    """Seed by seed, other - base (both arms from the same init on the same data order): the mean difference
+    with its t interval, the two-sided sign test, and the smallest true mean difference the design detects at
+    `power` with a two-sided t test at 1 - level (from the differences' spread: (t_a + t_b) sd / sqrt(n))."""
+    from scipy import stats
+    d = np.asarray(other, dtype=float) - np.asarray(base, dtype=float)
+    mean, low, high = interval(d, level)
+    up, down = int((d > 0).sum()), int((d < 0).sum())
+    sign_p = stats.binomtest(up, up + down, 0.5).pvalue if up + down else 1.0
+    n = len(d)
+    mde = (stats.t.ppf((1 + level) / 2, n - 1) + stats.t.ppf(power, n - 1)) * d.std(ddof=1) / math.sqrt(n) \
+        if n > 1 else float("nan")
+    return dict(mean=mean, low=low, high=high, up=up, down=down, sign_p=float(sign_p), detectable=float(mde))
 
 
 def exp_testbed(args) -> dict:
-    """Does a first-position sink form, and what does each mechanism do to it? Bigram-Backcopy (on iid tokens
-    by default, or with a bigram chain, or its induction variant; with or without BOS documents; LLaMA-style
-    blocks, TESTBED_KNOBS unless flags say otherwise), each variant trained from the same init (shared
-    parameters are drawn alike) on the same data
-    order for the same steps, for every seed: the protocol of sink_profile on held-out sequences, the sink
-    rate at each of --lengths (Fig 12's protocol), and the validation loss against the task's floor."""
+    """Does a first-position sink form, what is it, and what does each mechanism do to it? Bigram-Backcopy (on iid
+    tokens by default, or with a bigram chain, or its induction variant; with or without BOS documents;
+    LLaMA-style blocks, TESTBED_KNOBS unless flags say otherwise), each variant trained from the same init (shared
+    parameters are drawn alike) on the same data order for the same steps, for every seed: the protocol of
+    sink_profile on held-out sequences, the sink rate at each of --lengths, and the validation loss against the
+    task's floor. Each number is a mean over seeds with its 95% interval. For every baseline: where its sink lives
+    (position_table_probes with learned positions, token_probes always); for every other variant: the paired
+    difference from the baseline, seed by seed."""
     T = args.testbed_block
     knobs = {**LLAMA_KNOBS, **args.knobs, "block_size": T, "vocab_size": args.testbed_vocab + args.bos}
     data, floor = testbed_data(args)
@@ -602,7 +683,8 @@ def exp_testbed(args) -> dict:
     else:
         tokens = windows(val, T, args.sequences, 0)
     res = dict(knobs=knobs, bos=args.bos, successors=args.successors, recall=args.recall, steps=args.steps,
-               lr=args.lr, weight_decay=args.weight_decay, loss_floor=floor, variants={})
+               lr=args.lr, weight_decay=args.weight_decay, loss_floor=floor, threads=torch.get_num_threads(),
+               variants={})
     for name in args.variants:
         runs = []
         for seed in args.seeds:
@@ -619,37 +701,63 @@ def exp_testbed(args) -> dict:
             out_dir = os.path.join(args.out, "testbed", f"{name}_seed{seed}_{key}")
             log = train.ensure(dataclasses.replace(cfg, out_dir=out_dir))
             model = load_model(train.list_checkpoints(out_dir)[-1][1], device=args.device).eval()
-            runs.append(dict(seed=seed, **sink_profile(model, tokens, args.eps), val_loss=log["val"][-1]["val_loss"],
-                             rate_by_length={L: sink_rate(model, tokens[:, :L], args.eps) for L in args.lengths}))
-        res["variants"][name] = dict(runs=runs, **{f"{k}_{stat}": float(f([r[k] for r in runs]))
-                                                   for k in ("rate", "alpha_1", "massive_ratio", "val_loss")
-                                                   for stat, f in (("mean", np.mean), ("std", np.std))})
-    rows = [dict(variant=name, seeds=len(v["runs"]), sink_rate=f"{v['rate_mean']:.1f} +- {v['rate_std']:.1f}",
-                 per_layer=" ".join(f"{np.mean([r['per_layer'][l] for r in v['runs']]):.0f}"
-                                    for l in range(len(v["runs"][0]["per_layer"]))),
-                 alpha_1=f"{v['alpha_1_mean']:.3f}", massive=f"{v['massive_ratio_mean']:.0f}",
-                 loss_over_floor=f"{v['val_loss_mean'] - floor:+.4f}",
-                 **{f"rate_T{L}": f"{np.mean([r['rate_by_length'][L] for r in v['runs']]):.1f}" for L in args.lengths})
+            run = dict(seed=seed, **sink_profile(model, tokens, args.eps), val_loss=log["val"][-1]["val_loss"],
+                       rate_by_length={L: sink_rate(model, tokens[:, :L], args.eps) for L in args.lengths})
+            if name == "baseline":
+                run["where"] = token_probes(model, tokens, args.testbed_vocab + args.bos, args.eps)
+                if model.config.position == "learned":
+                    run["where"].update({f"{edit}: {at}": rate for edit, rates in position_table_probes(
+                        model, tokens, args.eps).items() for at, rate in rates.items()})
+            runs.append(run)
+        stats = ("rate", "alpha_1", "variance_ratio_1", "massive_ratio", "val_loss") + (
+            ("rate_k", "alpha_k", "variance_ratio_k") if "rate_k" in runs[0] else ())
+        res["variants"][name] = dict(runs=runs, **{key: dict(zip(("mean", "low", "high"),
+                                                                 interval([r[key] for r in runs]))) for key in stats})
+    ci = lambda v, f="{:.1f}": f"{f.format(v['mean'])} [{f.format(v['low'])}, {f.format(v['high'])}]"
+    rows = [dict(variant=name, seeds=len(v["runs"]), sink_rate=ci(v["rate"]), alpha_1=ci(v["alpha_1"], "{:.3f}"),
+                 var_1_over_rest=ci(v["variance_ratio_1"], "{:.2f}"),
+                 **({f"rate_p{knobs['self_only']}": ci(v["rate_k"]), f"var_p{knobs['self_only']}_over_rest":
+                     ci(v["variance_ratio_k"], "{:.2f}")} if "rate_k" in v else {}),
+                 loss_over_floor=f"{v['val_loss']['mean'] - floor:+.4f}")
             for name, v in res["variants"].items()]
+    print(f"mean over {len(args.seeds)} seeds [95% t interval]; threads {torch.get_num_threads()}")
     print_table(rows)
     print(f"loss floor of the task (the generating process's mean -log p): {floor:.4f}; uniform attention would "
           f"give alpha_1 = {sum(1 / t for t in range(1, T + 1)) / T:.3f}")
     res["table"] = rows
+    if "baseline" in res["variants"]:
+        base = res["variants"]["baseline"]["runs"]
+        where = {probe: dict(zip(("mean", "low", "high"), interval([r["where"][probe] for r in base])))
+                 for probe in base[0]["where"]}
+        print("where the baseline's sink lives: sink rate (%) at each position after each edit, mean over seeds")
+        print_table([dict(probe=p, mean=f"{v['mean']:.1f}", interval=f"[{v['low']:.1f}, {v['high']:.1f}]")
+                     for p, v in where.items()])
+        res["where"] = where
+        res["paired"] = {name: {key: paired([r[key] for r in base], [r[key] for r in v["runs"]])
+                                for key in ("rate", "alpha_1")}
+                         for name, v in res["variants"].items() if name != "baseline"}
+        if res["paired"]:
+            print("paired against the baseline (same init, same data order), seed by seed:")
+            print_table([dict(variant=name, stat=key, diff=f"{d['mean']:+.3g} [{d['low']:+.3g}, {d['high']:+.3g}]",
+                              up_down=f"{d['up']}/{d['down']}", sign_p=f"{d['sign_p']:.3g}",
+                              detectable=f"{d['detectable']:.3g}")
+                         for name, p in res["paired"].items() for key, d in p.items()])
     _plot_testbed(args, res)
     return res
 
 
 def _plot_testbed(args, res):
-    """Sink rate per mechanism, seeds as points."""
+    """Sink rate per mechanism, seeds as points, each mean with its 95% interval."""
     plt, fig, ax = figure(figsize=(1.1 * len(res["variants"]) + 2, 3.6))
     names = list(res["variants"])
     for i, name in enumerate(names):
         v = res["variants"][name]
         ax.scatter([i] * len(v["runs"]), [r["rate"] for r in v["runs"]], alpha=0.7, zorder=3)
-        ax.errorbar([i], [v["rate_mean"]], [v["rate_std"]], fmt="k_", capsize=8, zorder=2)
+        ax.errorbar([i], [v["rate"]["mean"]], [[v["rate"]["mean"] - v["rate"]["low"]],
+                                               [v["rate"]["high"] - v["rate"]["mean"]]], fmt="k_", capsize=8, zorder=2)
     ax.set(xticks=range(len(names)), ylabel=f"sink rate (%), eps = {args.eps}", ylim=(-3, 103),
            title=f"testbed: {'BOS documents' if args.bos else 'no BOS'}, "
-                 f"{len(res['variants'][names[0]]['runs'])} seeds")
+                 f"{len(res['variants'][names[0]]['runs'])} seeds, 95% intervals")
     ax.set_xticklabels(names, rotation=30, ha="right")
     save_figure(fig, os.path.join(args.out, "testbed.png"))
 
@@ -731,8 +839,10 @@ def main(argv=None):
                    help="amplify around the batch mean at position k, or around the sequence mean")
     g = p.add_argument_group("--exp testbed / calibration (models trained here)")
     add_config_flags(p, default_model="tiny")
-    g.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
-    g.add_argument("--seeds", type=seed_int, nargs="+", default=[0, 1, 2])
+    g.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=["baseline"],
+                   help=f"mechanisms trained side by side, each against the baseline seed by seed: "
+                   f"{', '.join(VARIANTS)}")
+    g.add_argument("--seeds", type=seed_int, nargs="+", default=list(range(10)), help="default 0 ... 9")
     g.add_argument("--steps", type=int, default=None, help="default: testbed 3000, calibration 600")
     g.add_argument("--batch_size", type=int, default=None, help="default: testbed 64, calibration 32")
     g.add_argument("--lr", type=float, default=None, help="default: testbed 1e-3, calibration 3e-3")
