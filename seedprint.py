@@ -36,6 +36,7 @@ alpha (README).
     python seedprint.py --exp table4a        # also table4b, table4c, table5, fig11, fpr, baselines, all
     python seedprint.py --exp speed --model llama2-7b --seq_len 1024 --device cuda   # seconds per 7B fingerprint
 """
+import argparse
 import dataclasses
 import functools
 import hashlib
@@ -52,7 +53,7 @@ from common import (ArgumentParser, DTYPES, Progress, add_config_flags, add_devi
                     check_dtype_runs, check_file_weights_finite, check_output, config_overrides, figure, load_model,
                     lock_dir, parse_bool, peak_flops, print_table, random_batches, read_model_config, resolve_device,
                     run_script, save_checkpoint, save_figure, seed_int, update_results)
-from model import GPT, GPTConfig, LLAMA_KNOBS, forward_flops, get_config, qkv_sizes
+from model import GPT, GPTConfig, LLAMA_KNOBS, forward_flops, get_config, qkv_sizes, read_checkpoint
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -62,8 +63,12 @@ import train
 from init import build
 
 ALPHA = 0.01
+# The aligned test counts only when its matched mean tau reaches this: fit by --exp aligned (twice the largest
+# matched tau of the unrelated pairs of its fit seeds) and tested on other seeds (README).
+ALIGNED_TAU_FLOOR = 0.1
 EXPERIMENTS = ("table4a", "table4b", "table4c", "table5", "fig11", "fpr", "baselines")
-OTHER_EXPERIMENTS = ("derivatives", "inits", "speed")   # not in --exp all: they need --base, run many inits, or time
+# not in --exp all: they need --base, run many inits or models, or time
+OTHER_EXPERIMENTS = ("derivatives", "inits", "speed", "aligned")
 
 
 # ----------------------------------------------------------------------------- 2-4. the statistic
@@ -155,7 +160,7 @@ def overlap_p(overlap: int, d: int, k: int, log: bool = False) -> float:
 @dataclass
 class SeedPrintResult:
     related: bool           # the verdict: p < alpha
-    p: float                # Fisher's combination of p_perm and p_overlap (coset mode), else p_perm
+    p: float                # Fisher's combination of p_perm and p_overlap (coset mode), else p_perm; aligned: the union
     p_perm: float           # dimension-permutation test of mean(diag C)
     p_overlap: float        # hypergeometric p of the identity set's size (1 in base mode)
     mean_tau: float         # mean(diag C): the paper's statistic
@@ -164,23 +169,35 @@ class SeedPrintResult:
     k: int
     n_inputs: int
     p_raw: float = float("nan")  # p before the Holm adjustment across pairs (compare_many)
-    aligned: bool = False   # B's coordinates were matched to A's on held-out inputs before the test
+    aligned: bool = False   # the aligned verdict: the exact test, or the test after matching B's coordinates to A's
     signed: bool = False    # the alignment could negate coordinates (RMSNorm models), not only move them
     moved: int = 0          # how many of B's coordinates the alignment moved or negated (0: B was in A's basis)
+    p_exact: float = float("nan")     # aligned mode: the exact test's combined p (the fields above describe it)
+    p_aligned: float = float("nan")   # ... the combined p of the same test after the alignment
+    tau_aligned: float = float("nan")  # ... and its matched mean tau, which must reach ALIGNED_TAU_FLOOR
+    n_identity_aligned: int = 0
+    shared: str = ""        # what the two models' own records say they share by construction (shared_by_construction)
     p_z: float = float("nan")   # reference outputs, not the verdict: analytic 2 sf(z) (one-sided at alpha/2),
     p_t: float = float("nan")   # one-sided t-test and Mann-Whitney U against independent-Gaussian taus
     p_u: float = float("nan")
 
     def explain(self) -> str:
-        """The verdict in one line: which test, on which set, how many dimensions."""
-        how = (f"aligned (B's coordinates matched to A's{', with signs,' if self.signed else ''} on held-out "
-               f"inputs, {self.moved} moved), then " if self.aligned else "")
-        what = ("RELATED (a shared initialization, or, in this aligned mode, training on the same data: README)"
-                if self.related and self.aligned else "RELATED (shared initialization)" if self.related
-                else "unrelated")
-        return (f"{what}: {how}dimension-permutation test of mean tau {self.mean_tau:+.4f} over "
-                f"|S| = {self.n_identity} identity dimensions (k = {self.k}), N = {self.n_inputs}: p_perm "
-                f"{self.p_perm:.3g}, p_overlap {self.p_overlap:.3g}, combined p {self.p:.3g} vs alpha {ALPHA}")
+        """The verdict in one line: which test, on which set, how many dimensions, and what the models' records
+        say they share by construction."""
+        what = "RELATED (shared initialization)" if self.related else "unrelated"
+        exact = (f"dimension-permutation test of mean tau {self.mean_tau:+.4f} over |S| = {self.n_identity} identity "
+                 f"dimensions (k = {self.k}), N = {self.n_inputs}: p_perm {self.p_perm:.3g}, p_overlap "
+                 f"{self.p_overlap:.3g}, combined p {self.p_exact if self.aligned else self.p:.3g}")
+        if not self.aligned:
+            line = f"{what}: {exact} vs alpha {ALPHA}"
+        else:
+            floor = "reaches" if self.tau_aligned >= ALIGNED_TAU_FLOOR else "is below"
+            line = (f"{what}: aligned verdict, p {self.p:.3g} vs alpha {ALPHA} (twice the smaller of two tests): "
+                    f"the exact {exact}; after matching B's coordinates to A's{' with signs' if self.signed else ''} "
+                    f"on held-out inputs ({self.moved} moved), matched mean tau {self.tau_aligned:+.4f} over |S| = "
+                    f"{self.n_identity_aligned}, p {self.p_aligned:.3g}, which counts only if the tau {floor} the "
+                    f"floor {ALIGNED_TAU_FLOOR} (models trained from other inits on the same data stay below it)")
+        return line + (f". By construction, {self.shared}" if self.shared else "")
 
 
 def check_options(k: int = 400, rank_by: str = "smallest", set_mode: str = "coset", temperature: float = 10.0,
@@ -225,19 +242,40 @@ def signs_keep_function(*configs) -> bool:
 def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = "smallest", set_mode: str = "coset",
                    temperature: float = 10.0, alpha: float = ALPHA, reference: bool = True,
                    align=None, signed: bool = True) -> SeedPrintResult:
-    """Steps 2-4 on the fingerprints of two models on the same N inputs. align=(HA_hold, HB_hold): the two
-    models' fingerprints on other, held-out inputs; B's coordinates are first matched to A's on them, by a
-    signed permutation or (signed=False, for LayerNorm models) a plain one."""
+    """Steps 2-4 on the fingerprints of two models on the same N inputs. align=(HA_hold, HB_hold): the two models'
+    fingerprints on other, held-out inputs, and the aligned verdict: the exact test, and the same test after B's
+    coordinates are matched to A's on the held-out inputs (a signed permutation, or for LayerNorm models,
+    signed=False, a plain one). The match is fit to B, so its p holds no longer: models trained from other inits on
+    the same data share coordinate roles that it finds, and at N = 2000 a matched tau of +0.01 is already
+    "significant". What tells a lineage apart is the size of the agreement: a descendant keeps a large share of its
+    base's ranking (matched mean tau of +0.2 and more), same-data models a small one. So the aligned test counts
+    only where its matched mean tau reaches ALIGNED_TAU_FLOOR (fit and tested in --exp aligned), and the verdict
+    is their union at alpha / 2 each: p = min(1, 2 min(p_exact, p_aligned)), so it never misses what the exact
+    test sees."""
     check_options(k, rank_by, set_mode, temperature, alpha)
     if HA.shape != HB.shape:
         raise ValueError(f"fingerprints differ in shape {HA.shape} vs {HB.shape}: the models must have the same "
                          f"width and see the same N inputs")
-    moved = 0
-    if align is not None:
-        if align[0].shape[1] != HA.shape[1] or align[1].shape != align[0].shape:
-            raise ValueError("the held-out fingerprints must have the test fingerprints' width, and the same shape")
-        match, sign = align_coordinates(*align, signed=signed)
-        HB, moved = HB[:, match] * sign, int(((match != np.arange(len(match))) | (sign < 0)).sum())
+    exact = permutation_verdict(HA, HB, k, rank_by, set_mode, temperature, alpha, reference)
+    if align is None:
+        return exact
+    if align[0].shape[1] != HA.shape[1] or align[1].shape != align[0].shape:
+        raise ValueError("the held-out fingerprints must have the test fingerprints' width, and the same shape")
+    match, sign = align_coordinates(*align, signed=signed)
+    matched = permutation_verdict(HA, HB[:, match] * sign, k, rank_by, set_mode, temperature, alpha, False)
+    counted = matched.p if matched.mean_tau >= ALIGNED_TAU_FLOOR else 1.0
+    p = min(1.0, 2 * min(exact.p, counted))
+    return dataclasses.replace(exact, related=bool(p < alpha), p=p, aligned=True, signed=signed,
+                               moved=int(((match != np.arange(len(match))) | (sign < 0)).sum()), p_exact=exact.p,
+                               p_aligned=matched.p, tau_aligned=matched.mean_tau,
+                               n_identity_aligned=matched.n_identity)
+
+
+def permutation_verdict(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = "smallest",
+                        set_mode: str = "coset", temperature: float = 10.0, alpha: float = ALPHA,
+                        reference: bool = True) -> SeedPrintResult:
+    """The exact verdict on two fingerprints in their own coordinates: the permutation test of mean(diag C),
+    combined (Fisher) with the overlap of the identity sets; the reference tests beside it."""
     N, d = HA.shape
     S, k, C = cross_matrix(HA, HB, k, rank_by, set_mode, temperature)
     z, p_perm = permutation_test(C)
@@ -249,8 +287,7 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
         p_over, p = math.exp(log_over), float(stats.chi2.sf(-2 * (log_perm + log_over), 4))
     taus = np.diag(C)
     r = SeedPrintResult(related=bool(p < alpha), p=p, p_perm=p_perm, p_overlap=p_over,
-                        mean_tau=float(taus.mean()) if len(S) else 0.0, z_perm=z, n_identity=len(S), k=k, n_inputs=N,
-                        aligned=align is not None, signed=align is not None and signed, moved=moved)
+                        mean_tau=float(taus.mean()) if len(S) else 0.0, z_perm=z, n_identity=len(S), k=k, n_inputs=N)
     if reference and len(S) >= 2:
         sd = math.sqrt(2 * (2 * N + 5) / (9 * N * (N - 1)))      # std of tau-b under independence
         null = null_taus(N, d, k=k, rank_by=rank_by, set_mode=set_mode, temperature=temperature)
@@ -473,7 +510,42 @@ def compare_many(models: list, k: int = 400, rank_by: str = "smallest", set_mode
     for (i, j), p in zip(pairs, holm([results[pr].p for pr in pairs])):
         r = results[(i, j)]
         r.p_raw, r.p, r.related = r.p, p, bool(p < alpha)
+        r.shared = shared_by_construction(models[i], models[j])
     return dict(results=results, groups=lineages(len(models), [pr for pr in pairs if results[pr].related]))
+
+
+def shared_by_construction(a, b) -> str:
+    """What two models' own records say they share by construction, as a clause for the verdict line ("" when
+    they share nothing recorded, or either records nothing: a Hugging Face directory, a model in memory). train.py
+    checkpoints record the seeds of their lineage's init and the checkpoint they were trained from. A shared
+    embedding seed under different init seeds is a shared initialization of the embedding, the untied head and
+    the position table: the H0 of no shared initialization is false for them by construction."""
+    def record(m):
+        if not (isinstance(m, str) and os.path.isfile(m)):
+            return None
+        ckpt = read_checkpoint(m, mmap=True)
+        return dict(seeds=ckpt.get("seeds") or {}, init_from=ckpt.get("init_from"), path=os.path.realpath(m))
+    ra, rb = record(a), record(b)
+    if ra is None or rb is None:
+        return ""
+    said = []
+    for x, y, name in ((ra, rb, "A"), (rb, ra, "B")):
+        if x["init_from"] and os.path.realpath(x["init_from"]) == y["path"]:
+            said.append(f"{name} was trained from the other (its init_from)")
+    sa, sb = ra["seeds"], rb["seeds"]
+    if {"init_seed", "embed_seed"} <= set(sa) & set(sb):
+        same_init, same_embed = sa["init_seed"] == sb["init_seed"], sa["embed_seed"] == sb["embed_seed"]
+        if same_init and same_embed:
+            said.append(f"both record init seed {sa['init_seed']} and embedding seed {sa['embed_seed']}: one "
+                        f"initialization")
+        elif same_embed:
+            said.append(f"they share the embedding seed {sa['embed_seed']} (init seeds {sa['init_seed']} and "
+                        f"{sb['init_seed']}): their token embedding and untied head are one draw, a shared "
+                        f"initialization of those parts, so the test's H0 is false for them")
+        elif same_init:
+            said.append(f"they share the init seed {sa['init_seed']} (embedding seeds {sa['embed_seed']} and "
+                        f"{sb['embed_seed']}): the same transformer blocks at birth")
+    return "; ".join(said)
 
 
 def holm(ps: list) -> list:
@@ -769,14 +841,15 @@ BASELINES = {"PCS": pcs, "ICS": ics, "Intrinsic": intrinsic, "REEF": reef}
 # Small models trained here from known seeds on known data: the paper's Tables 4a-4c and 5, Fig 11, the
 # false-positive study and the baselines. Each trains what it needs with train.py (reused when present).
 
-def _run(args, name, seed, data, steps=None, init_from=None, data_seed=None):
+def _run(args, name, seed, data, steps=None, init_from=None, data_seed=None, ckpt_every=None):
     """The directory of a train.py run, trained (or resumed to completion) on first use."""
     out_dir = os.path.join(args.out, "runs", name)
     cfg = train.TrainConfig(data=data, out_dir=out_dir, model=None if init_from else args.model,
                             knobs={} if init_from else {**LLAMA_KNOBS, **args.knobs}, init_seed=seed,
                             embed_seed=seed, data_seed=args.data_seed if data_seed is None else data_seed,
                             init_from=init_from, batch_size=args.batch_size, max_steps=steps or args.steps,
-                            lr=args.lr, warmup=min(30, (steps or args.steps) // 10), ckpt_every=args.ckpt_every,
+                            lr=args.lr, warmup=min(30, (steps or args.steps) // 10),
+                            ckpt_every=ckpt_every or args.ckpt_every,
                             eval_every=0, log_every=50, device=args.device)
     train.ensure(cfg)
     return out_dir
@@ -998,7 +1071,7 @@ def exp_derivatives(args):
         rows.append(dict(pair=f"base vs {name}", truth="related" if truth else "unrelated",
                          verdict="RELATED" if exact.related else "unrelated", p=exact.p, mean_tau=exact.mean_tau,
                          S=exact.n_identity, aligned="RELATED" if aligned.related else "unrelated", p_aligned=aligned.p,
-                         tau_aligned=aligned.mean_tau, S_aligned=aligned.n_identity, moved=aligned.moved,
+                         tau_aligned=aligned.tau_aligned, S_aligned=aligned.n_identity_aligned, moved=aligned.moved,
                          logit_change=change, seconds=time.time() - t0))
         bar.update()
     return rows
@@ -1052,7 +1125,7 @@ def exp_fpr(args):
                             mean_tau=r.mean_tau,
                             **{t: getattr(r, t) for t in tests if t not in ("p_base", "p_aligned")},
                             p_base=other.p if args.set_mode == "coset" else r.p, p_aligned=aligned.p,
-                            tau_aligned=aligned.mean_tau, moved=aligned.moved))
+                            p_matched=aligned.p_aligned, tau_aligned=aligned.tau_aligned, moved=aligned.moved))
         bar.update()
     table = []
     for t in tests:
@@ -1067,6 +1140,98 @@ def exp_fpr(args):
     print_table(table)
     _qq_plot(args, results, tests)
     return dict(alpha=ALPHA, table=table, pairs=results)
+
+
+# The conditions of --exp aligned: LLaMA-style `tiny` models (block 64) trained on tiny-shakespeare, where the
+# earlier aligned verdict called same-data pairs related (GPT-2 vocabulary, few steps: most tokens never seen) and
+# where it did not (bytes, long training), at two widths.
+ALIGNED_CONDITIONS = {"gpt2_w64": dict(n_embd=64, tokenizer="gpt2", steps=200, batch_size=16),
+                      "gpt2_w128": dict(n_embd=128, tokenizer="gpt2", steps=200, batch_size=16),
+                      "bytes_w128": dict(n_embd=128, tokenizer="bytes", steps=1500, batch_size=32)}
+
+
+def exp_aligned(args):
+    """Calibration of the aligned verdict on lineage, not shared data. Per condition (--conditions), models from the
+    fit seeds and the test seeds, trained from their own inits on the same data in the same order; unrelated pairs:
+    init vs init, trained vs trained (same data), trained vs the next seed's init; related: each init vs its trained
+    model, and one trained model (the first test seed's) vs its continuation on Brown after each of
+    --finetune_steps; every related pair again with B's residual basis given a signed permutation. The floor on the
+    matched mean tau is fit on the fit seeds' unrelated pairs (twice their largest, rounded up to 0.01); the
+    false-positive rate and the power are counted on the test seeds, with the fitted floor and with
+    ALIGNED_TAU_FLOOR, the verdict's."""
+    rows = []
+    for name in args.conditions:
+        c = argparse.Namespace(**{**vars(args), **{k: v for k, v in ALIGNED_CONDITIONS[name].items() if k != "n_embd"}})
+        c.out = os.path.join(args.out, "aligned", name)
+        c.knobs = {**args.knobs, "n_embd": ALIGNED_CONDITIONS[name]["n_embd"], "block_size": 64}
+        data, data2 = _data(c, c.corpus), _data(c, c.corpus2)
+        c.vocab = train.load_data(data)["meta"]["vocab_size"]
+        seeds = {"fit": args.fit_seeds, "test": args.test_seeds}
+        for split, ss in seeds.items():
+            inits = {s: _init_file(c, s) for s in ss}
+            final = {s: _ckpts(_run(c, f"seed{s}", s, data))[-1][1] for s in ss}
+            pairs = [(inits[a], inits[b], "init vs init", None) for i, a in enumerate(ss) for b in ss[i + 1:]]
+            pairs += [(final[a], final[b], "trained vs trained, same data", None) for i, a in enumerate(ss)
+                      for b in ss[i + 1:]]
+            pairs += [(final[a], inits[b], "trained vs another init", None) for a, b in zip(ss, ss[1:] + ss[:1])]
+            pairs += [(inits[s], final[s], "init vs its trained model", 0) for s in ss]
+            if split == "test":
+                base = ss[0]
+                child = _run(c, f"seed{base}_on_{c.corpus2}", base, data2, steps=max(args.finetune_steps),
+                             init_from=final[base], ckpt_every=math.gcd(*args.finetune_steps))
+                kept = dict(_ckpts(child))
+                pairs += [(final[base], kept[n], "base vs its continuation", n) for n in args.finetune_steps]
+            flip = 0.5 if signs_keep_function(read_model_config(inits[ss[0]])) else 0.0
+            pairs += [(a, Recipe(f"permuted{flip}|{json.dumps(weights_identity(b))}",
+                                 lambda b=b: permute_residual(load_model(b), 1, flip), read_model_config(b)),
+                       kind + ", B permuted", steps) for a, b, kind, steps in list(pairs) if steps is not None]
+            bar = Progress(len(pairs), f"{name} {split} pairs", "pairs")
+            for a, b, kind, steps in pairs:
+                exact, aligned = _verdicts(c, a, b)
+                rows.append(dict(condition=name, split=split, kind=kind, related=steps is not None,
+                                 finetune_steps=steps, p_exact=exact.p, tau_exact=exact.mean_tau,
+                                 p_aligned_test=aligned.p_aligned, tau_aligned=aligned.tau_aligned,
+                                 moved=aligned.moved))
+                bar.update()
+    return aligned_summary(rows)
+
+
+def aligned_summary(rows: list) -> dict:
+    """The floor fit on the fit seeds, then every rate on the test seeds: the exact verdict, the aligned verdict
+    without a floor (what --align meant before), with the fitted floor and with ALIGNED_TAU_FLOOR."""
+    fit_unrelated = [r["tau_aligned"] for r in rows if r["split"] == "fit" and not r["related"]]
+    fitted = max(0.01, math.ceil(200 * max(fit_unrelated)) / 100) if fit_unrelated else float("nan")
+    union = lambda r, floor: 2 * min(r["p_exact"], r["p_aligned_test"] if r["tau_aligned"] >= floor else 1) < ALPHA
+    verdicts = {"exact": lambda r: r["p_exact"] < ALPHA,
+                "aligned, no floor (before)": lambda r: r["p_aligned_test"] < ALPHA,
+                f"aligned, fitted floor {fitted}": lambda r: union(r, fitted),
+                f"aligned, floor {ALIGNED_TAU_FLOOR} (the verdict's)": lambda r: union(r, ALIGNED_TAU_FLOOR)}
+    test = [r for r in rows if r["split"] == "test"]
+    kinds = list(dict.fromkeys(r["kind"] for r in test))
+    table = []
+    for name, says in verdicts.items():
+        row = dict(verdict=name)
+        for kind in kinds:
+            hits = [says(r) for r in test if r["kind"] == kind]
+            row[kind] = f"{sum(hits)}/{len(hits)}"
+        row.update(rate_summary([0.0 if says(r) else 1.0 for r in test if not r["related"]], []))
+        table.append(row)
+    print(f"floor fit on {len(fit_unrelated)} unrelated pairs of the fit seeds: twice their largest matched tau "
+          f"{max(fit_unrelated):+.4f} -> {fitted}; the verdict's ALIGNED_TAU_FLOOR is {ALIGNED_TAU_FLOOR}")
+    print_table(table)
+    by_length = {}
+    for r in test:
+        if r["kind"].startswith("base vs its continuation"):
+            by_length.setdefault(r["finetune_steps"], []).append(r)
+    curve = [dict(finetune_steps=n, pairs=len(rs), tau_exact=float(np.mean([r["tau_exact"] for r in rs])),
+                  tau_aligned=float(np.mean([r["tau_aligned"] for r in rs])),
+                  related=f"{sum(union(r, ALIGNED_TAU_FLOOR) for r in rs)}/{len(rs)}")
+             for n, rs in sorted(by_length.items())]
+    print("power against the length of the continuation (each condition's base, plain and permuted):")
+    print_table(curve, floats="{:.3f}")
+    same_data = [r["tau_aligned"] for r in test if r["kind"] == "trained vs trained, same data"]
+    return dict(fitted_floor=fitted, floor=ALIGNED_TAU_FLOOR, table=table, by_length=curve, pairs=rows,
+                same_data_tau_max=max(same_data) if same_data else None)
 
 
 def rate_summary(unrelated: list, related: list, permuted: list = ()) -> dict:
@@ -1221,6 +1386,9 @@ def report_matrix(args, res: dict, seconds: float) -> dict:
         print_table([dict(model=names[i], **{f"[{j}]": cell(i, j, f) for j in range(n)}) for i in range(n)])
     groups = [[names[i] for i in g] for g in res["groups"]]
     print("lineages: " + " | ".join(", ".join(g) for g in groups) + f"   [{seconds:.1f} s for {n} models]")
+    for (i, j), r in res["results"].items():
+        if r.shared:
+            print(f"by construction, {names[i]} and {names[j]}: {r.shared}")
     plt, fig, ax = figure(figsize=(1.0 * n + 3, 0.8 * n + 2))
     logp = np.zeros((n, n))
     for (i, j), r in res["results"].items():
@@ -1283,6 +1451,14 @@ def main(argv=None):
     g.add_argument("--base", default=None, help="--exp derivatives: the real checkpoint (a Hugging Face directory) "
                    "the derivatives are made of; --exp inits: its architecture")
     g.add_argument("--deriv_steps", type=int, default=40, help="--exp derivatives: steps of each short training run")
+    g.add_argument("--conditions", nargs="+", choices=list(ALIGNED_CONDITIONS), default=list(ALIGNED_CONDITIONS),
+                   help="--exp aligned: vocabulary, width and training of its models")
+    g.add_argument("--fit_seeds", type=seed_int, nargs="+", default=[100, 101, 102],
+                   help="--exp aligned: the seeds its floor is fit on")
+    g.add_argument("--test_seeds", type=seed_int, nargs="+", default=list(range(103, 112)),
+                   help="--exp aligned: the seeds it is tested on")
+    g.add_argument("--finetune_steps", type=int, nargs="+", default=[50, 200, 400],
+                   help="--exp aligned: lengths of the continuation whose power is measured")
     args = p.parse_args(argv)
     check_options(args.k, args.rank_by, args.set_mode)          # before any model is loaded or trained
     if args.exp is None and len(args.models) < 2:
@@ -1309,6 +1485,11 @@ def main(argv=None):
         train.TrainConfig(batch_size=args.batch_size, max_steps=args.steps, lr=args.lr, ckpt_every=args.ckpt_every)
     if not 0 <= args.fpr_trained <= args.fpr_inits or len(set(args.seeds)) < 2:
         p.error("need 0 <= --fpr_trained <= --fpr_inits and at least two distinct --seeds")
+    if len(set(args.fit_seeds)) < 2 or len(set(args.test_seeds)) < 2 or set(args.fit_seeds) & set(args.test_seeds):
+        p.error("--exp aligned fits on one range of seeds and tests on another: give two or more distinct "
+                "--fit_seeds and --test_seeds, none in both")
+    if min(args.finetune_steps) < 1:
+        p.error(f"--finetune_steps must be at least 1, got {min(args.finetune_steps)}")
     args.knobs = config_overrides(args)
     device = resolve_device(args.device)
     args.device = str(device)
@@ -1346,7 +1527,7 @@ def run(args) -> None:
     else:
         funcs = dict(table4a=exp_table4a, table4b=exp_table4b, table4c=exp_table4c, table5=exp_table5,
                      fig11=exp_fig11, fpr=exp_fpr, baselines=exp_baselines, derivatives=exp_derivatives,
-                     inits=exp_inits, speed=exp_speed)
+                     inits=exp_inits, speed=exp_speed, aligned=exp_aligned)
         results = {}
         for name in (EXPERIMENTS if args.exp == "all" else [args.exp]):
             print(f"=== {name}: {funcs[name].__doc__.split(':')[0].strip()}")
