@@ -79,6 +79,19 @@ def _naive_pairwise(x):
     return c.mean(), c.std()
 
 
+def test_pairwise_cosine_bound_holds_under_the_null():
+    """Independent isotropic vectors (the null): P(p_bound <= a) <= a at every level a, counted over 400 draws."""
+    rng = np.random.default_rng(1)
+    p = []
+    for _ in range(400):
+        acc = PairwiseCosine()
+        acc.update(torch.from_numpy(rng.standard_normal((20, 3))))
+        p.append(acc.result()["p_bound"])
+    p = np.array(p)
+    for a in (0.2, 0.5, 0.8):
+        assert (p <= a).mean() <= a + 3 * math.sqrt(a * (1 - a) / len(p))
+
+
 def test_streaming_pairwise_cosine_equals_naive_gram():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((150, 24)) + 0.3          # a shared component: mean cosine clearly > 0
@@ -89,7 +102,7 @@ def test_streaming_pairwise_cosine_equals_naive_gram():
     mean, std = _naive_pairwise(x.astype(np.float32).astype(np.float64))
     assert r["n"] == 150
     assert r["mean"] == pytest.approx(mean, abs=1e-6) and r["std"] == pytest.approx(std, abs=1e-6)
-    assert r["log10_p"] < -10
+    assert r["p_bound"] == pytest.approx(1 / (1 + mean ** 2 * 150 * 149 / 2), rel=1e-6)   # Cantelli, v = 2/(N(N-1))
     direction = (x / np.linalg.norm(x, axis=1, keepdims=True)).mean(0)
     np.testing.assert_allclose(acc.direction().numpy(), direction, atol=1e-6)
 
