@@ -18,8 +18,8 @@ triples that are sink heads. Uniform attention gives alpha_1 = H_T / T (0.074 at
     python sink.py MODEL --text wikitext2 --bos on  # text through the model's own tokenizer, BOS prepended
     python sink.py MODEL --exp interventions        # mask edit and variance amplification at position k
     python sink.py MODEL --exp variance             # Eq. 2 by layer: is position 1 the variance outlier?
-    python sink.py --exp testbed                    # a first-position sink grown on a CPU (no BOS), and every
-                                                    #   sink control on one protocol (8 mechanisms x 3 seeds)
+    python sink.py --exp testbed                    # a first-position sink grown on a CPU (no BOS), seeds 0-9;
+                                                    #   --variants adds sink controls, paired seed by seed
     python sink.py --exp calibration                # Fig 12 / Table 7 on natural text, small scale
 """
 import dataclasses
@@ -729,9 +729,11 @@ def exp_testbed(args) -> dict:
         base = res["variants"]["baseline"]["runs"]
         where = {probe: dict(zip(("mean", "low", "high"), interval([r["where"][probe] for r in base])))
                  for probe in base[0]["where"]}
-        print("where the baseline's sink lives: sink rate (%) at each position after each edit, mean over seeds")
-        print_table([dict(probe=p, mean=f"{v['mean']:.1f}", interval=f"[{v['low']:.1f}, {v['high']:.1f}]")
-                     for p, v in where.items()])
+        print("where the baseline's sink lives: sink rate (%) at each position after each edit (alpha: its mean "
+              "attention), mean over seeds")
+        f = lambda p: "{:.3f}" if p.startswith("alpha") else "{:.1f}"
+        print_table([dict(probe=p, mean=f(p).format(v["mean"]), interval=f"[{f(p).format(v['low'])}, "
+                          f"{f(p).format(v['high'])}]") for p, v in where.items()])
         res["where"] = where
         res["paired"] = {name: {key: paired([r[key] for r in base], [r[key] for r in v["runs"]])
                                 for key in ("rate", "alpha_1")}
