@@ -565,7 +565,7 @@ def test_the_aligned_verdict_counts_a_match_only_above_the_tau_floor_and_keeps_t
     assert both.related and both.p_exact == exact.p and both.p == pytest.approx(2 * min(exact.p, both.p_aligned))
 
 
-def test_aligned_summary_fits_the_floor_on_the_fit_seeds_and_counts_the_test_seeds():
+def test_aligned_summary_fits_the_floor_on_the_fit_seeds_and_counts_the_test_seeds(monkeypatch):
     """The floor is twice the largest matched tau of the fit seeds' unrelated pairs, rounded up to 0.01 (the test
     seeds' values never enter it); each verdict's counts are those of the rule, recounted here."""
     rows = [dict(split="fit", kind="k1", related=False, p_exact=0.5, p_aligned_test=1e-9, tau_aligned=0.031),
@@ -575,10 +575,11 @@ def test_aligned_summary_fits_the_floor_on_the_fit_seeds_and_counts_the_test_see
             dict(split="test", kind="k1", related=False, p_exact=0.5, p_aligned_test=1e-12, tau_aligned=0.07),
             dict(split="test", kind="k2", related=True, p_exact=0.5, p_aligned_test=1e-30, tau_aligned=0.3,
                  tau_exact=0.0, finetune_steps=10)]
+    monkeypatch.setattr(seedprint, "ALIGNED_TAU_FLOOR", 0.1)
     res = seedprint.aligned_summary(rows)
     assert res["fitted_floor"] == 0.07                                      # ceil(2 x 0.031, 0.01)
     counts = {row["verdict"].split(" (")[0].split(" 0")[0]: row["k1"] for row in res["table"]}
-    assert counts["exact"] == "1/3" and counts["aligned, no floor"] == "2/3"
+    assert counts["exact"] == "1/3" and counts["matched test alone, no floor"] == "2/3"
     assert counts["aligned, fitted floor"] == "2/3"          # the exact one at 2 x 0.004, and tau 0.07 >= 0.07
     assert counts["aligned, floor"] == "1/3"                  # the verdict's 0.1: only the exact one
     assert [row["k2"] for row in res["table"]] == ["0/1", "1/1", "1/1", "1/1"]
