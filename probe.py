@@ -16,7 +16,7 @@ with the embedding's mean and std, Section 4.1) and look at the last position:
   (Fig 8), positional variance (Fig 9), hidden-dimension preference (Fig 10).
 All of it comes from one pass per model, accumulated batch by batch in memory independent of N.
 
-    python probe.py                      # Table 1 protocol, gpt2-nano, seeds 42 43, ~1 min on 2 CPU cores
+    python probe.py                      # Table 1 protocol, gpt2-nano, seeds 42 43, ~80 s on 2 CPU cores
     python probe.py --exp all            # every table and figure (minutes on a CPU)
     python probe.py --sequences 10000 --seq_len 64 256 1024 --device cuda         # the paper's size
     torchrun --nproc_per_node 8 probe.py --exp direction --models 100 --sequences 2000 --seq_len 1024
