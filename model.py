@@ -550,8 +550,8 @@ def check_attn_mask(mask: torch.Tensor, T: int) -> torch.Tensor:
 
 
 def forward_flops(model: GPT, seq_len: int, logits_positions: int = 1) -> float:
-    """Forward flops of one sequence of T = seq_len tokens, 2 per multiply-add, as the probes' and fingerprints'
-    TFLOP/s and MFU count them: each weight matrix once per token (lookups, biases and norm gains are no matmuls);
+    """Forward flops of one sequence of T = seq_len tokens, 2 per multiply-add, as the probes' TFLOP/s and MFU count:
+      - each weight matrix once per token (embedding lookups, biases and norm gains are not matmuls);
       - 4 H hd per attended (query, key) pair and layer: its score and its weighted value. Causal attention
         attends T (T + 1) / 2 pairs (fewer with a sliding window); uniform attention is a running sum, no matmul;
       - the LM head on `logits_positions` positions (1: the last only, as the probes; 0: none, a fingerprint).
