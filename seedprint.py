@@ -53,7 +53,8 @@ from common import (ArgumentParser, DTYPES, Progress, add_config_flags, add_devi
                     check_dtype_runs, check_file_weights_finite, check_output, config_overrides, figure, load_model,
                     lock_dir, parse_bool, peak_flops, print_table, random_batches, read_model_config, resolve_device,
                     run_script, save_checkpoint, save_figure, seed_int, update_results)
-from model import GPT, GPTConfig, LLAMA_KNOBS, forward_flops, get_config, qkv_sizes, read_checkpoint
+from model import (GPT, GPTConfig, LLAMA_KNOBS, forward_flops, get_config, qkv_sizes, read_checkpoint, read_hf_dir,
+                   read_hf_tensor)
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -67,6 +68,10 @@ ALPHA = 0.01
 # unrelated pairs of --exp aligned's fit seeds (+0.030, models trained from other inits on the same data), rounded
 # up. On its test seeds same-data pairs reached at most +0.042, continuations at least +0.199 (docs/seedprint.md).
 ALIGNED_TAU_FLOOR = 0.06
+# A match fit on the token tables is trusted from this mean |r| of its matched columns (table_gate): a descendant's
+# columns are its base's, moved (r 0.99 in --exp aligned's models), an independent table's best match is chance
+# (0.02 at 25,000 rows, 0.24 at 128), and a rotated copy's columns are mixtures (|r| at most sqrt(2 ln d / d)).
+TABLE_MATCH_R = 0.5
 EXPERIMENTS = ("table4a", "table4b", "table4c", "table5", "fig11", "fpr", "baselines")
 # not in --exp all: they need --base, run many inits or models, or time
 OTHER_EXPERIMENTS = ("derivatives", "inits", "speed", "aligned")
@@ -177,6 +182,8 @@ class SeedPrintResult:
     p_aligned: float = float("nan")   # ... the combined p of the same test after the alignment
     tau_aligned: float = float("nan")  # ... and its matched mean tau, which must reach ALIGNED_TAU_FLOOR
     n_identity_aligned: int = 0
+    matched_on: str = ""    # ... what the match was fit on: "token table" (trusted: table_gate) or "held-out inputs"
+    table_fit: float = float("nan")   # ... the token-table match's mean |r| (nan: no tables)
     shared: str = ""        # what the two models' own records say they share by construction (shared_by_construction)
     p_z: float = float("nan")   # reference outputs, not the verdict: analytic 2 sf(z) (one-sided at alpha/2),
     p_t: float = float("nan")   # one-sided t-test and Mann-Whitney U against independent-Gaussian taus
@@ -193,11 +200,18 @@ class SeedPrintResult:
             line = f"{what}: {exact} vs alpha {ALPHA}"
         else:
             floor = "reaches" if self.tau_aligned >= ALIGNED_TAU_FLOOR else "is below"
+            if self.matched_on == "token table":
+                how = f"by their token tables (matched columns' mean |r| {self.table_fit:.3f}, trusted)"
+            else:
+                how = "on held-out inputs" + ("" if math.isnan(self.table_fit) else
+                                              f" (the token tables' match, mean |r| {self.table_fit:.3f}, untrusted)")
             line = (f"{what}: aligned verdict, p {self.p:.3g} vs alpha {ALPHA} (twice the smaller of two tests): "
                     f"the exact {exact}; after matching B's coordinates to A's{' with signs' if self.signed else ''} "
-                    f"on held-out inputs ({self.moved} moved), matched mean tau {self.tau_aligned:+.4f} over |S| = "
-                    f"{self.n_identity_aligned}, p {self.p_aligned:.3g}, which counts only if the tau {floor} the "
-                    f"floor {ALIGNED_TAU_FLOOR} (models trained from other inits on the same data stay below it)")
+                    f"{how}, {self.moved} moved: matched mean tau {self.tau_aligned:+.4f} over |S| = "
+                    f"{self.n_identity_aligned}, p {self.p_aligned:.3g}")
+            if self.matched_on != "token table":
+                line += (f", which counts only if the tau {floor} the floor {ALIGNED_TAU_FLOOR} (models trained "
+                         f"from other inits on the same data stay below it)")
         return line + (f". By construction, {self.shared}" if self.shared else "")
 
 
@@ -214,24 +228,34 @@ def check_options(k: int = 400, rank_by: str = "smallest", set_mode: str = "cose
         raise ValueError(f"need temperature > 0 and 0 < alpha < 1, got {temperature}, {alpha}")
 
 
-def align_coordinates(HA: np.ndarray, HB: np.ndarray, signed: bool = True):
-    """(match, sign): B's coordinate match[j], times sign[j] (+-1), plays A's coordinate j. signed=True: the
-    signed permutation maximizing the summed |Pearson correlation| (across inputs) of matched pairs, by the
+def align_coordinates(XA: np.ndarray, XB: np.ndarray, signed: bool = True):
+    """(match, sign, fit): B's coordinate match[j], times sign[j] (+-1), plays A's coordinate j; fit is the mean
+    correlation of the matched pairs (signed: of their |r|). XA, XB (n x d): the two models' coordinates observed
+    n times, as held-out fingerprints (inputs x coordinates) or token-table rows (tokens x coordinates).
+    signed=True: the signed permutation maximizing the summed |Pearson correlation| of matched pairs, by the
     assignment algorithm, each sign that of its pair's correlation. Signed, because for an RMSNorm (or norm-free)
     model every signed permutation of the residual basis is function-preserving (an orthogonal map that keeps
     the coordinates: RMS(x) ignores signs, and the gains move with their coordinates), and x -> -x alone hides a
     lineage from the exact verdict. signed=False (LayerNorm models, whose mean does not commute with a sign
-    flip): the permutation maximizing the summed correlation, every sign +1. Fit on held-out inputs, never on
-    the test's: under H0 the match is mostly fitted noise, independent of the test inputs (README: its
-    measured FPR)."""
-    za = (HA - HA.mean(0)) / np.maximum(HA.std(0), 1e-12)
-    zb = (HB - HB.mean(0)) / np.maximum(HB.std(0), 1e-12)
-    corr = za.T @ zb
+    flip): the permutation maximizing the summed correlation, every sign +1. Fit on held-out inputs or tokens,
+    never on the test's: under H0 the match is then mostly fitted noise, independent of the test inputs (README:
+    its measured FPR)."""
+    za = (XA - XA.mean(0)) / np.maximum(XA.std(0), 1e-12)
+    zb = (XB - XB.mean(0)) / np.maximum(XB.std(0), 1e-12)
+    corr = za.T @ zb / len(XA)
     rows, match = optimize.linear_sum_assignment(np.abs(corr) if signed else corr, maximize=True)
     match = match[np.argsort(rows)]
+    r = corr[np.arange(len(match)), match]
     if not signed:
-        return match, np.ones(len(match))
-    return match, np.where(corr[np.arange(len(match)), match] < 0, -1.0, 1.0)
+        return match, np.ones(len(match)), float(r.mean())
+    return match, np.where(r < 0, -1.0, 1.0), float(np.abs(r).mean())
+
+
+def table_gate(rows: int, d: int) -> float:
+    """The mean |r| a token-table match must reach to be trusted: TABLE_MATCH_R, or, where the table has few rows,
+    the largest |r| that any two independent columns reach except with probability 1e-3 (a Gaussian tail bound,
+    P(|r| sqrt(n) > t) <= 2 exp(-t^2 / 2), over all d^2 pairs), whichever is larger."""
+    return max(TABLE_MATCH_R, math.sqrt(2 * math.log(2000 * d * d) / max(rows, 1)))
 
 
 def signs_keep_function(*configs) -> bool:
@@ -242,17 +266,22 @@ def signs_keep_function(*configs) -> bool:
 
 def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = "smallest", set_mode: str = "coset",
                    temperature: float = 10.0, alpha: float = ALPHA, reference: bool = True,
-                   align=None, signed: bool = True) -> SeedPrintResult:
+                   align=None, signed: bool = True, tables=None) -> SeedPrintResult:
     """Steps 2-4 on the fingerprints of two models on the same N inputs. align=(HA_hold, HB_hold): the two models'
     fingerprints on other, held-out inputs, and the aligned verdict: the exact test, and the same test after B's
-    coordinates are matched to A's on the held-out inputs (a signed permutation, or for LayerNorm models,
-    signed=False, a plain one). The match is fit to B, so its p holds no longer: models trained from other inits on
-    the same data share coordinate roles that it finds, and at N = 2000 a matched tau of +0.01 is already
-    "significant". What tells a lineage apart is the size of the agreement: a descendant keeps a large share of its
-    base's ranking (matched mean tau of +0.2 and more), same-data models a small one. So the aligned test counts
-    only where its matched mean tau reaches ALIGNED_TAU_FLOOR (fit and tested in --exp aligned), and the verdict
-    is their union at alpha / 2 each: p = min(1, 2 min(p_exact, p_aligned)), so it never misses what the exact
-    test sees."""
+    coordinates are matched to A's (a signed permutation, or for LayerNorm models, signed=False, a plain one).
+    The match comes from one of two places:
+      - tables=(TA, TB): the two token tables' rows of held-out tokens (held_out_rows). A descendant's columns are
+        its base's, moved, so this match is exact, and it is trusted where its mean |r| reaches table_gate; an
+        independent model's never does, whatever data it saw, so its p needs no floor;
+      - otherwise (no tables, or an untrusted match: a rotated basis, models trained from other inits) the held-out
+        fingerprints. That match is fit to B, so its p holds no longer: models trained from other inits on the same
+        data share coordinate roles that it finds, and at N = 2000 a matched tau of +0.01 is already
+        "significant". What tells a lineage apart is the size of the agreement: a descendant keeps a large share of
+        its base's ranking, same-data models a small one. So this test counts only where its matched mean tau
+        reaches ALIGNED_TAU_FLOOR (fit and tested in --exp aligned).
+    The verdict is their union at alpha / 2 each: p = min(1, 2 min(p_exact, p_aligned)), so it never misses what
+    the exact test sees."""
     check_options(k, rank_by, set_mode, temperature, alpha)
     if HA.shape != HB.shape:
         raise ValueError(f"fingerprints differ in shape {HA.shape} vs {HB.shape}: the models must have the same "
@@ -262,14 +291,22 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
         return exact
     if align[0].shape[1] != HA.shape[1] or align[1].shape != align[0].shape:
         raise ValueError("the held-out fingerprints must have the test fingerprints' width, and the same shape")
-    match, sign = align_coordinates(*align, signed=signed)
+    on, table_fit = "held-out inputs", float("nan")
+    if tables is not None and tables[0] is not None and tables[1] is not None:
+        if tables[0].shape != tables[1].shape or tables[0].shape[1] != HA.shape[1]:
+            raise ValueError(f"the token tables' held-out rows differ in shape ({tables[0].shape} vs "
+                             f"{tables[1].shape}) or from the fingerprints' width {HA.shape[1]}")
+        match, sign, table_fit = align_coordinates(*tables, signed=signed)
+        on = "token table" if table_fit >= table_gate(*tables[0].shape) else on
+    if on == "held-out inputs":
+        match, sign, _ = align_coordinates(*align, signed=signed)
     matched = permutation_verdict(HA, HB[:, match] * sign, k, rank_by, set_mode, temperature, alpha, False)
-    counted = matched.p if matched.mean_tau >= ALIGNED_TAU_FLOOR else 1.0
+    counted = matched.p if on == "token table" or matched.mean_tau >= ALIGNED_TAU_FLOOR else 1.0
     p = min(1.0, 2 * min(exact.p, counted))
     return dataclasses.replace(exact, related=bool(p < alpha), p=p, aligned=True, signed=signed,
                                moved=int(((match != np.arange(len(match))) | (sign < 0)).sum()), p_exact=exact.p,
                                p_aligned=matched.p, tau_aligned=matched.mean_tau,
-                               n_identity_aligned=matched.n_identity)
+                               n_identity_aligned=matched.n_identity, matched_on=on, table_fit=table_fit)
 
 
 def permutation_verdict(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = "smallest",
@@ -400,6 +437,27 @@ def aligned_sets(vocab: int, seed: int) -> list:
     return [dict(vocab=vocab // 2, low=0, seed=seed), dict(vocab=vocab, low=vocab // 2, seed=seed + HELD_OUT_SEED)]
 
 
+def held_out_rows(m, vocab: int):
+    """The token table's rows of the alignment's tokens, [vocab // 2, vocab) (aligned_sets), float32 (rows x d),
+    for the aligned verdict's table match; None for a model whose weights are not at hand (a callable, a
+    fingerprint array). The table alone is read: a checkpoint memory-mapped, one tensor of a Hugging Face directory."""
+    if isinstance(m, (GPT, Recipe)):
+        table = (m if isinstance(m, GPT) else m.build()).transformer.wte.weight
+    elif isinstance(m, str) and os.path.isfile(m):
+        table = read_checkpoint(m, mmap=True)["model"]["transformer.wte.weight"]
+    elif isinstance(m, str):
+        _, arch, headers = read_hf_dir(m)
+        gpt2 = arch == "GPT2LMHeadModel"
+        prefix, name = ("transformer.", "wte.weight") if gpt2 else ("model.", "embed_tokens.weight")
+        found = [(file, t) for file, header in headers.items() for t in header if t.removeprefix(prefix) == name]
+        if not found:
+            raise ValueError(f"{m}: no token table ({prefix}{name}) in its safetensors files")
+        table = read_hf_tensor(*found[0])
+    else:
+        return None
+    return table[vocab // 2:vocab].detach().float().cpu().numpy()
+
+
 @dataclass
 class Recipe:
     """A model built in code (a derivative, a fresh init): fingerprinted under a cache key that names how it
@@ -471,7 +529,8 @@ def compare(model_a, model_b, k: int = 400, rank_by: str = "smallest", set_mode:
     """Do model_a (the base) and model_b share an initialization? Each may be a GPT, a path (train.py
     checkpoint or Hugging Face directory), a Recipe, a callable ids -> states, or a fingerprint array. Token
     inputs use ids below the smaller of the two vocabularies. Options are checked before any work.
-    align=True: B's coordinates are first matched to A's on held-out inputs (see align_coordinates)."""
+    align=True: the aligned verdict, B's coordinates also matched to A's by their token tables where that match
+    is trusted, else on held-out inputs (see seedprint_test)."""
     return compare_many([model_a, model_b], k, rank_by, set_mode, temperature, alpha, cache_dir, device, dtype,
                         align, **fingerprint_options)["results"][(0, 1)]
 
@@ -505,9 +564,11 @@ def compare_many(models: list, k: int = 400, rank_by: str = "smallest", set_mode
         raise ValueError(f"the models differ in width ({sorted(widths)}): SeedPrint compares models of one "
                          f"architecture")
     pairs = [(i, j) for i in range(len(models)) for j in range(i + 1, len(models))]
+    tables = [held_out_rows(m, opts["vocab"]) if align else None for m in models]
     results = {(i, j): seedprint_test(H[i][0], H[j][0], k, rank_by, set_mode, temperature, alpha,
                                       align=(H[i][1], H[j][1]) if align else None,
-                                      signed=signs_keep_function(every[i], every[j])) for i, j in pairs}
+                                      signed=signs_keep_function(every[i], every[j]), tables=(tables[i], tables[j]))
+               for i, j in pairs}
     for (i, j), p in zip(pairs, holm([results[pr].p for pr in pairs])):
         r = results[(i, j)]
         r.p_raw, r.p, r.related = r.p, p, bool(p < alpha)
@@ -868,11 +929,16 @@ def _ckpts(run):
 def _fps(args, m, aligned: bool = True) -> list:
     """A model's (a path or a Recipe) fingerprints, cached: [the exact verdict's, and with `aligned` the aligned
     verdict's test and alignment sets]. Token ids below args.vocab, else the model's vocabulary."""
-    vocab = getattr(args, "vocab", None) or (m.config if isinstance(m, GPT) else read_model_config(m) if isinstance(
-        m, str) else m.build().config).vocab_size
+    vocab = _vocab(args, m)
     return fingerprint_all([m], os.path.join(args.out, "fingerprints"), args.device, args.dtype,
                            dict(sequences=args.sequences, seq_len=args.seq_len, vocab=vocab, seed=args.input_seed),
                            [{}] + (aligned_sets(vocab, args.input_seed) if aligned else []))[0]
+
+
+def _vocab(args, m) -> int:
+    """The token ids' bound: args.vocab, else the model's vocabulary."""
+    return getattr(args, "vocab", None) or (m.config if isinstance(m, GPT) else read_model_config(m) if isinstance(
+        m, str) else m.build().config).vocab_size
 
 
 def _verdicts(args, a, b, aligned: bool = True) -> tuple:
@@ -883,7 +949,9 @@ def _verdicts(args, a, b, aligned: bool = True) -> tuple:
     if not aligned:
         return exact, None
     signed = signs_keep_function(_config(a), _config(b))
-    return exact, seedprint_test(A[1], B[1], **opts, reference=False, align=(A[2], B[2]), signed=signed)
+    tables = [held_out_rows(m, _vocab(args, m)) for m in (a, b)]
+    return exact, seedprint_test(A[1], B[1], **opts, reference=False, align=(A[2], B[2]), signed=signed,
+                                 tables=tables)
 
 
 def _init_file(args, seed):
@@ -1073,7 +1141,8 @@ def exp_derivatives(args):
                          verdict="RELATED" if exact.related else "unrelated", p=exact.p, mean_tau=exact.mean_tau,
                          S=exact.n_identity, aligned="RELATED" if aligned.related else "unrelated", p_aligned=aligned.p,
                          tau_aligned=aligned.tau_aligned, S_aligned=aligned.n_identity_aligned, moved=aligned.moved,
-                         logit_change=change, seconds=time.time() - t0))
+                         matched_on=aligned.matched_on, table_fit=aligned.table_fit, logit_change=change,
+                         seconds=time.time() - t0))
         bar.update()
     return rows
 
@@ -1126,7 +1195,8 @@ def exp_fpr(args):
                             mean_tau=r.mean_tau,
                             **{t: getattr(r, t) for t in tests if t not in ("p_base", "p_aligned")},
                             p_base=other.p if args.set_mode == "coset" else r.p, p_aligned=aligned.p,
-                            p_matched=aligned.p_aligned, tau_aligned=aligned.tau_aligned, moved=aligned.moved))
+                            p_matched=aligned.p_aligned, tau_aligned=aligned.tau_aligned, moved=aligned.moved,
+                            matched_on=aligned.matched_on, table_fit=aligned.table_fit))
         bar.update()
     table = []
     for t in tests:
@@ -1192,18 +1262,22 @@ def exp_aligned(args):
                 rows.append(dict(condition=name, split=split, kind=kind, related=steps is not None,
                                  finetune_steps=steps, p_exact=exact.p, tau_exact=exact.mean_tau,
                                  p_aligned_test=aligned.p_aligned, tau_aligned=aligned.tau_aligned,
-                                 moved=aligned.moved))
+                                 moved=aligned.moved, matched_on=aligned.matched_on, table_fit=aligned.table_fit))
                 bar.update()
     return aligned_summary(rows)
 
 
 def aligned_summary(rows: list) -> dict:
-    """The floor fit on the fit seeds, then every rate on the test seeds: the exact verdict, the matched test
-    alone (no floor, no exact test), and the aligned verdict with the fitted floor and with ALIGNED_TAU_FLOOR."""
-    fit_unrelated = [r["tau_aligned"] for r in rows if r["split"] == "fit" and not r["related"]]
+    """The floor fit on the fit seeds (their unrelated pairs matched on held-out inputs, where the floor applies),
+    then every rate on the test seeds: how often the token-table match was trusted, the exact verdict, the matched
+    test alone (no floor, no exact test), and the aligned verdict with the fitted floor and with ALIGNED_TAU_FLOOR."""
+    fit_unrelated = [r["tau_aligned"] for r in rows if r["split"] == "fit" and not r["related"]
+                     and r["matched_on"] != "token table"]
     fitted = max(0.01, math.ceil(200 * max(fit_unrelated)) / 100) if fit_unrelated else float("nan")
-    union = lambda r, floor: 2 * min(r["p_exact"], r["p_aligned_test"] if r["tau_aligned"] >= floor else 1) < ALPHA
-    verdicts = {"exact": lambda r: r["p_exact"] < ALPHA,
+    counted = lambda r, floor: r["matched_on"] == "token table" or r["tau_aligned"] >= floor
+    union = lambda r, floor: 2 * min(r["p_exact"], r["p_aligned_test"] if counted(r, floor) else 1) < ALPHA
+    verdicts = {"token-table match trusted (not a verdict)": lambda r: r["matched_on"] == "token table",
+                "exact": lambda r: r["p_exact"] < ALPHA,
                 "matched test alone, no floor": lambda r: r["p_aligned_test"] < ALPHA,
                 f"aligned, fitted floor {fitted}": lambda r: union(r, fitted),
                 f"aligned, floor {ALIGNED_TAU_FLOOR} (the verdict's)": lambda r: union(r, ALIGNED_TAU_FLOOR)}
@@ -1231,8 +1305,14 @@ def aligned_summary(rows: list) -> dict:
     print("power against the length of the continuation (each condition's base, plain and permuted):")
     print_table(curve, floats="{:.3f}")
     same_data = [r["tau_aligned"] for r in test if r["kind"] == "trained vs trained, same data"]
+    fits = {kind: [r["table_fit"] for r in rows if r["kind"] == kind and not math.isnan(r["table_fit"])]
+            for kind in dict.fromkeys(r["kind"] for r in rows)}
+    fits = [dict(kind=kind, pairs=len(f), table_fit_min=min(f), table_fit_max=max(f)) for kind, f in fits.items() if f]
+    print("the token-table match's mean |r| (every seed), against its gate of at least TABLE_MATCH_R "
+          f"{TABLE_MATCH_R}:")
+    print_table(fits, floats="{:.3f}")
     return dict(fitted_floor=fitted, floor=ALIGNED_TAU_FLOOR, table=table, by_length=curve, pairs=rows,
-                same_data_tau_max=max(same_data) if same_data else None)
+                same_data_tau_max=max(same_data) if same_data else None, table_fit=fits)
 
 
 def rate_summary(unrelated: list, related: list, permuted: list = ()) -> dict:
@@ -1425,9 +1505,11 @@ def main(argv=None):
     p.add_argument("--rank_by", choices=("smallest", "largest", "abs"), default="smallest")
     p.add_argument("--set_mode", choices=("coset", "base"), default="coset")
     p.add_argument("--align", type=parse_bool, default=False, metavar="on|off",
-                   help="also match B's coordinates to A's (a signed permutation) on held-out inputs: sees through "
-                   "a permuted residual basis, signs flipped or not; the verdict is the exact test or the matched "
-                   "one at alpha/2 each, the matched one counting only where its mean tau reaches ALIGNED_TAU_FLOOR")
+                   help="also match B's coordinates to A's (a signed permutation): by the token tables' rows of "
+                   "held-out tokens where that match is trusted (TABLE_MATCH_R), else on held-out inputs; sees "
+                   "through a permuted residual basis, signs flipped or not. The verdict is the exact test or the "
+                   "matched one at alpha/2 each; a match on held-out inputs counts only where its mean tau reaches "
+                   "ALIGNED_TAU_FLOOR")
     add_device_flags(p, "load the models in this dtype (default: each checkpoint's own; float32 on CPU is exact)")
     p.add_argument("--out", default="out/seedprint")
     g = p.add_argument_group("experiments (small models trained here)")

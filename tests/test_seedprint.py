@@ -371,8 +371,10 @@ def test_alignment_recovers_a_permutation_that_hides_a_lineage():
     perm, sign = rng.permutation(d), np.where(rng.random(d) < 0.5, -1.0, 1.0)
     test, hold = slice(0, N), slice(N, 2 * N)
     hidden = child[:, perm] * sign                                          # a signed permutation
-    match, found = seedprint.align_coordinates(base[hold], hidden[hold])
+    match, found, fit = seedprint.align_coordinates(base[hold], hidden[hold])
     assert np.array_equal(match, np.argsort(perm)) and np.array_equal(found, sign[np.argsort(perm)])
+    naive = [abs(np.corrcoef(base[hold][:, j], hidden[hold][:, match[j]])[0, 1]) for j in range(d)]
+    assert fit == pytest.approx(np.mean(naive), rel=1e-9)
     assert np.allclose(hidden[:, match] * found, child)                    # undone exactly
     assert seedprint.seedprint_test(base[test], child[test], k=20).related
     assert not seedprint.seedprint_test(base[test], hidden[test], k=20).related          # the exact test is blind
@@ -384,11 +386,91 @@ def test_alignment_recovers_a_permutation_that_hides_a_lineage():
     assert not seedprint.seedprint_test(base[test], other[test], k=20, align=(base[hold], other[hold])).related
     # unsigned (LayerNorm models, where a sign flip is not function-preserving): a plain permutation is undone,
     # and no coordinate is ever negated, even where the best signed match would negate it
-    match, found = seedprint.align_coordinates(base[hold], child[hold][:, perm], signed=False)
+    match, found, _ = seedprint.align_coordinates(base[hold], child[hold][:, perm], signed=False)
     assert np.array_equal(match, np.argsort(perm)) and (found == 1).all()
     assert (seedprint.align_coordinates(base[hold], hidden[hold], signed=False)[1] == 1).all()
     r = seedprint.seedprint_test(base[test], hidden[test], k=20, align=(base[hold], hidden[hold]), signed=False)
     assert not r.signed and "with signs" not in r.explain()
+
+
+def test_the_table_gate_bounds_independent_tables_and_passes_a_moved_copy():
+    """Independent Gaussian tables (Monte Carlo, shapes where the gate is 0.5 and where few rows raise it): the
+    best match's mean |r|, and even its largest single |r|, stay below table_gate. A signed-permuted, noisy copy of
+    a table clears it and is matched back exactly; a rotated copy (QuaRot) does not clear TABLE_MATCH_R."""
+    rng = np.random.default_rng(0)
+    for rows, d in ((2000, 32), (64, 32), (16, 24)):
+        gate = seedprint.table_gate(rows, d)
+        assert gate == max(seedprint.TABLE_MATCH_R, math.sqrt(2 * math.log(2000 * d * d) / rows))
+        for _ in range(20):
+            A, B = rng.standard_normal((rows, d)), rng.standard_normal((rows, d))
+            match, sign, fit = seedprint.align_coordinates(A, B)
+            top = np.abs(np.corrcoef(A.T, B.T)[:d, d:]).max()
+            assert fit < gate and top < gate
+    A = rng.standard_normal((500, 48))
+    perm, sign = rng.permutation(48), np.where(rng.random(48) < 0.5, -1.0, 1.0)
+    B = (A + 0.5 * rng.standard_normal(A.shape))[:, perm] * sign
+    match, found, fit = seedprint.align_coordinates(A, B)
+    assert fit > seedprint.table_gate(500, 48) and np.array_equal(match, np.argsort(perm))
+    Q, _ = np.linalg.qr(rng.standard_normal((48, 48)))
+    assert seedprint.align_coordinates(A, A @ Q)[2] < seedprint.TABLE_MATCH_R
+
+
+def test_a_trusted_table_match_finds_a_weak_lineage_that_held_out_inputs_lose():
+    """A permuted descendant whose fingerprints keep only a weak share of its base's (as a byte-level model far
+    from its init does): the held-out inputs cannot recover the basis, and a weak match could not clear the
+    tau floor; the token tables (its columns are its base's, moved) recover it exactly, and the matched test counts
+    without a floor. An independent model's table match is untrusted, so its verdict falls back to held-out
+    inputs and their floor."""
+    rng = np.random.default_rng(1)
+    N, d, rows = 2000, 64, 300
+    base = rng.standard_normal((2 * N, d)) + np.linspace(-1, 1, d)
+    child = 0.05 * base + rng.standard_normal((2 * N, d)) + np.linspace(-1, 1, d)
+    perm, sign = rng.permutation(d), np.where(rng.random(d) < 0.5, -1.0, 1.0)
+    hidden = child[:, perm] * sign
+    test, hold = slice(0, N), slice(N, 2 * N)
+    TA = rng.standard_normal((rows, d))
+    TB = (TA + 0.1 * rng.standard_normal((rows, d)))[:, perm] * sign
+    plain = seedprint.seedprint_test(base[test], child[test], k=32)
+    assert plain.related and plain.mean_tau < seedprint.ALIGNED_TAU_FLOOR      # a weak lineage the exact test sees
+    inputs = seedprint.seedprint_test(base[test], hidden[test], k=32, align=(base[hold], hidden[hold]))
+    assert not inputs.related and inputs.matched_on == "held-out inputs" and math.isnan(inputs.table_fit)
+    r = seedprint.seedprint_test(base[test], hidden[test], k=32, align=(base[hold], hidden[hold]), tables=(TA, TB))
+    assert r.related and r.matched_on == "token table" and r.table_fit > 0.9
+    assert r.tau_aligned == pytest.approx(plain.mean_tau) and r.p == pytest.approx(min(1, 2 * min(r.p_exact, plain.p)))
+    assert "by their token tables" in r.explain() and "floor" not in r.explain()
+    other = rng.standard_normal((2 * N, d))
+    u = seedprint.seedprint_test(base[test], other[test], k=32, align=(base[hold], other[hold]),
+                                 tables=(TA, rng.standard_normal((rows, d))))
+    assert u.matched_on == "held-out inputs" and u.table_fit < seedprint.TABLE_MATCH_R and not u.related
+    assert "untrusted" in u.explain()
+    with pytest.raises(ValueError, match="token tables"):
+        seedprint.seedprint_test(base[test], hidden[test], k=32, align=(base[hold], hidden[hold]),
+                                 tables=(TA, TB[:-1]))
+
+
+def test_held_out_rows_reads_the_token_table_alone_from_every_kind_of_model(tmp_path):
+    """The rows [vocab // 2, vocab) of the token table, from a GPT, a Recipe, a train.py checkpoint and a Hugging
+    Face directory (LLaMA and GPT-2 names), each against the whole model loaded; None for a callable."""
+    from common import load_model, save_checkpoint
+    from conftest import llama_family, write_hf
+    cfg = get_config("tiny", n_layer=1, vocab_size=90)
+    m = build(cfg, 3, 3)
+    want = m.transformer.wte.weight[40:80].detach().numpy()
+    assert np.array_equal(seedprint.held_out_rows(m, 80), want)
+    assert np.array_equal(seedprint.held_out_rows(seedprint.Recipe("r", lambda: m), 80), want)
+    save_checkpoint(str(tmp_path / "m.pt"), m)
+    assert np.array_equal(seedprint.held_out_rows(str(tmp_path / "m.pt"), 80), want)
+    _, config, t = llama_family("LlamaForCausalLM")
+    write_hf(tmp_path / "llama", config, t)
+    llama = load_model(str(tmp_path / "llama")).transformer.wte.weight[50:100].detach().numpy()
+    assert np.array_equal(seedprint.held_out_rows(str(tmp_path / "llama"), 100), llama)
+    from test_model_hf import gpt2_checkpoint
+    config, t = gpt2_checkpoint()
+    for name, tensors in (("prefixed", t), ("bare", {k.removeprefix("transformer."): v for k, v in t.items()})):
+        write_hf(tmp_path / name, config, tensors)         # GPT-2 files name their tensors either way
+        assert np.array_equal(seedprint.held_out_rows(str(tmp_path / name), 50),
+                              load_model(str(tmp_path / name)).transformer.wte.weight[25:50].detach().numpy())
+    assert seedprint.held_out_rows(lambda ids: ids, 80) is None
 
 
 def test_the_alignment_is_signed_only_where_a_sign_flip_keeps_the_function():
@@ -454,8 +536,9 @@ def test_the_aligned_verdict_sees_a_lineage_through_a_permuted_basis_and_fits_on
     opts = dict(k=32, sequences=300, seq_len=16)
     assert not seedprint.compare(base, child, **opts).related
     r = seedprint.compare(base, child, align=True, **opts)
-    assert r.related and r.aligned and r.moved > 50
-    assert not seedprint.compare(base, build(cfg, 2, 2).eval(), align=True, **opts).related
+    assert r.related and r.aligned and r.moved > 50 and r.matched_on == "token table"
+    u = seedprint.compare(base, build(cfg, 2, 2).eval(), align=True, **opts)
+    assert not u.related and u.matched_on == "held-out inputs" and u.table_fit < seedprint.TABLE_MATCH_R
     seen = []
     record = lambda ids: seen.append(ids) or base.trace(ids, hidden="last")["hidden"][-1]
     seedprint.compare(record, record, align=True, vocab=400, **opts)
@@ -566,23 +649,30 @@ def test_the_aligned_verdict_counts_a_match_only_above_the_tau_floor_and_keeps_t
 
 
 def test_aligned_summary_fits_the_floor_on_the_fit_seeds_and_counts_the_test_seeds(monkeypatch):
-    """The floor is twice the largest matched tau of the fit seeds' unrelated pairs, rounded up to 0.01 (the test
-    seeds' values never enter it); each verdict's counts are those of the rule, recounted here."""
-    rows = [dict(split="fit", kind="k1", related=False, p_exact=0.5, p_aligned_test=1e-9, tau_aligned=0.031),
-            dict(split="fit", kind="k1", related=False, p_exact=0.5, p_aligned_test=0.2, tau_aligned=-0.01),
-            dict(split="test", kind="k1", related=False, p_exact=0.004, p_aligned_test=0.9, tau_aligned=0.5),
-            dict(split="test", kind="k1", related=False, p_exact=0.5, p_aligned_test=1e-12, tau_aligned=0.06),
-            dict(split="test", kind="k1", related=False, p_exact=0.5, p_aligned_test=1e-12, tau_aligned=0.07),
+    """The floor is twice the largest matched tau of the fit seeds' unrelated pairs matched on held-out inputs,
+    rounded up to 0.01 (the test seeds' values never enter it); a match on the token tables counts without it; each
+    verdict's counts are those of the rule, recounted here."""
+    inputs, table = dict(matched_on="held-out inputs", table_fit=0.02), dict(matched_on="token table", table_fit=0.99)
+    rows = [dict(split="fit", kind="k1", related=False, p_exact=0.5, p_aligned_test=1e-9, tau_aligned=0.031, **inputs),
+            dict(split="fit", kind="k1", related=False, p_exact=0.5, p_aligned_test=0.2, tau_aligned=-0.01, **inputs),
+            dict(split="fit", kind="k1", related=False, p_exact=0.5, p_aligned_test=0.2, tau_aligned=0.3, **table),
+            dict(split="test", kind="k1", related=False, p_exact=0.004, p_aligned_test=0.9, tau_aligned=0.5, **inputs),
+            dict(split="test", kind="k1", related=False, p_exact=0.5, p_aligned_test=1e-12, tau_aligned=0.06, **inputs),
+            dict(split="test", kind="k1", related=False, p_exact=0.5, p_aligned_test=1e-12, tau_aligned=0.07, **inputs),
             dict(split="test", kind="k2", related=True, p_exact=0.5, p_aligned_test=1e-30, tau_aligned=0.3,
-                 tau_exact=0.0, finetune_steps=10)]
+                 tau_exact=0.0, finetune_steps=10, **inputs),
+            dict(split="test", kind="k3", related=True, p_exact=0.5, p_aligned_test=1e-15, tau_aligned=0.04, **table)]
     monkeypatch.setattr(seedprint, "ALIGNED_TAU_FLOOR", 0.1)
     res = seedprint.aligned_summary(rows)
     assert res["fitted_floor"] == 0.07                                      # ceil(2 x 0.031, 0.01)
-    counts = {row["verdict"].split(" (")[0].split(" 0")[0]: row["k1"] for row in res["table"]}
-    assert counts["exact"] == "1/3" and counts["matched test alone, no floor"] == "2/3"
-    assert counts["aligned, fitted floor"] == "2/3"          # the exact one at 2 x 0.004, and tau 0.07 >= 0.07
-    assert counts["aligned, floor"] == "1/3"                  # the verdict's 0.1: only the exact one
-    assert [row["k2"] for row in res["table"]] == ["0/1", "1/1", "1/1", "1/1"]
+    counts = {row["verdict"].split(" (")[0].split(" 0")[0]: (row["k1"], row["k3"]) for row in res["table"]}
+    assert counts["token-table match trusted"] == ("0/3", "1/1")
+    assert counts["exact"] == ("1/3", "0/1") and counts["matched test alone, no floor"] == ("2/3", "1/1")
+    assert counts["aligned, fitted floor"] == ("2/3", "1/1")  # the exact one at 2 x 0.004, and tau 0.07 >= 0.07
+    assert counts["aligned, floor"] == ("1/3", "1/1")          # the verdict's 0.1: only the exact one
+    assert [row["k2"] for row in res["table"]] == ["0/1", "0/1", "1/1", "1/1", "1/1"]
+    assert {f["kind"]: (f["table_fit_min"], f["table_fit_max"]) for f in res["table_fit"]} == {
+        "k1": (0.02, 0.99), "k2": (0.02, 0.02), "k3": (0.99, 0.99)}
 
 
 def test_the_verdict_line_says_what_the_checkpoints_share_by_construction(tmp_path):
