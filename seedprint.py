@@ -23,7 +23,8 @@ Where the H0 breaks: anything that unrelated models share *coordinate by coordin
 embedding table (init.py's embed_seed), Gaussian input embeddings fed past the table, a fixed position
 table -- makes coordinates align by construction. A deliberate permutation of B's basis, signs flipped or not,
 hides a true lineage (a false negative, never a false positive); the aligned mode (--align on) matches B's
-coordinates to A's first and sees through it, at a measured cost in calibration (README).
+coordinates to A's first (by the token tables where they agree unmistakably, else on held-out inputs) and sees
+through it; its calibration is measured (README).
 
 The reference implementation's tests stay as reference outputs, not the verdict: the analytic z of mean
 tau (p_z = 2 sf(z), as the reference computes it: a one-sided test at alpha/2, not a two-sided p), and a
@@ -253,8 +254,9 @@ def align_coordinates(XA: np.ndarray, XB: np.ndarray, signed: bool = True):
 
 def table_gate(rows: int, d: int) -> float:
     """The mean |r| a token-table match must reach to be trusted: TABLE_MATCH_R, or, where the table has few rows,
-    the largest |r| that any two independent columns reach except with probability 1e-3 (a Gaussian tail bound,
-    P(|r| sqrt(n) > t) <= 2 exp(-t^2 / 2), over all d^2 pairs), whichever is larger."""
+    the largest |r| that any two independent columns reach except with probability about 1e-3 (r sqrt(rows) taken
+    as standard normal, P(|z| > t) <= 2 exp(-t^2 / 2), over all d^2 pairs; checked by Monte Carlo in the tests),
+    whichever is larger."""
     return max(TABLE_MATCH_R, math.sqrt(2 * math.log(2000 * d * d) / max(rows, 1)))
 
 
@@ -272,8 +274,9 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
     coordinates are matched to A's (a signed permutation, or for LayerNorm models, signed=False, a plain one).
     The match comes from one of two places:
       - tables=(TA, TB): the two token tables' rows of held-out tokens (held_out_rows). A descendant's columns are
-        its base's, moved, so this match is exact, and it is trusted where its mean |r| reaches table_gate; an
-        independent model's never does, whatever data it saw, so its p needs no floor;
+        its base's, moved, so this match recovers the basis; it is trusted where its mean |r| reaches table_gate,
+        which an independent table reaches only by a chance bounded in table_gate (measured: unrelated pairs at
+        most 0.24, trained on the same data or not), so its p needs no floor;
       - otherwise (no tables, or an untrusted match: a rotated basis, models trained from other inits) the held-out
         fingerprints. That match is fit to B, so its p holds no longer: models trained from other inits on the same
         data share coordinate roles that it finds, and at N = 2000 a matched tau of +0.01 is already
