@@ -1353,6 +1353,7 @@ def exp_inits(args):
             results.append(dict(a=seeds[i], b=seeds[j], S=r.n_identity, mean_tau=r.mean_tau, z_perm=r.z_perm, p=r.p,
                                 p_perm=r.p_perm,
                                 p_overlap=r.p_overlap, p_aligned=aligned.p if aligned else float("nan"),
+                                table_fit=aligned.table_fit if aligned else float("nan"),
                                 made_by="-" if r.p >= ALPHA
                                 else "p_perm and p_overlap" if max(r.p_perm, r.p_overlap) < ALPHA
                                 else "p_perm" if r.p_perm < ALPHA else "p_overlap" if r.p_overlap < ALPHA
@@ -1364,6 +1365,11 @@ def exp_inits(args):
     print_table(table)
     z = np.array([r["z_perm"] for r in results])
     print(f"z of the permutation test over the {len(z)} pairs: mean {z.mean():+.3f}, sd {z.std():.3f} (its null: 0, 1)")
+    if args.align:
+        fits = [r["table_fit"] for r in results]
+        gate = table_gate(cfg.vocab_size - cfg.vocab_size // 2, cfg.n_embd)
+        print(f"token-table match: mean |r| {min(fits):.3f}-{max(fits):.3f} over the pairs, trusted (>= {gate:.3f}) "
+              f"in {sum(f >= gate for f in fits)}")
     false = [r for r in results if r["p"] < ALPHA]
     for r in false:                                   # is a small p_perm the closed form's tail, or the data?
         fps = [_fps(args, models[seeds.index(s)], False)[0] for s in (r["a"], r["b"])]

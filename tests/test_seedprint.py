@@ -12,7 +12,7 @@ from scipy import stats
 import seedprint
 import train
 from init import build
-from model import get_config
+from model import LLAMA_KNOBS, get_config
 
 
 # ----------------------------------------------------------------------------- the statistic
@@ -593,7 +593,7 @@ def test_the_calibration_on_fresh_inits_end_to_end(tmp_path, monkeypatch):
     out = tmp_path / "out"
     seedprint.main(["--exp", "inits", "--n_embd", "32", "--n_layer", "1", "--vocab_size", "64", "--block_size", "16",
                     "--seq_len", "16", "--fpr_inits", "5", "--sequences", "60", "--k", "12", "--device", "cpu",
-                    "--out", str(out)])
+                    "--align", "on", "--out", str(out)])
     res = json.loads((out / "results.json").read_text())["inits"]
     assert sorted((r["a"], r["b"]) for r in res["pairs"]) == [(a, b) for a in range(100, 105)
                                                               for b in range(a + 1, 105)]
@@ -605,6 +605,13 @@ def test_the_calibration_on_fresh_inits_end_to_end(tmp_path, monkeypatch):
     false = [r for r in res["pairs"] if r["p"] < 0.3]
     assert false and all(abs(r["p_perm_monte_carlo"] - r["p_perm"]) < 0.1 for r in false)
     assert sum(res["made_by"].values()) == len(false)
+    cfg = get_config("tiny", **{**LLAMA_KNOBS, "n_embd": 32, "n_layer": 1, "vocab_size": 64, "block_size": 16})
+    tables = {s: build(cfg, s, s).transformer.wte.weight[32:].detach().numpy() for s in range(100, 105)}
+    for r in res["pairs"]:             # each pair's table match: its rows' correlations, matched column by column
+        match, sign, fit = seedprint.align_coordinates(tables[r["a"]], tables[r["b"]])
+        naive = [abs(np.corrcoef(tables[r["a"]][:, j], tables[r["b"]][:, match[j]])[0, 1]) for j in range(32)]
+        assert r["table_fit"] == pytest.approx(np.mean(naive), rel=1e-5)
+        assert r["table_fit"] < seedprint.table_gate(32, 32)
 
 
 def test_speed_times_one_fingerprint_of_a_fresh_preset(tmp_path):
