@@ -55,7 +55,7 @@ from common import (ArgumentParser, DTYPES, Progress, add_config_flags, add_devi
                     lock_dir, parse_bool, peak_flops, print_table, random_batches, read_model_config, resolve_device,
                     run_script, save_checkpoint, save_figure, seed_int, update_results)
 from model import (GPT, GPTConfig, LLAMA_KNOBS, forward_flops, get_config, qkv_sizes, read_checkpoint, read_hf_dir,
-                   read_hf_tensor)
+                   safetensors)
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -69,9 +69,10 @@ ALPHA = 0.01
 # unrelated pairs of --exp aligned's fit seeds (+0.030, models trained from other inits on the same data), rounded
 # up. On its test seeds same-data pairs reached at most +0.042, continuations at least +0.199 (docs/seedprint.md).
 ALIGNED_TAU_FLOOR = 0.06
-# A match fit on the token tables is trusted from this mean |r| of its matched columns (table_gate): a descendant's
-# columns are its base's, moved (r 0.99 in --exp aligned's models), an independent table's best match is chance
-# (0.02 at 25,000 rows, 0.24 at 128), and a rotated copy's columns are mixtures (|r| at most sqrt(2 ln d / d)).
+# A match fit on the token tables (whitened, see table_match) is trusted from this mean |r| of its matched columns
+# (table_gate): a descendant's columns are its base's, moved (|r| 0.99 in --exp aligned's models, 0.77 for rows
+# trained 1,500 steps), an independent table's best match is chance (0.02 at 25,000 rows, 0.24 at 128), and so is a
+# copy of the same table in a rotated basis (QuaRot; or what same-data training learns, in another basis).
 TABLE_MATCH_R = 0.5
 EXPERIMENTS = ("table4a", "table4b", "table4c", "table5", "fig11", "fpr", "baselines")
 # not in --exp all: they need --base, run many inits or models, or time
@@ -201,11 +202,12 @@ class SeedPrintResult:
             line = f"{what}: {exact} vs alpha {ALPHA}"
         else:
             floor = "reaches" if self.tau_aligned >= ALIGNED_TAU_FLOOR else "is below"
+            r = "|r|" if self.signed else "r"
             if self.matched_on == "token table":
-                how = f"by their token tables (matched columns' mean |r| {self.table_fit:.3f}, trusted)"
+                how = f"by their whitened token tables (matched columns' mean {r} {self.table_fit:.3f}, trusted)"
             else:
                 how = "on held-out inputs" + ("" if math.isnan(self.table_fit) else
-                                              f" (the token tables' match, mean |r| {self.table_fit:.3f}, untrusted)")
+                                              f" (the token tables' match, mean {r} {self.table_fit:.3f}, untrusted)")
             line = (f"{what}: aligned verdict, p {self.p:.3g} vs alpha {ALPHA} (twice the smaller of two tests): "
                     f"the exact {exact}; after matching B's coordinates to A's{' with signs' if self.signed else ''} "
                     f"{how}, {self.moved} moved: matched mean tau {self.tau_aligned:+.4f} over |S| = "
@@ -231,8 +233,9 @@ def check_options(k: int = 400, rank_by: str = "smallest", set_mode: str = "cose
 
 def align_coordinates(XA: np.ndarray, XB: np.ndarray, signed: bool = True):
     """(match, sign, fit): B's coordinate match[j], times sign[j] (+-1), plays A's coordinate j; fit is the mean
-    correlation of the matched pairs (signed: of their |r|). XA, XB (n x d): the two models' coordinates observed
-    n times, as held-out fingerprints (inputs x coordinates) or token-table rows (tokens x coordinates).
+    correlation of the matched pairs (signed: of their |r|; unsigned: of their r). XA, XB (n x d): the two models'
+    coordinates observed n times, as held-out fingerprints (inputs x coordinates) or token-table rows (tokens x
+    coordinates).
     signed=True: the signed permutation maximizing the summed |Pearson correlation| of matched pairs, by the
     assignment algorithm, each sign that of its pair's correlation. Signed, because for an RMSNorm (or norm-free)
     model every signed permutation of the residual basis is function-preserving (an orthogonal map that keeps
@@ -255,9 +258,32 @@ def align_coordinates(XA: np.ndarray, XB: np.ndarray, signed: bool = True):
 def table_gate(rows: int, d: int) -> float:
     """The mean |r| a token-table match must reach to be trusted: TABLE_MATCH_R, or, where the table has few rows,
     the largest |r| that any two independent columns reach except with probability about 1e-3 (r sqrt(rows) taken
-    as standard normal, P(|z| > t) <= 2 exp(-t^2 / 2), over all d^2 pairs; checked by Monte Carlo in the tests),
-    whichever is larger."""
+    as standard normal, P(|z| > t) <= 2 exp(-t^2 / 2), over all d^2 pairs; spot-checked by Monte Carlo in the
+    tests), whichever is larger. Above 1 (fewer than about 35 rows at width 32) no match is trusted."""
     return max(TABLE_MATCH_R, math.sqrt(2 * math.log(2000 * d * d) / max(rows, 1)))
+
+
+def whiten(X: np.ndarray) -> np.ndarray:
+    """X (rows x d) with its columns centred and decorrelated (ZCA: X C^-1/2, C the columns' covariance). ZCA
+    commutes with every orthogonal map of the columns, signed permutations included: whiten(X Q) = whiten(X) Q."""
+    X = X - X.mean(0)
+    w, V = np.linalg.eigh(X.T @ X / len(X))
+    return X @ (V / np.sqrt(np.maximum(w, 1e-12 * w.max()))) @ V.T
+
+
+def table_match(TA: np.ndarray, TB: np.ndarray, signed: bool = True):
+    """align_coordinates on the two token tables' held-out rows, each whitened first, and whether the match is
+    trusted: (match, sign, fit, trusted); fit nan and untrusted where the rows are fewer than the width (their
+    covariance is singular: no whitening). Why whiten: a trained table carries a few strong directions (token
+    frequency and the like) that every column loads on, so two models trained on the same data would have
+    columns that correlate through them whatever their bases (measured: bytes, rows trained 1,500 steps, mean |r|
+    0.31 raw, 0.24 whitened, its chance level). Whitened, only a map that moves whole columns -- a descendant's
+    signed permutation -- correlates columns one to one; a rotation of the same table spreads each over all."""
+    rows, d = TA.shape
+    if rows < d:
+        return None, None, float("nan"), False
+    match, sign, fit = align_coordinates(whiten(TA.astype(np.float64)), whiten(TB.astype(np.float64)), signed)
+    return match, sign, fit, fit >= table_gate(rows, d)
 
 
 def signs_keep_function(*configs) -> bool:
@@ -273,10 +299,12 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
     fingerprints on other, held-out inputs, and the aligned verdict: the exact test, and the same test after B's
     coordinates are matched to A's (a signed permutation, or for LayerNorm models, signed=False, a plain one).
     The match comes from one of two places:
-      - tables=(TA, TB): the two token tables' rows of held-out tokens (held_out_rows). A descendant's columns are
-        its base's, moved, so this match recovers the basis; it is trusted where its mean |r| reaches table_gate,
-        which an independent table reaches only by a chance bounded in table_gate (measured: unrelated pairs at
-        most 0.24, trained on the same data or not), so its p needs no floor;
+      - tables=(TA, TB): the two token tables' rows of held-out tokens (held_out_rows), whitened (table_match). A
+        descendant's columns are its base's, moved, so this match recovers the basis; it is trusted where its mean
+        |r| reaches table_gate, far above what independent tables reach by chance (measured in --exp aligned on
+        models trained from other inits on the same data: at most 0.24 on the rows held out, 0.24 on the rows
+        trained), so its p counts without a floor. A trusted match is used alone: one that is partly wrong costs
+        power, never calibration;
       - otherwise (no tables, or an untrusted match: a rotated basis, models trained from other inits) the held-out
         fingerprints. That match is fit to B, so its p holds no longer: models trained from other inits on the same
         data share coordinate roles that it finds, and at N = 2000 a matched tau of +0.01 is already
@@ -299,8 +327,8 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
         if tables[0].shape != tables[1].shape or tables[0].shape[1] != HA.shape[1]:
             raise ValueError(f"the token tables' held-out rows differ in shape ({tables[0].shape} vs "
                              f"{tables[1].shape}) or from the fingerprints' width {HA.shape[1]}")
-        match, sign, table_fit = align_coordinates(*tables, signed=signed)
-        on = "token table" if table_fit >= table_gate(*tables[0].shape) else on
+        match, sign, table_fit, trusted = table_match(*tables, signed=signed)
+        on = "token table" if trusted else on
     if on == "held-out inputs":
         match, sign, _ = align_coordinates(*align, signed=signed)
     matched = permutation_verdict(HA, HB[:, match] * sign, k, rank_by, set_mode, temperature, alpha, False)
@@ -443,7 +471,13 @@ def aligned_sets(vocab: int, seed: int) -> list:
 def held_out_rows(m, vocab: int):
     """The token table's rows of the alignment's tokens, [vocab // 2, vocab) (aligned_sets), float32 (rows x d),
     for the aligned verdict's table match; None for a model whose weights are not at hand (a callable, a
-    fingerprint array). The table alone is read: a checkpoint memory-mapped, one tensor of a Hugging Face directory."""
+    fingerprint array)."""
+    return token_rows(m, vocab // 2, vocab)
+
+
+def token_rows(m, lo: int, hi: int):
+    """Rows [lo, hi) of a model's token table (see held_out_rows). The table alone is read: a checkpoint
+    memory-mapped, the rows of one tensor of a Hugging Face directory."""
     if isinstance(m, (GPT, Recipe)):
         table = (m if isinstance(m, GPT) else m.build()).transformer.wte.weight
     elif isinstance(m, str) and os.path.isfile(m):
@@ -455,10 +489,11 @@ def held_out_rows(m, vocab: int):
         found = [(file, t) for file, header in headers.items() for t in header if t.removeprefix(prefix) == name]
         if not found:
             raise ValueError(f"{m}: no token table ({prefix}{name}) in its safetensors files")
-        table = read_hf_tensor(*found[0])
+        with safetensors()[1](found[0][0], framework="pt") as f:
+            return f.get_slice(found[0][1])[lo:hi].float().numpy()
     else:
         return None
-    return table[vocab // 2:vocab].detach().float().cpu().numpy()
+    return table[lo:hi].detach().float().cpu().numpy()
 
 
 @dataclass
@@ -929,30 +964,42 @@ def _ckpts(run):
     return train.list_checkpoints(run)
 
 
-def _fps(args, m, aligned: bool = True) -> list:
+def _fps(args, m, aligned: bool = True, vocab: int = None) -> list:
     """A model's (a path or a Recipe) fingerprints, cached: [the exact verdict's, and with `aligned` the aligned
     verdict's test and alignment sets]. Token ids below args.vocab, else the model's vocabulary."""
-    vocab = _vocab(args, m)
+    vocab = vocab or _vocab(args, m)
     return fingerprint_all([m], os.path.join(args.out, "fingerprints"), args.device, args.dtype,
                            dict(sequences=args.sequences, seq_len=args.seq_len, vocab=vocab, seed=args.input_seed),
                            [{}] + (aligned_sets(vocab, args.input_seed) if aligned else []))[0]
 
 
-def _vocab(args, m) -> int:
-    """The token ids' bound: args.vocab, else the model's vocabulary."""
-    return getattr(args, "vocab", None) or (m.config if isinstance(m, GPT) else read_model_config(m) if isinstance(
-        m, str) else m.build().config).vocab_size
+def _vocab(args, *models) -> int:
+    """The token ids' bound: args.vocab, else the smallest vocabulary of the models."""
+    return getattr(args, "vocab", None) or min((m.config if isinstance(m, GPT) else read_model_config(m) if isinstance(
+        m, str) else m.config or m.build().config).vocab_size for m in models)
 
 
-def _verdicts(args, a, b, aligned: bool = True) -> tuple:
+def _rows(args, m, lo: int, hi: int):
+    """token_rows, kept for the run's next pairs (each model is read or built once; the last 64 are kept)."""
+    cache = vars(args).setdefault("_token_rows", {})
+    key = json.dumps([weights_identity(m) if isinstance(m, str) else m.key, lo, hi])
+    if key not in cache:
+        if len(cache) >= 64:
+            cache.pop(next(iter(cache)))
+        cache[key] = token_rows(m, lo, hi)
+    return cache[key]
+
+
+def _verdicts(args, a, b, aligned: bool = True, tables: bool = True) -> tuple:
     """(exact verdict, aligned verdict or None) of a pair, from cached fingerprints."""
-    A, B = _fps(args, a, aligned), _fps(args, b, aligned)
+    vocab = _vocab(args, a, b)
+    A, B = _fps(args, a, aligned, vocab), _fps(args, b, aligned, vocab)
     opts = dict(k=args.k, rank_by=args.rank_by, set_mode=args.set_mode)
     exact = seedprint_test(A[0], B[0], **opts)
     if not aligned:
         return exact, None
     signed = signs_keep_function(_config(a), _config(b))
-    tables = [held_out_rows(m, _vocab(args, m)) for m in (a, b)]
+    tables = [_rows(args, m, vocab // 2, vocab) for m in (a, b)] if tables else None
     return exact, seedprint_test(A[1], B[1], **opts, reference=False, align=(A[2], B[2]), signed=signed,
                                  tables=tables)
 
@@ -1262,10 +1309,15 @@ def exp_aligned(args):
             bar = Progress(len(pairs), f"{name} {split} pairs", "pairs")
             for a, b, kind, steps in pairs:
                 exact, aligned = _verdicts(c, a, b)
+                # a stress test of the table match, never the verdict's: the same match on the test tokens' rows,
+                # which training moves (at bytes every one of them is in the training text)
+                trained = table_match(*[_rows(c, m, 0, c.vocab // 2) for m in (a, b)], signed=aligned.signed)[2]
+                inputs = _verdicts(c, a, b, tables=False)[1]          # the verdict had it no tables at hand
                 rows.append(dict(condition=name, split=split, kind=kind, related=steps is not None,
                                  finetune_steps=steps, p_exact=exact.p, tau_exact=exact.mean_tau,
                                  p_aligned_test=aligned.p_aligned, tau_aligned=aligned.tau_aligned,
-                                 moved=aligned.moved, matched_on=aligned.matched_on, table_fit=aligned.table_fit))
+                                 moved=aligned.moved, matched_on=aligned.matched_on, table_fit=aligned.table_fit,
+                                 table_fit_test_rows=trained, p_inputs=inputs.p_aligned, tau_inputs=inputs.tau_aligned))
                 bar.update()
     return aligned_summary(rows)
 
@@ -1273,7 +1325,8 @@ def exp_aligned(args):
 def aligned_summary(rows: list) -> dict:
     """The floor fit on the fit seeds (their unrelated pairs matched on held-out inputs, where the floor applies),
     then every rate on the test seeds: how often the token-table match was trusted, the exact verdict, the matched
-    test alone (no floor, no exact test), and the aligned verdict with the fitted floor and with ALIGNED_TAU_FLOOR."""
+    test alone (no floor, no exact test), and the aligned verdict with the fitted floor and with ALIGNED_TAU_FLOOR;
+    the table match's mean |r| per condition, on the rows it uses and on the trained rows of the test tokens."""
     fit_unrelated = [r["tau_aligned"] for r in rows if r["split"] == "fit" and not r["related"]
                      and r["matched_on"] != "token table"]
     fitted = max(0.01, math.ceil(200 * max(fit_unrelated)) / 100) if fit_unrelated else float("nan")
@@ -1283,7 +1336,9 @@ def aligned_summary(rows: list) -> dict:
                 "exact": lambda r: r["p_exact"] < ALPHA,
                 "matched test alone, no floor": lambda r: r["p_aligned_test"] < ALPHA,
                 f"aligned, fitted floor {fitted}": lambda r: union(r, fitted),
-                f"aligned, floor {ALIGNED_TAU_FLOOR} (the verdict's)": lambda r: union(r, ALIGNED_TAU_FLOOR)}
+                f"aligned, floor {ALIGNED_TAU_FLOOR} (the verdict's)": lambda r: union(r, ALIGNED_TAU_FLOOR),
+                "the same without tables (matched on held-out inputs)": lambda r: 2 * min(
+                    r["p_exact"], r["p_inputs"] if r["tau_inputs"] >= ALIGNED_TAU_FLOOR else 1) < ALPHA}
     test = [r for r in rows if r["split"] == "test"]
     kinds = list(dict.fromkeys(r["kind"] for r in test))
     table = []
@@ -1294,8 +1349,9 @@ def aligned_summary(rows: list) -> dict:
             row[kind] = f"{sum(hits)}/{len(hits)}"
         row.update(rate_summary([0.0 if says(r) else 1.0 for r in test if not r["related"]], []))
         table.append(row)
-    print(f"floor fit on {len(fit_unrelated)} unrelated pairs of the fit seeds: twice their largest matched tau "
-          f"{max(fit_unrelated):+.4f} -> {fitted}; the verdict's ALIGNED_TAU_FLOOR is {ALIGNED_TAU_FLOOR}")
+    print(f"floor fit on {len(fit_unrelated)} unrelated pairs of the fit seeds matched on held-out inputs: twice their "
+          f"largest matched tau {max(fit_unrelated, default=float('nan')):+.4f} -> {fitted}; the verdict's "
+          f"ALIGNED_TAU_FLOOR is {ALIGNED_TAU_FLOOR}")
     print_table(table)
     by_length = {}
     for r in test:
@@ -1308,12 +1364,17 @@ def aligned_summary(rows: list) -> dict:
     print("power against the length of the continuation (each condition's base, plain and permuted):")
     print_table(curve, floats="{:.3f}")
     same_data = [r["tau_aligned"] for r in test if r["kind"] == "trained vs trained, same data"]
-    fits = {kind: [r["table_fit"] for r in rows if r["kind"] == kind and not math.isnan(r["table_fit"])]
-            for kind in dict.fromkeys(r["kind"] for r in rows)}
-    fits = [dict(kind=kind, pairs=len(f), table_fit_min=min(f), table_fit_max=max(f)) for kind, f in fits.items() if f]
-    print("the token-table match's mean |r| (every seed), against its gate of at least TABLE_MATCH_R "
-          f"{TABLE_MATCH_R}:")
-    print_table(fits, floats="{:.3f}")
+    fits = []
+    for cond in dict.fromkeys(r["condition"] for r in rows):
+        for related in (False, True):
+            rs = [r for r in rows if r["condition"] == cond and r["related"] == related]
+            f, t = [r["table_fit"] for r in rs], [r["table_fit_test_rows"] for r in rs]
+            if rs:
+                fits.append(dict(condition=cond, pairs=("related" if related else "unrelated") + f" ({len(rs)})",
+                                 held_out_rows=f"{min(f):.3f}-{max(f):.3f}", test_rows=f"{min(t):.3f}-{max(t):.3f}"))
+    print(f"the whitened token-table match's mean |r| (every seed), trusted from TABLE_MATCH_R {TABLE_MATCH_R}: on "
+          f"the rows it uses, and on the test tokens' rows, which training moves (a stress test, not the verdict's):")
+    print_table(fits)
     return dict(fitted_floor=fitted, floor=ALIGNED_TAU_FLOOR, table=table, by_length=curve, pairs=rows,
                 same_data_tau_max=max(same_data) if same_data else None, table_fit=fits)
 
@@ -1515,7 +1576,7 @@ def main(argv=None):
     p.add_argument("--set_mode", choices=("coset", "base"), default="coset")
     p.add_argument("--align", type=parse_bool, default=False, metavar="on|off",
                    help="also match B's coordinates to A's (a signed permutation): by the token tables' rows of "
-                   "held-out tokens where that match is trusted (TABLE_MATCH_R), else on held-out inputs; sees "
+                   "held-out tokens where that match is trusted (table_gate), else on held-out inputs; sees "
                    "through a permuted residual basis, signs flipped or not. The verdict is the exact test or the "
                    "matched one at alpha/2 each; a match on held-out inputs counts only where its mean tau reaches "
                    "ALIGNED_TAU_FLOOR")

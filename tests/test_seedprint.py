@@ -395,17 +395,17 @@ def test_alignment_recovers_a_permutation_that_hides_a_lineage():
 
 def test_the_table_gate_bounds_independent_tables_and_passes_a_moved_copy():
     """Independent Gaussian tables (Monte Carlo, shapes where the gate is 0.5 and where few rows raise it): the
-    best match's mean |r|, and even its largest single |r|, stay below table_gate. A signed-permuted, noisy copy of
+    best match's mean |r|, and even its largest single |r|, stay below table_gate, whitened or not. A signed-permuted, noisy copy of
     a table clears it and is matched back exactly; a rotated copy (QuaRot) does not clear TABLE_MATCH_R."""
     rng = np.random.default_rng(0)
-    for rows, d in ((2000, 32), (64, 32), (16, 24)):
+    for rows, d in ((2000, 32), (64, 32), (48, 24), (32, 32)):
         gate = seedprint.table_gate(rows, d)
-        assert gate == max(seedprint.TABLE_MATCH_R, math.sqrt(2 * math.log(2000 * d * d) / rows))
-        for _ in range(20):
+        for _ in range(50):
             A, B = rng.standard_normal((rows, d)), rng.standard_normal((rows, d))
             match, sign, fit = seedprint.align_coordinates(A, B)
             top = np.abs(np.corrcoef(A.T, B.T)[:d, d:]).max()
-            assert fit < gate and top < gate
+            assert fit < gate and top < gate and not seedprint.table_match(A, B)[3]      # raw and whitened
+    assert seedprint.table_gate(48, 24) > 0.7 and seedprint.table_gate(2000, 32) == seedprint.TABLE_MATCH_R
     A = rng.standard_normal((500, 48))
     perm, sign = rng.permutation(48), np.where(rng.random(48) < 0.5, -1.0, 1.0)
     B = (A + 0.5 * rng.standard_normal(A.shape))[:, perm] * sign
@@ -413,6 +413,33 @@ def test_the_table_gate_bounds_independent_tables_and_passes_a_moved_copy():
     assert fit > seedprint.table_gate(500, 48) and np.array_equal(match, np.argsort(perm))
     Q, _ = np.linalg.qr(rng.standard_normal((48, 48)))
     assert seedprint.align_coordinates(A, A @ Q)[2] < seedprint.TABLE_MATCH_R
+
+
+def test_the_table_match_whitens_so_shared_learned_directions_do_not_pass_for_a_lineage():
+    """Two independent tables that share a few strong token-level directions (as tables trained on the same data
+    do: token frequency and the like), each in its own basis: raw, their columns all correlate through those
+    directions and the best match clears the gate; whitened, it falls to chance and is untrusted. The whitening
+    commutes with a signed permutation (checked against an SVD), so a descendant is still matched exactly, and
+    tables with fewer rows than the width are not used."""
+    rng = np.random.default_rng(2)
+    rows, d, k = 1000, 32, 2
+    shared = rng.standard_normal((rows, k)) * 6                        # strong directions shared by both tables
+    A = shared @ rng.standard_normal((k, d)) + rng.standard_normal((rows, d))
+    B = shared @ rng.standard_normal((k, d)) + rng.standard_normal((rows, d))
+    assert seedprint.align_coordinates(A, B)[2] > seedprint.table_gate(rows, d)          # raw: a false lineage
+    match, sign, fit, trusted = seedprint.table_match(A, B)
+    assert not trusted and fit < 0.2
+    X = A - A.mean(0)
+    U, _, Vt = np.linalg.svd(X, full_matrices=False)
+    W = seedprint.whiten(A)
+    assert np.allclose(W / np.linalg.norm(W, axis=0), (U @ Vt) / np.linalg.norm(U @ Vt, axis=0), atol=1e-8)
+    perm, flip = rng.permutation(d), np.where(rng.random(d) < 0.5, -1.0, 1.0)
+    assert np.allclose(seedprint.whiten(A[:, perm] * flip), W[:, perm] * flip, atol=1e-8)
+    child = (A + 0.3 * rng.standard_normal(A.shape))[:, perm] * flip
+    match, sign, fit, trusted = seedprint.table_match(A, child)
+    assert trusted and np.array_equal(match, np.argsort(perm)) and np.array_equal(sign, flip[np.argsort(perm)])
+    few = seedprint.table_match(A[:31], child[:31])                                     # 31 rows < width 32
+    assert math.isnan(few[2]) and not few[3]
 
 
 def test_a_trusted_table_match_finds_a_weak_lineage_that_held_out_inputs_lose():
@@ -437,7 +464,7 @@ def test_a_trusted_table_match_finds_a_weak_lineage_that_held_out_inputs_lose():
     r = seedprint.seedprint_test(base[test], hidden[test], k=32, align=(base[hold], hidden[hold]), tables=(TA, TB))
     assert r.related and r.matched_on == "token table" and r.table_fit > 0.9
     assert r.tau_aligned == pytest.approx(plain.mean_tau) and r.p == pytest.approx(min(1, 2 * min(r.p_exact, plain.p)))
-    assert "by their token tables" in r.explain() and "floor" not in r.explain()
+    assert "by their whitened token tables" in r.explain() and "floor" not in r.explain()
     other = rng.standard_normal((2 * N, d))
     u = seedprint.seedprint_test(base[test], other[test], k=32, align=(base[hold], other[hold]),
                                  tables=(TA, rng.standard_normal((rows, d))))
@@ -471,6 +498,9 @@ def test_held_out_rows_reads_the_token_table_alone_from_every_kind_of_model(tmp_
         assert np.array_equal(seedprint.held_out_rows(str(tmp_path / name), 50),
                               load_model(str(tmp_path / name)).transformer.wte.weight[25:50].detach().numpy())
     assert seedprint.held_out_rows(lambda ids: ids, 80) is None
+    write_hf(tmp_path / "no_table", config, {k: v for k, v in t.items() if not k.endswith("wte.weight")})
+    with pytest.raises(ValueError, match="no token table"):
+        seedprint.held_out_rows(str(tmp_path / "no_table"), 50)
 
 
 def test_the_alignment_is_signed_only_where_a_sign_flip_keeps_the_function():
@@ -591,7 +621,7 @@ def test_the_calibration_on_fresh_inits_end_to_end(tmp_path, monkeypatch):
     closed-form one."""
     monkeypatch.setattr(seedprint, "ALPHA", 0.3)
     out = tmp_path / "out"
-    seedprint.main(["--exp", "inits", "--n_embd", "32", "--n_layer", "1", "--vocab_size", "64", "--block_size", "16",
+    seedprint.main(["--exp", "inits", "--n_embd", "32", "--n_layer", "1", "--vocab_size", "128", "--block_size", "16",
                     "--seq_len", "16", "--fpr_inits", "5", "--sequences", "60", "--k", "12", "--device", "cpu",
                     "--align", "on", "--out", str(out)])
     res = json.loads((out / "results.json").read_text())["inits"]
@@ -605,13 +635,16 @@ def test_the_calibration_on_fresh_inits_end_to_end(tmp_path, monkeypatch):
     false = [r for r in res["pairs"] if r["p"] < 0.3]
     assert false and all(abs(r["p_perm_monte_carlo"] - r["p_perm"]) < 0.1 for r in false)
     assert sum(res["made_by"].values()) == len(false)
-    cfg = get_config("tiny", **{**LLAMA_KNOBS, "n_embd": 32, "n_layer": 1, "vocab_size": 64, "block_size": 16})
-    tables = {s: build(cfg, s, s).transformer.wte.weight[32:].detach().numpy() for s in range(100, 105)}
-    for r in res["pairs"]:             # each pair's table match: its rows' correlations, matched column by column
-        match, sign, fit = seedprint.align_coordinates(tables[r["a"]], tables[r["b"]])
+    cfg = get_config("tiny", **{**LLAMA_KNOBS, "n_embd": 32, "n_layer": 1, "vocab_size": 128, "block_size": 16})
+    svd_white = lambda X: np.linalg.svd(X - X.mean(0), full_matrices=False)[0] @ np.linalg.svd(
+        X - X.mean(0), full_matrices=False)[2]                         # ZCA up to scale: U V^T
+    tables = {s: svd_white(build(cfg, s, s).transformer.wte.weight[64:].detach().double().numpy())
+              for s in range(100, 105)}
+    for r in res["pairs"]:             # each pair's table match: the whitened rows' correlations, column by column
+        match = seedprint.table_match(tables[r["a"]], tables[r["b"]])[0]
         naive = [abs(np.corrcoef(tables[r["a"]][:, j], tables[r["b"]][:, match[j]])[0, 1]) for j in range(32)]
         assert r["table_fit"] == pytest.approx(np.mean(naive), rel=1e-5)
-        assert r["table_fit"] < seedprint.table_gate(32, 32)
+        assert r["table_fit"] < seedprint.TABLE_MATCH_R
 
 
 def test_speed_times_one_fingerprint_of_a_fresh_preset(tmp_path):
@@ -659,7 +692,8 @@ def test_aligned_summary_fits_the_floor_on_the_fit_seeds_and_counts_the_test_see
     """The floor is twice the largest matched tau of the fit seeds' unrelated pairs matched on held-out inputs,
     rounded up to 0.01 (the test seeds' values never enter it); a match on the token tables counts without it; each
     verdict's counts are those of the rule, recounted here."""
-    inputs, table = dict(matched_on="held-out inputs", table_fit=0.02), dict(matched_on="token table", table_fit=0.99)
+    inputs = dict(condition="c", matched_on="held-out inputs", table_fit=0.02, table_fit_test_rows=0.03)
+    table = dict(condition="c", matched_on="token table", table_fit=0.99, table_fit_test_rows=0.8)
     rows = [dict(split="fit", kind="k1", related=False, p_exact=0.5, p_aligned_test=1e-9, tau_aligned=0.031, **inputs),
             dict(split="fit", kind="k1", related=False, p_exact=0.5, p_aligned_test=0.2, tau_aligned=-0.01, **inputs),
             dict(split="fit", kind="k1", related=False, p_exact=0.5, p_aligned_test=0.2, tau_aligned=0.3, **table),
@@ -669,6 +703,9 @@ def test_aligned_summary_fits_the_floor_on_the_fit_seeds_and_counts_the_test_see
             dict(split="test", kind="k2", related=True, p_exact=0.5, p_aligned_test=1e-30, tau_aligned=0.3,
                  tau_exact=0.0, finetune_steps=10, **inputs),
             dict(split="test", kind="k3", related=True, p_exact=0.5, p_aligned_test=1e-15, tau_aligned=0.04, **table)]
+    for r in rows:                     # the inputs-only match: the one used where no table match is trusted
+        r.update(p_inputs=r["p_aligned_test"], tau_inputs=r["tau_aligned"]) if r["matched_on"] != "token table" \
+            else r.update(p_inputs=0.5, tau_inputs=0.01)
     monkeypatch.setattr(seedprint, "ALIGNED_TAU_FLOOR", 0.1)
     res = seedprint.aligned_summary(rows)
     assert res["fitted_floor"] == 0.07                                      # ceil(2 x 0.031, 0.01)
@@ -677,9 +714,12 @@ def test_aligned_summary_fits_the_floor_on_the_fit_seeds_and_counts_the_test_see
     assert counts["exact"] == ("1/3", "0/1") and counts["matched test alone, no floor"] == ("2/3", "1/1")
     assert counts["aligned, fitted floor"] == ("2/3", "1/1")  # the exact one at 2 x 0.004, and tau 0.07 >= 0.07
     assert counts["aligned, floor"] == ("1/3", "1/1")          # the verdict's 0.1: only the exact one
-    assert [row["k2"] for row in res["table"]] == ["0/1", "0/1", "1/1", "1/1", "1/1"]
-    assert {f["kind"]: (f["table_fit_min"], f["table_fit_max"]) for f in res["table_fit"]} == {
-        "k1": (0.02, 0.99), "k2": (0.02, 0.02), "k3": (0.99, 0.99)}
+    assert counts["the same without tables"] == ("1/3", "0/1")       # the table-matched pair is lost without them
+    assert [row["k2"] for row in res["table"]] == ["0/1", "0/1", "1/1", "1/1", "1/1", "1/1"]
+    assert res["table_fit"] == [dict(condition="c", pairs="unrelated (6)", held_out_rows="0.020-0.990",
+                                     test_rows="0.030-0.800"),
+                                dict(condition="c", pairs="related (2)", held_out_rows="0.020-0.990",
+                                     test_rows="0.030-0.800")]
 
 
 def test_the_verdict_line_says_what_the_checkpoints_share_by_construction(tmp_path):
