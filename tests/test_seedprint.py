@@ -395,8 +395,9 @@ def test_alignment_recovers_a_permutation_that_hides_a_lineage():
 
 def test_the_table_gate_bounds_independent_tables_and_passes_a_moved_copy():
     """Independent Gaussian tables (Monte Carlo, shapes where the gate is 0.5 and where few rows raise it): the
-    best match's mean |r|, and even its largest single |r|, stay below table_gate, whitened or not. A signed-permuted, noisy copy of
-    a table clears it and is matched back exactly; a rotated copy (QuaRot) does not clear TABLE_MATCH_R."""
+    best match's mean |r|, and even its largest single |r|, stay below table_gate, whitened or not. A signed-permuted,
+    noisy copy of a table clears it and is matched back exactly; a rotated copy (QuaRot) does not clear
+    TABLE_MATCH_R."""
     rng = np.random.default_rng(0)
     for rows, d in ((2000, 32), (64, 32), (48, 24), (32, 32)):
         gate = seedprint.table_gate(rows, d)
@@ -465,6 +466,10 @@ def test_a_trusted_table_match_finds_a_weak_lineage_that_held_out_inputs_lose():
     assert r.related and r.matched_on == "token table" and r.table_fit > 0.9
     assert r.tau_aligned == pytest.approx(plain.mean_tau) and r.p == pytest.approx(min(1, 2 * min(r.p_exact, plain.p)))
     assert "by their whitened token tables" in r.explain() and "floor" not in r.explain()
+    moved = child[:, perm]                                       # LayerNorm models: a permutation, no sign flips
+    plain_perm = seedprint.seedprint_test(base[test], moved[test], k=32, align=(base[hold], moved[hold]),
+                                          signed=False, tables=(TA, TA[:, perm]))
+    assert plain_perm.related and plain_perm.matched_on == "token table" and "mean r " in plain_perm.explain()
     other = rng.standard_normal((2 * N, d))
     u = seedprint.seedprint_test(base[test], other[test], k=32, align=(base[hold], other[hold]),
                                  tables=(TA, rng.standard_normal((rows, d))))
@@ -484,6 +489,8 @@ def test_held_out_rows_reads_the_token_table_alone_from_every_kind_of_model(tmp_
     m = build(cfg, 3, 3)
     want = m.transformer.wte.weight[40:80].detach().numpy()
     assert np.array_equal(seedprint.held_out_rows(m, 80), want)
+    test, hold = seedprint.aligned_sets(80, 0)       # the rows are the alignment's tokens, none of the test's
+    assert test["low"] == 0 and test["vocab"] == 40 and hold["low"] == 40 and hold["vocab"] == 80
     assert np.array_equal(seedprint.held_out_rows(seedprint.Recipe("r", lambda: m), 80), want)
     save_checkpoint(str(tmp_path / "m.pt"), m)
     assert np.array_equal(seedprint.held_out_rows(str(tmp_path / "m.pt"), 80), want)
