@@ -70,7 +70,7 @@ ALPHA = 0.01
 # up. On its test seeds same-data pairs reached at most +0.042, continuations at least +0.199 (docs/seedprint.md).
 ALIGNED_TAU_FLOOR = 0.06
 # A match fit on the token tables (whitened, see table_match) is trusted from this mean |r| of its matched columns
-# (table_gate): a descendant's columns are its base's, moved (|r| 0.99 in --exp aligned's models, 0.77 for rows
+# (table_gate): a descendant's columns are its base's, moved (|r| 0.99 in --exp aligned's models, 0.75 for rows
 # trained 1,500 steps), an independent table's best match is chance (0.02 at 25,000 rows, 0.24 at 128), and so is a
 # copy of the same table in a rotated basis (QuaRot; or what same-data training learns, in another basis).
 TABLE_MATCH_R = 0.5
