@@ -273,16 +273,17 @@ def whiten(X: np.ndarray) -> np.ndarray:
 
 def table_match(TA: np.ndarray, TB: np.ndarray, signed: bool = True):
     """align_coordinates on the two token tables' held-out rows, each whitened first, and whether the match is
-    trusted: (match, sign, fit, trusted); fit nan and untrusted where the rows are fewer than the width (their
-    covariance is singular: no whitening). Why whiten: a trained table carries a few strong directions (token
+    trusted: (match, sign, fit, trusted); fit nan and untrusted where the rows are fewer than the width (too few to
+    whiten) or a table is constant. Why whiten: a trained table carries a few strong directions (token
     frequency and the like) that every column loads on, so two models trained on the same data would have
     columns that correlate through them whatever their bases (measured: bytes, rows trained 1,500 steps, mean |r|
     0.31 raw, 0.24 whitened, its chance level). Whitened, only a map that moves whole columns -- a descendant's
     signed permutation -- correlates columns one to one; a rotation of the same table spreads each over all."""
     rows, d = TA.shape
-    if rows < d:
+    WA, WB = (whiten(T.astype(np.float64)) if rows >= d and T.std() > 0 else None for T in (TA, TB))
+    if WA is None or WB is None:
         return None, None, float("nan"), False
-    match, sign, fit = align_coordinates(whiten(TA.astype(np.float64)), whiten(TB.astype(np.float64)), signed)
+    match, sign, fit = align_coordinates(WA, WB, signed)
     return match, sign, fit, fit >= table_gate(rows, d)
 
 

@@ -421,7 +421,7 @@ def test_the_table_match_whitens_so_shared_learned_directions_do_not_pass_for_a_
     do: token frequency and the like), each in its own basis: raw, their columns all correlate through those
     directions and the best match clears the gate; whitened, it falls to chance and is untrusted. The whitening
     commutes with a signed permutation (checked against an SVD), so a descendant is still matched exactly, and
-    tables with fewer rows than the width are not used."""
+    tables with fewer rows than the width, or constant ones, are not used."""
     rng = np.random.default_rng(2)
     rows, d, k = 1000, 32, 2
     shared = rng.standard_normal((rows, k)) * 6                        # strong directions shared by both tables
@@ -440,7 +440,8 @@ def test_the_table_match_whitens_so_shared_learned_directions_do_not_pass_for_a_
     match, sign, fit, trusted = seedprint.table_match(A, child)
     assert trusted and np.array_equal(match, np.argsort(perm)) and np.array_equal(sign, flip[np.argsort(perm)])
     few = seedprint.table_match(A[:31], child[:31])                                     # 31 rows < width 32
-    assert math.isnan(few[2]) and not few[3]
+    constant = seedprint.table_match(np.ones_like(A), child)                            # nothing to whiten
+    assert math.isnan(few[2]) and not few[3] and math.isnan(constant[2]) and not constant[3]
 
 
 def test_a_trusted_table_match_finds_a_weak_lineage_that_held_out_inputs_lose():
