@@ -1,7 +1,8 @@
 """
-common.py: the conventions every script of this project shares. Not an idea of the paper: the paper's
-ideas live in model.py, init.py, theory.py, probe.py, seedprint.py and sink.py; this file is how they
-behave as command-line programs, the same way in each, so that each script's first screen is its idea.
+common.py: the conventions every script and study of this project shares. Not an idea of the paper: the
+paper's ideas live in model.py, init.py, theory.py, probe.py, seedprint.py and sink.py (hf.py brings the
+released models to them); this file is how they behave as command-line programs, the same way in each, so
+that each script's first screen is its idea.
 
   errors     bad input refused before any work, one line on stderr, exit 2; a bug: one line, exit 1
   flags      --model plus one flag per GPTConfig knob, --device and --dtype, seeds, on|off
@@ -11,8 +12,12 @@ behave as command-line programs, the same way in each, so that each script's fir
   inputs     random token or Gaussian batches, the same on every device
   GPUs       torchrun ranks and process groups, the bf16 peak behind MFU
 
-Every script imports this file before anything else: it checks the requirements before torch is
-imported, so `python SCRIPT.py --help` answers even without them. model.py needs none of it.
+The one idiom for requirements: every script and study imports this file before any third-party package,
+
+    from common import ...      # first: checks the requirements before torch is imported
+
+and importing it checks them, so `python SCRIPT.py --help` answers even without them, and a run without
+them is refused in one line. model.py, hf.py and theory.py have no command line and need none of it.
 """
 import argparse
 import contextlib
@@ -33,26 +38,35 @@ except ImportError:                   # Windows has none: runs there are not loc
 
 
 def check_requirements(names=("numpy", "scipy", "torch", "matplotlib")) -> None:
-    """Before any of them is imported: are the requirements installed? A script of this project run without
-    them still answers --help (its docstring; the list of flags needs them) and otherwise says in one line what
-    to install, exit code 2. Imported from elsewhere (a notebook, a test), the usual ModuleNotFoundError.
-    Every script imports common.py before any other requirement, so that this runs first."""
+    """Before any of them is imported: are the requirements installed? A script or study of this project run
+    without them still answers --help (its docstring; the list of flags needs them) and otherwise says in one
+    line what to install, exit code 2. Imported from elsewhere (a notebook, a test), the usual
+    ModuleNotFoundError."""
     import importlib.util
     missing = [n for n in names if importlib.util.find_spec(n) is None]
     if not missing:
         return
     message = f"needs {', '.join(missing)}: pip install -r requirements.txt"
     main = sys.modules.get("__main__")
-    script = getattr(main, "__file__", None) or ""
-    if os.path.dirname(os.path.abspath(script)) != os.path.dirname(os.path.abspath(__file__)):
+    script = os.path.abspath(getattr(main, "__file__", None) or "")
+    root = os.path.dirname(os.path.abspath(__file__))
+    if os.path.dirname(script) not in (root, os.path.join(root, "studies")):
         raise ModuleNotFoundError(message, name=missing[0])
-    name = os.path.basename(script)
+    name = script_name(script)
     if any(a in ("-h", "--help") for a in sys.argv[1:]):
         print((main.__doc__ or name).strip())
         print(f"\n(the full list of {name}'s flags {message})")
         sys.exit(0)
     sys.stderr.write(f"{name}: error: {message}\n")
     sys.exit(2)
+
+
+def script_name(path: str) -> str:
+    """How a script or study is named in its messages: probe.py, or studies.lineage_fpr (run with python -m)."""
+    folder, file = os.path.split(os.path.abspath(path))
+    if os.path.basename(folder) == "studies":
+        return f"studies.{os.path.splitext(file)[0]}"
+    return file
 
 
 check_requirements()
@@ -62,8 +76,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from model import (CHOICES, GPT, PRESETS, SAFETENSORS_FLOATS, GPTConfig, check_model_weights_finite, get_config,
-                   nonfinite_weight, plan_hf_weights, read_checkpoint, read_hf_dir, read_hf_tensor, write_checkpoint)
+import hf
+from model import (CHOICES, GPT, PRESETS, GPTConfig, check_model_weights_finite, get_config, load_checkpoint,
+                   nonfinite_weight, read_checkpoint, write_checkpoint)
 
 
 # ----------------------------------------------------------------------------- errors: one line, exit code 2
@@ -110,6 +125,26 @@ def run_script(main_fn, name: str, argv=None):
 
 
 # ----------------------------------------------------------------------------- flags
+
+def refuse_moved(argv, moved: dict) -> None:
+    """An --exp that moved to a study is refused in one line that names its new command, whatever other flags
+    the old command line carried (kept for one release; the study is not run from here). moved: the old
+    experiment's name -> the command that runs it now."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    asked = []
+    for i, word in enumerate(argv):
+        if word.startswith("--exp="):
+            asked.append(word.split("=", 1)[1])
+        elif word == "--exp":
+            for value in argv[i + 1:]:
+                if value.startswith("-"):
+                    break
+                asked.append(value)
+    for name in asked:
+        if name in moved:
+            raise ValueError(f"--exp {name} is a study now: run {moved[name]} (see its --help)")
+
+
 
 SEED_LIMIT = 2 ** 63            # seeds lie in [0, 2^63): numpy and torch take no other
 
@@ -230,9 +265,11 @@ def load_model(path, device="cpu", dtype: Optional[torch.dtype] = None) -> GPT:
     if not os.path.exists(path):
         raise FileNotFoundError(f"no model at {path!r}: give a train.py checkpoint (.pt) or a Hugging Face directory")
     if os.path.isdir(path):
-        return GPT.from_pretrained(path, device=device, dtype=dtype)
-    model = GPT.from_checkpoint(path, device=device)      # checked finite as stored ...
-    return check_model_weights_finite(model.to(dtype), path) if dtype is not None else model   # ... and as cast
+        return hf.load(path, device=device, dtype=dtype)
+    model = load_checkpoint(path, device=device)                  # checked finite as stored ...
+    if dtype is None:
+        return model
+    return check_model_weights_finite(model.to(dtype), path)     # ... and as cast
 
 
 def read_model_config(path) -> GPTConfig:
@@ -244,10 +281,7 @@ def read_model_config(path) -> GPTConfig:
     if not os.path.exists(path):
         raise FileNotFoundError(f"no model at {path!r}: give a train.py checkpoint (.pt) or a Hugging Face directory")
     if os.path.isdir(path):
-        config, arch, headers = read_hf_dir(path)
-        with torch.device("meta"):      # shapes only: the weight files' headers are checked against them
-            plan_hf_weights(GPT(config), headers, arch, path)
-        return config
+        return hf.read_config(path)
     return GPTConfig(**read_checkpoint(path, mmap=True)["config"])
 
 
@@ -255,37 +289,10 @@ def check_file_weights_finite(path: str) -> None:
     """Stream every weight of the model at `path` once, tensor by tensor (memory: the largest tensor), and
     refuse one that holds NaN or inf, naming it. For scripts that read several models: all are checked
     before the work on any begins."""
-    if os.path.isdir(path):
-        tensors = ((name, read_hf_tensor(file, name)) for file, header in read_hf_dir(path)[2].items()
-                   for name, (kind, _) in header.items() if kind in SAFETENSORS_FLOATS)
-    else:
-        tensors = read_checkpoint(path, mmap=True)["model"].items()
+    tensors = hf.tensors(path) if os.path.isdir(path) else read_checkpoint(path, mmap=True)["model"].items()
     for name, t in tensors:
         if t.is_floating_point() and not torch.isfinite(t).all():
             raise nonfinite_weight(path, name, t)
-
-
-def report_load(path: str, dtype: Optional[str], out: str) -> dict:
-    """`python model.py DIR`: load one model and report its config, parameter count, load time, and the growth of
-    the process's peak resident memory against the size of its weight files (Unix: getrusage) -> out/load.json."""
-    import resource
-    peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
-    if dtype:
-        check_dtype_runs(torch.device("cpu"), DTYPES[dtype])
-    files = [os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors")] if os.path.isdir(path) \
-        else [path]
-    size = sum(os.path.getsize(f) for f in files if os.path.isfile(f))
-    before, t0 = peak(), time.time()
-    model = load_model(path, dtype=DTYPES[dtype] if dtype else None)     # refuses a path that is not a model
-    seconds, grown = time.time() - t0, peak() - before
-    res = dict(model=path, params=model.num_params(), dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
-               seconds=seconds, file_bytes=size, peak_rss_growth_bytes=grown, ratio=grown / size if size else None,
-               config=dataclasses.asdict(model.config))
-    print(f"{path}: {res['params']:,} parameters in {res['dtype']}, loaded in {seconds:.1f} s; peak memory grew by "
-          f"{grown / 2**30:.2f} GiB for {size / 2**30:.2f} GiB of weight files ({res['ratio']:.3f}x)")
-    with lock_dir(out):
-        write_json(os.path.join(out, "load.json"), dict(res, provenance=provenance("cpu", dtype)))
-    return res
 
 
 # ----------------------------------------------------------------------------- outputs: locked, written whole

@@ -30,8 +30,8 @@ import time
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from common import (ArgumentParser, DTYPES, Progress, add_config_flags, add_device_flags, check_dtype_runs,
                     check_output, config_from_flags, figure, join_process_group, leave_process_group, lock_dir,
-                    parse_bool, peak_flops, print_table, random_batches, rank_device, resolve_device, run_script,
-                    save_figure, seed_int, torchrun_rank, update_results)
+                    parse_bool, peak_flops, print_table, random_batches, rank_device, refuse_moved, resolve_device,
+                    run_script, save_figure, seed_int, torchrun_rank, update_results)
 from model import GPT, forward_flops
 import numpy as np
 import torch
@@ -504,59 +504,6 @@ def exp_seed_dependence(args, config):
                 distinct_top1=distinct)
 
 
-@torch.no_grad()
-def bare_matmul_seconds(model: GPT, batch: int, seq_len: int, batches: int) -> float:
-    """Wall time of the forward's matrix products alone, with the model's own weights on random
-    activations of the right shapes: per layer q/k/v, QK^T, PV, W_O, MLP up (and gate) and down;
-    the LM head on the last position. The floor a probe pass is measured against."""
-    p = next(model.parameters())
-    cfg, dev, dt = model.config, p.device, p.dtype
-    H, hd, T = cfg.n_head, cfg.head_dim, seq_len
-    x = torch.randn(batch * T, cfg.n_embd, device=dev, dtype=dt)
-    h = torch.randn(batch * T, cfg.mlp_width, device=dev, dtype=dt)
-    q = torch.randn(batch, H, T, hd, device=dev, dtype=dt)
-    probs = torch.randn(batch, H, T, T, device=dev, dtype=dt)
-
-    def one_batch():
-        for block in model.transformer.h:
-            if hasattr(block, "attn"):
-                x @ block.attn.c_attn.weight.T
-                q @ q.transpose(-1, -2)
-                probs @ q
-                x @ block.attn.c_proj.weight.T
-            if hasattr(block, "mlp"):
-                x @ block.mlp.c_fc.weight.T
-                if hasattr(block.mlp, "c_gate"):
-                    x @ block.mlp.c_gate.weight.T
-                h @ block.mlp.c_proj.weight.T
-        model.unembed(x[:batch])
-
-    one_batch()                                   # warm-up
-    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    sync()
-    t0 = time.time()
-    for _ in range(batches):
-        one_batch()
-    sync()
-    return time.time() - t0
-
-
-def exp_bench(args, config):
-    """A probe pass (Table 1's measurement, every statistic on) against the bare matmuls of the same
-    forward: the overhead of everything that is not a matrix product."""
-    model = _build(args, config, args.seeds[0])
-    T = args.seq_len[0]
-    batches = math.ceil(args.sequences / args.batch_size)
-    _probe(args, model, "tokens", T, args.batch_size)                   # warm-up pass
-    r = _probe(args, model, "tokens", T, batches * args.batch_size)
-    bare = bare_matmul_seconds(model, args.batch_size, T, batches)
-    print(f"bench: {batches * args.batch_size} x {T} tokens: probe {r['seconds']:.2f} s, bare matmuls {bare:.2f} s, "
-          f"ratio {r['seconds'] / bare:.2f} ({r['tokens_per_s']:,.0f} tok/s, {r['tflops']:.2f} TFLOP/s)")
-    return dict(seconds=r["seconds"], bare_matmul_seconds=bare, ratio=r["seconds"] / bare,
-                tokens_per_s=r["tokens_per_s"], tflops=r["tflops"], mfu=r["mfu"], sequences=batches * args.batch_size,
-                seq_len=T)
-
-
 def _plot_layers(args, name, curves: dict, title: str, theory_curve=None):
     plt, fig, ax = figure(figsize=(6, 4))
     for label, c in curves.items():
@@ -577,11 +524,12 @@ def _plot_layers(args, name, curves: dict, title: str, theory_curve=None):
 PER_SEED = {"table1": (exp_table1, report_table1), "direction": (exp_direction, report_direction)}   # split over ranks
 WHOLE = {"contraction": exp_contraction, "ablation": exp_ablation, "mlp0": exp_mlp0, "layernorm": exp_layernorm,
          "table3": exp_table3, "intra": exp_intra, "variance": exp_variance, "dims": exp_dims,
-         "seed_dependence": exp_seed_dependence, "bench": exp_bench}                             # rank 0 alone
+         "seed_dependence": exp_seed_dependence}                                                  # rank 0 alone
 EXPERIMENTS = tuple(PER_SEED) + tuple(WHOLE)
 
 
 def main(argv=None):
+    refuse_moved(argv, {"bench": "python -m studies.probe_bench"})     # an old --exp names its study
     parser = ArgumentParser(prog="probe.py", description="What a transformer is born with: token preference and "
                                                  "contraction on random inputs (paper Sections 3-5).")
     add_config_flags(parser)

@@ -15,11 +15,11 @@ cosine schedule with linear warmup; bf16 autocast and TF32 on CUDA.
     python train.py prepare shakespeare --tokenizer bytes     # fetch, check, tokenize -> data/shakespeare_bytes
     python train.py --data data/shakespeare_bytes             # tiny model, CPU, under a minute
     python train.py --data data/owt_gpt2 --model gpt2-nano --batch_size 512 --micro_batch 16 --compile on
-    torchrun --standalone --nproc_per_node=8 train.py --data data/owt_gpt2 --model gpt2-nano ...
+    torchrun --standalone --nproc_per_node=8 train.py --data data/owt_gpt2 --model gpt2-nano --batch_size 512
 
 In code, experiments call the same function as the command line: train(TrainConfig(...)).
 A checkpoint (out_dir/ckpt_STEP.pt, step 0 = the init) holds the config, seeds, step, tokenizer
-and optimizer state; GPT.from_checkpoint(path) in model.py rebuilds the model from it alone.
+and optimizer state; model.load_checkpoint(path) rebuilds the model from it alone.
 """
 import contextlib
 import dataclasses
@@ -42,7 +42,7 @@ from common import (ArgumentParser, DTYPES, Progress, SEED_LIMIT, add_config_fla
                     join_process_group, leave_process_group, lock_dir, parse_bool, peak_flops, provenance,
                     rank_device, read_json, resolve_device, run_script, save_checkpoint, save_figure, seed_int,
                     torchrun_rank, write_json)
-from model import GPT, GPTConfig, get_config, read_checkpoint
+from model import GPT, GPTConfig, get_config, load_checkpoint, read_checkpoint
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -679,7 +679,7 @@ def _train(args: TrainConfig, run: dict) -> dict:
 
     # the model: a fresh seeded init, or the weights of --init_from; then --resume's state on top
     if run["base"] is not None:
-        model = GPT.from_checkpoint(args.init_from, device=device)
+        model = load_checkpoint(args.init_from, device=device)
         seeds = run["base"].get("seeds", {})    # the init seeds of the lineage, not of this command
     else:
         model = build(config, args.init_seed, args.embed_seed, device=device)

@@ -73,6 +73,14 @@ def write_hf(path, config: dict, tensors: dict, shards: int = 2):
         json.dump({"weight_map": {k: f for f, keys in files.items() for k in keys}}, fh)
 
 
+def write_tokenizer_json(path, words):
+    """A word-level tokenizer.json (the tokenizers library's own writer): words[i] is token i, words[0] unknown."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token=words[0]))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(os.path.join(path, "tokenizer.json"))
+
+
 def rope_fields(spec: dict, spelling: str) -> dict:
     """RoPE as config.json spells it: 4.x rope_theta + rope_scaling (older key "type"), 5.x rope_parameters."""
     rope = dict(spec["rope"])

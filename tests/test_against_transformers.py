@@ -1,9 +1,9 @@
-"""GPT.from_pretrained against the Hugging Face transformers library itself, for users who have it.
+"""hf.load against the Hugging Face transformers library itself, for users who have it.
 
 transformers is never a dependency of this project: without it every test here is skipped, and the
-rest of the suite checks the loader against naive forwards written in tests/test_model_hf.py. With it
+rest of the suite checks the loader against naive forwards written in tests/test_hf.py. With it
 (`pip install transformers`), this file builds a tiny random model of each supported family with
-transformers, saves it, loads it with model.py, and compares logits and the final-norm hidden state
+transformers, saves it, loads it with hf.py, and compares logits and the final-norm hidden state
 (fp32, eager attention, T = 40); `pytest -s` prints the errors. Each directory is checked as saved
 (the installed version's config spelling) and rewritten into the other spelling (transformers 4.x
 `rope_theta` / `rope_scaling`, or 5.x `rope_parameters`). A real checkpoint is compared too when
@@ -17,7 +17,7 @@ import pytest
 import torch
 
 tf = pytest.importorskip("transformers")
-from model import GPT  # noqa: E402
+import hf  # noqa: E402
 
 TOL = 1e-5
 COMMON = dict(vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=3, num_attention_heads=4,
@@ -54,7 +54,7 @@ def other_spelling(cfg: dict) -> dict:
 
 
 def compare(path: str, reference, ids) -> None:
-    ours = GPT.from_pretrained(path, dtype=torch.float32).eval()
+    ours = hf.load(path, dtype=torch.float32).eval()
     with torch.no_grad():
         logits, _ = ours(ids, ids)
         hidden = ours.trace(ids, hidden="all", logits=False)["hidden"][-1]

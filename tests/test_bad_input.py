@@ -1,4 +1,4 @@
-"""Bad input, across all seven scripts and the loaders: each case is refused with exit code 2 and one stderr
+"""Bad input, across every script, every study and the loaders: each case is refused with exit code 2 and one stderr
 line that names the culprit, and nothing is written anywhere (the fixtures' files are unchanged and no
 output directory appears). Then the process-boundary cases (a second run into a locked directory, a run
 killed while it writes checkpoints) and a field-by-field mutation of a valid Hugging Face config.json."""
@@ -19,7 +19,8 @@ import torch
 import train
 from conftest import assert_matches, cli_error, llama_family, naive_llama_family, write_hf
 from init import build
-from model import GPT, get_config, read_checkpoint, write_checkpoint
+import hf
+from model import GPT, get_config, load_checkpoint, read_checkpoint, write_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--n_layer", "2", "--n_embd", "32", "--n_head", "2", "--block_size", "64"]
@@ -114,20 +115,20 @@ def snapshot(root: Path) -> dict:
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 CASES = [
     # script, argv ({name} = a fixture path, OUT = a fresh output directory), what the line must name
-    ("model", ["{missing}"], "no model at"),
-    ("model", ["{empty_pt}"], "empty.pt is not a readable train.py checkpoint"),
-    ("model", ["{cut_pt}"], "cut.pt is not a readable train.py checkpoint"),
-    ("model", ["{foreign_pt}"], "foreign.pt is not a readable train.py checkpoint"),
-    ("model", ["{typo_ckpt}"], "n_layer must be an integer"),
-    ("model", ["{nan_ckpt}"], "transformer.h.1.mlp.c_fc.weight holds 1 NaN/inf"),
-    ("model", ["{hf_cut}"], "model-00001-of-00001.safetensors is not a valid .safetensors file"),
-    ("model", ["{hf_empty}"], "shorter than its 8-byte header"),
-    ("model", ["{hf_foreign}"], "model-00001-of-00001.safetensors is not a valid .safetensors file"),
-    ("model", ["{hf_list}"], "config.json: must hold a JSON object"),
-    ("model", ["{hf_badjson}"], "config.json is not valid config.json"),
-    ("model", ["{hf_types}"], "num_hidden_layers must be an integer >= 1, got '2'"),
-    ("model", ["{hf_nan}"], "mlp.c_fc.weight holds 1 NaN/inf"),
-    ("model", ["{hf}", "--dtype", "float64"], "invalid choice: 'float64'"),
+    ("studies.load_cost", ["{missing}"], "no model at"),
+    ("studies.load_cost", ["{empty_pt}"], "empty.pt is not a readable train.py checkpoint"),
+    ("studies.load_cost", ["{cut_pt}"], "cut.pt is not a readable train.py checkpoint"),
+    ("studies.load_cost", ["{foreign_pt}"], "foreign.pt is not a readable train.py checkpoint"),
+    ("studies.load_cost", ["{typo_ckpt}"], "n_layer must be an integer"),
+    ("studies.load_cost", ["{nan_ckpt}"], "transformer.h.1.mlp.c_fc.weight holds 1 NaN/inf"),
+    ("studies.load_cost", ["{hf_cut}"], "model-00001-of-00001.safetensors is not a valid .safetensors file"),
+    ("studies.load_cost", ["{hf_empty}"], "shorter than its 8-byte header"),
+    ("studies.load_cost", ["{hf_foreign}"], "model-00001-of-00001.safetensors is not a valid .safetensors file"),
+    ("studies.load_cost", ["{hf_list}"], "config.json: must hold a JSON object"),
+    ("studies.load_cost", ["{hf_badjson}"], "config.json is not valid config.json"),
+    ("studies.load_cost", ["{hf_types}"], "num_hidden_layers must be an integer >= 1, got '2'"),
+    ("studies.load_cost", ["{hf_nan}"], "mlp.c_fc.weight holds 1 NaN/inf"),
+    ("studies.load_cost", ["{hf}", "--dtype", "float64"], "invalid choice: 'float64'"),
     ("init", ["--model", "nope"], "unknown preset 'nope'"),
     ("init", ["--model", "tiny", "--n_layer", "0"], "n_layer must be an integer >= 1"),
     ("init", ["--model", "tiny", "--norm_eps=-1e-5"], "norm_eps must be a finite number > 0"),
@@ -136,11 +137,11 @@ CASES = [
     ("init", ["--model", "tiny", "--rope_factor", "nan"], "rope_factor must be a finite number > 0"),
     ("init", ["--model", "tiny", "--vocab_size", "4611686018427387904"], "more than 2^40 numbers"),
     ("init", ["--model", "tiny", "--out", "{text}"], "is a file, not a directory"),
-    ("model", ["--out", ""], "--out is empty"),
-    ("theory", ["--width", "1"], "--width must lie in [2, 4096]"),
-    ("theory", ["--width", "1000000000"], "--width must lie in [2, 4096]"),
-    ("theory", ["--width", "wide"], "invalid int value"),
-    ("theory", ["--seed", "-1"], "a seed lies in [0, 2^63)"),
+    ("studies.load_cost", ["{ckpt}", "--out", ""], "--out is empty"),
+    ("studies.theory_tables", ["--width", "1"], "--width must lie in [2, 4096]"),
+    ("studies.theory_tables", ["--width", "1000000000"], "--width must lie in [2, 4096]"),
+    ("studies.theory_tables", ["--width", "wide"], "invalid int value"),
+    ("studies.theory_tables", ["--seed", "-1"], "a seed lies in [0, 2^63)"),
     ("probe", ["--model", "tiny", "--rope_theta", "0"], "rope_theta must be a finite number > 0"),
     ("probe", ["--model", "tiny", "--seq_len", "4096"], "--seq_len 4096 is outside [1, the model's block_size 256]"),
     ("probe", ["--model", "tiny", "--sequences", "1"], "--sequences must be at least 2"),
@@ -162,18 +163,18 @@ CASES = [
     ("seedprint", ["{ckpt}", "{nan_ckpt}"], "NaN/inf"),
     ("seedprint", ["{ckpt}", "{ckpt}", "--seq_len", "999"], "--seq_len 999 exceeds the context"),
     ("seedprint", ["{ckpt}", "{ckpt}", "--device", "tpu"], "unknown device 'tpu'"),
-    ("seedprint", ["--exp", "fpr", "--fpr_trained", "99"], "--fpr_trained"),
+    ("studies.lineage_fpr", ["--fpr_trained", "99"], "--fpr_trained"),
     ("seedprint", ["{ckpt}", "{wide}"], "the models differ in width"),
-    ("seedprint", ["--exp", "table4b", "--lr", "nan"], "--lr must be a finite number > 0"),
-    ("seedprint", ["--exp", "derivatives", "--base", "{hf}"], "no tokenizer"),
+    ("studies.seedprint_tables", ["--exp", "table4b", "--lr", "nan"], "--lr must be a finite number > 0"),
+    ("studies.derivatives", ["--base", "{hf}"], "no tokenizer"),
     ("seedprint", ["{hf_huge}", "{hf}"], "non-finite activations (NaN/inf), first in block 1"),
     ("sink", ["{missing}"], "no model at"),
     ("sink", ["{ckpt}", "--bos", "on"], "names no bos_token_id"),
     ("sink", ["{ckpt}", "--bos", "maybe"], "expected on/off"),
     ("sink", ["{ckpt}", "--text", "nowhere"], "no text file 'nowhere'"),
     ("sink", ["{ckpt}", "--text", "wikitext2", "--data_from", "{a_dir}"], "holds no wikitext2_test.txt"),
-    ("sink", ["--exp", "calibration", "--text", "{text}", "--sequences", "500"], "fewer than the 500 sequences"),
-    ("seedprint", ["--exp", "fpr", "--steps", "0"], "--steps must be at least 1"),
+    ("studies.sink_calibration", ["--text", "{text}", "--sequences", "500"], "fewer than the 500 sequences"),
+    ("studies.lineage_fpr", ["--steps", "0"], "--steps must be at least 1"),
     ("sink", ["{ckpt}", "--ids", "{text}"], ".npy or train.py .bin"),
     ("sink", ["{ckpt}", "--ids", "{a_dir}"], "is a directory, not a token-id file"),
     ("sink", ["{ckpt}", "--ids", "{bad_npy}"], "ids.npy is not a readable .npy array"),
@@ -185,16 +186,22 @@ CASES = [
     ("sink", ["{ckpt}", "--exp", "interventions", "--lengths", "16", "--k", "1"], "--k positions must lie in [2, T=16]"),
     ("sink", ["{ckpt}", "--exp", "interventions", "--lengths", "16", "--layer", "7"], "--layer must index"),
     ("sink", ["{ckpt}", "--exp", "interventions", "--lengths", "16", "--lambdas", "nan"], "--lambdas must be finite"),
-    ("sink", ["--exp", "testbed", "--steps", "0"], "--steps must be at least 1"),
+    ("studies.sink_testbed", ["--steps", "0"], "--steps must be at least 1"),
     ("sink", ["{mlp_only}"], "no attention layers"),
     ("sink", ["{ckpt}", "--ids", "{short_npy}", "--sequences", "4", "--lengths", "16", "30"], "short.npy holds 20"),
-    ("sink", ["--exp", "calibration", "--text", "{missing}.txt"], "no text file"),
-    ("sink", ["--exp", "testbed", "--variants", "sink_logit", "--attention", "uniform"], "--variants sink_logit"),
-    ("sink", ["--exp", "calibration", "--lengths", "4096"], "exceeds the trained models' block_size"),
-    ("sink", ["--exp", "calibration", "--train_text", "{data}", "--tokenizer", "gpt2"], "holds bytes tokens; drop --tokenizer gpt2"),
-    ("sink", ["--exp", "calibration", "--ids", "{big_ids}/train.bin"], "outside the bytes vocabulary of 256"),
-    ("sink", ["--exp", "calibration", "--micro_batch", "5"], "--micro_batch must divide --batch_size 32"),
-    ("sink", ["{ckpt}", "--compile", "on"], "--micro_batch and --compile are for the models --exp testbed"),
+    ("studies.sink_calibration", ["--text", "{missing}.txt"], "no text file"),
+    ("studies.sink_testbed", ["--variants", "sink_logit", "--attention", "uniform"], "--variants sink_logit"),
+    ("studies.sink_calibration", ["--lengths", "4096"], "exceeds the trained models' block_size"),
+    ("studies.sink_calibration", ["--train_text", "{data}", "--tokenizer", "gpt2"],
+     "holds bytes tokens; drop --tokenizer gpt2"),
+    ("studies.sink_calibration", ["--ids", "{big_ids}/train.bin"], "outside the bytes vocabulary of 256"),
+    ("studies.sink_calibration", ["--micro_batch", "5"], "--micro_batch must divide --batch_size 32"),
+    ("sink", ["{ckpt}", "--compile", "on"], "unrecognized arguments: --compile on"),
+    # an --exp that moved to a study names its new command, whatever the rest of the old command line
+    ("seedprint", ["--exp", "fpr", "--n_embd", "128", "--fpr_inits", "20"], "run python -m studies.lineage_fpr"),
+    ("seedprint", ["--exp=aligned"], "run python -m studies.aligned_floor"),
+    ("sink", ["--exp", "testbed", "--variants", "baseline"], "run python -m studies.sink_testbed"),
+    ("probe", ["--exp", "contraction", "bench"], "run python -m studies.probe_bench"),
     ("train", ["--data", "{missing}", "--out_dir", "OUT"], "no prepared data"),
     ("train", ["--data", "{text}", "--out_dir", "OUT"], "a file, not a directory"),
     ("train", ["--data", "{broken_meta}", "--out_dir", "OUT"], "meta.json lacks valid vocab_size"),
@@ -230,7 +237,8 @@ def test_bad_input_is_refused_in_one_line_and_writes_nothing(files, tmp_path, sc
     if script != "train" and "--out" not in argv:
         argv += ["--out", str(out)]
     before = snapshot(files["root"])
-    line = cli_error(importlib.import_module(script).main, f"{script}.py", argv)
+    name = script if script.startswith("studies.") else f"{script}.py"
+    line = cli_error(importlib.import_module(script).main, name, argv)
     assert culprit in line, line
     assert not out.exists(), f"{script}.py wrote {sorted(os.listdir(out))} while refusing"
     assert os.listdir(tmp_path) == [], f"{script}.py wrote {os.listdir(tmp_path)} into its working directory"
@@ -240,7 +248,7 @@ def test_bad_input_is_refused_in_one_line_and_writes_nothing(files, tmp_path, sc
 def test_nonfinite_activations_are_an_error_naming_the_first_bad_block(files):
     """A weight made inf after loading (as a bf16 overflow would): the probe pass refuses, naming block 2."""
     import probe
-    model = GPT.from_checkpoint(str(files["ckpt"])).eval()
+    model = load_checkpoint(str(files["ckpt"])).eval()
     with torch.no_grad():
         model.transformer.h[1].mlp.c_proj.weight[0, 0] = float("inf")
     with pytest.raises(FloatingPointError, match="first in block 2 of 2"):
@@ -345,7 +353,7 @@ def test_every_config_field_mutated_either_loads_exactly_or_is_refused_in_one_li
     for key, how, mutated in mutations:
         (d / "config.json").write_text(json.dumps(mutated))
         try:
-            model = GPT.from_pretrained(str(d)).eval()
+            model = hf.load(str(d)).eval()
         except (ValueError, OSError) as e:
             assert "\n" not in str(e) and str(e), (key, how, str(e))
             refused += 1
@@ -360,8 +368,9 @@ def test_every_config_field_mutated_either_loads_exactly_or_is_refused_in_one_li
 
 
 def test_scripts_without_the_requirements_answer_help_and_refuse_in_one_line(tmp_path):
-    """A Python without torch (a fresh venv, none of the requirements): `--help` still prints each script's
-    docstring and says what to install (exit 0); a run is refused in one line, exit 2, writing nothing."""
+    """A Python without torch (a fresh venv, none of the requirements): `--help` still prints each script's and
+    each study's docstring and says what to install (exit 0); a run is refused in one line, exit 2, writing
+    nothing. The one idiom that does it: every script and study imports common.py before any requirement."""
     venv = tmp_path / "bare"
     subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(venv)],
                    check=True)
@@ -369,17 +378,36 @@ def test_scripts_without_the_requirements_answer_help_and_refuse_in_one_line(tmp
     if subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0:
         pytest.skip("this interpreter's base has torch: no Python without the requirements to try")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    for script in ("model.py", "init.py", "theory.py", "probe.py", "train.py", "seedprint.py", "sink.py"):
-        doc = ast_docstring(ROOT / script)
-        help_ = subprocess.run([python, str(ROOT / script), "--help"], capture_output=True, text=True, cwd=tmp_path,
-                               env=env)
-        assert help_.returncode == 0 and doc.strip().splitlines()[0] in help_.stdout, (script, help_.stderr)
+    commands = {script: [str(ROOT / script)] for script in SCRIPTS}
+    commands.update({f"studies.{p.stem}": ["-m", f"studies.{p.stem}"] for p in STUDIES})
+    for name, command in commands.items():
+        path = ROOT / (name.replace(".", "/") + ".py" if name.startswith("studies.") else name)
+        doc = ast_docstring(path)
+        study_env = dict(env, PYTHONPATH=str(ROOT)) if name.startswith("studies.") else env
+        help_ = subprocess.run([python, *command, "--help"], capture_output=True, text=True, cwd=tmp_path,
+                               env=study_env)
+        assert help_.returncode == 0 and doc.strip().splitlines()[0] in help_.stdout, (name, help_.stderr)
         assert "pip install -r requirements.txt" in help_.stdout and "torch" in help_.stdout
-        run = subprocess.run([python, str(ROOT / script), "--out", str(tmp_path / "out")], capture_output=True,
-                             text=True, cwd=tmp_path, env=env)
+        run = subprocess.run([python, *command, "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                             cwd=tmp_path, env=study_env)
         lines = run.stderr.splitlines()
-        assert run.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"{script}: error: needs "), lines
-        assert sorted(os.listdir(tmp_path)) == ["bare"], script          # nothing written
+        assert run.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"{name}: error: needs "), lines
+        assert sorted(os.listdir(tmp_path)) == ["bare"], name          # nothing written
+
+
+SCRIPTS = ("init.py", "probe.py", "train.py", "seedprint.py", "sink.py")           # the top level's command lines
+STUDIES = sorted(p for p in (ROOT / "studies").glob("*.py") if p.stem not in ("__init__", "shared", "edits"))
+
+
+def test_the_files_without_a_command_line_say_where_their_command_went(tmp_path):
+    """model.py and hf.py are libraries (no command line at all); theory.py's tables moved to a study, and running
+    it says so in one line (kept for one release)."""
+    for lib in ("model.py", "hf.py"):
+        assert "__main__" not in (ROOT / lib).read_text(), lib
+    run = subprocess.run([sys.executable, str(ROOT / "theory.py")], capture_output=True, text=True, cwd=tmp_path)
+    lines = run.stderr.splitlines()
+    assert run.returncode == 2 and len(lines) == 1 and "python -m studies.theory_tables" in lines[0], lines
+    assert os.listdir(tmp_path) == []
 
 
 def ast_docstring(path) -> str:

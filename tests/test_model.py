@@ -332,9 +332,9 @@ def test_forward_flops_count_what_torch_counts(case):
 
 
 COPIED_ALONE = """
-import sys, torch
+import os, sys, torch
 import model                                        # the only project file in this directory
-assert not any(m in sys.modules for m in ("common", "init", "train", "probe", "seedprint", "sink", "theory"))
+assert not any(m in sys.modules for m in ("common", "hf", "init", "train", "probe", "seedprint", "sink", "theory"))
 assert "torch._dynamo" not in sys.modules           # importing the model does not pay for the compiler
 net = model.GPT(model.get_config("tiny", n_layer=2)).eval()
 ids = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0))
@@ -343,28 +343,33 @@ with torch.no_grad():
     logits, loss = net(ids, ids)
 assert last.shape == (2, 1, 512) and torch.isfinite(loss)
 model.write_checkpoint("c.pt", net, step=7, note="copied alone")
-back = model.GPT.from_checkpoint("c.pt").eval()
+back = model.load_checkpoint("c.pt").eval()
 assert model.read_checkpoint("c.pt")["note"] == "copied alone"
 with torch.no_grad():
     assert torch.equal(back(ids, ids)[0], logits)
-hf = model.GPT.from_pretrained(sys.argv[1]).eval()
-with torch.no_grad():
-    out = hf.trace(torch.tensor([[int(a) for a in sys.argv[2:]]]), hidden="last", logits=True)
-print(" ".join(repr(float(v)) for v in out["logits"][0]))
+if os.path.exists("hf.py"):                         # copied with the loader: a Hugging Face directory loads
+    import hf
+    loaded = hf.load(sys.argv[1]).eval()
+    with torch.no_grad():
+        out = loaded.trace(torch.tensor([[int(a) for a in sys.argv[2:]]]), hidden="last", logits=True)
+    print(" ".join(repr(float(v)) for v in out["logits"][0]))
 """
 
 
-def test_model_py_copied_alone_builds_runs_saves_and_loads_hugging_face(tmp_path):
-    """model.py is the transformer and its weights, copyable alone: in an empty directory, with nothing else of
-    the project importable, it builds a preset, runs forward, writes a checkpoint and reads it back to the same
-    logits, and loads a tiny Hugging Face directory to the logits of the naive float64 forward (conftest)."""
+@pytest.mark.parametrize("files", [("model.py",), ("model.py", "hf.py")])
+def test_model_py_copied_alone_builds_runs_saves_and_with_hf_py_loads_hugging_face(tmp_path, files):
+    """model.py is the transformer and its checkpoint format, copyable alone: in an empty directory, with nothing
+    else of the project importable, it builds a preset, runs forward, writes a checkpoint and reads it back to the
+    same logits. Copied with hf.py, it also loads a tiny Hugging Face directory to the logits of the naive float64
+    forward (conftest). Neither imports another file of the project."""
     import subprocess
     import sys
     from pathlib import Path
     from conftest import llama_family, naive_llama_family, write_hf
     alone = tmp_path / "alone"
     alone.mkdir()
-    shutil.copy(Path(__file__).resolve().parents[1] / "model.py", alone)
+    for f in files:
+        shutil.copy(Path(__file__).resolve().parents[1] / f, alone)
     spec, cfg, t = llama_family("LlamaForCausalLM")
     write_hf(tmp_path / "hf", cfg, t)
     ids = torch.randint(0, spec["V"], (1, 9), generator=torch.Generator().manual_seed(1))
@@ -372,10 +377,12 @@ def test_model_py_copied_alone_builds_runs_saves_and_loads_hugging_face(tmp_path
     out = subprocess.run([sys.executable, "-c", COPIED_ALONE, str(tmp_path / "hf"), *map(str, ids[0].tolist())],
                          cwd=alone, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    naive_logits = naive_llama_family(spec, t, ids)[0][0, -1]
-    got = torch.tensor([float(v) for v in out.stdout.split()], dtype=torch.float64)
-    torch.testing.assert_close(got, naive_logits, rtol=1e-5, atol=1e-5 * naive_logits.abs().max().item())
-    assert sorted(os.listdir(alone)) == ["c.pt", "model.py"]          # nothing else was needed, or written
+    if "hf.py" in files:
+        naive_logits = naive_llama_family(spec, t, ids)[0][0, -1]
+        got = torch.tensor([float(v) for v in out.stdout.split()], dtype=torch.float64)
+        torch.testing.assert_close(got, naive_logits, rtol=1e-5, atol=1e-5 * naive_logits.abs().max().item())
+    written = sorted(f for f in os.listdir(alone) if f != "__pycache__")
+    assert written == sorted(["c.pt", *files])          # nothing else was needed, or written
 
 
 @pytest.mark.parametrize("attention", ["softmax", "uniform", "softpick"])

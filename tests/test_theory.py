@@ -180,3 +180,25 @@ def test_the_maths_needs_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["0.31831", "0.9835", "0.3"]
+
+
+def test_the_tables_study_puts_each_form_beside_its_simulation(tmp_path):
+    """python -m studies.theory_tables --quick, as a user runs it: each Monte Carlo column lies where its closed
+    form says (ReLU MLP0 within its standard errors and finite-width bias, tanh at 0; Table 3; Attn0's exact
+    intra-sequence cosine), and the exact A^L form parts from the continuum limit where ln n is not >> L."""
+    import json
+    from studies import theory_tables
+    theory_tables.main(["--quick", "--width", "64", "--out", str(tmp_path)])
+    r = json.loads((tmp_path / "results.json").read_text())["theory"]
+    p2 = r["prop2"]
+    for layer in range(12):
+        assert abs(p2["relu_mc"][layer] - p2["theory"][layer]) < 4 * p2["relu_se"][layer] + 2 * (layer + 1) / 64
+        assert abs(p2["tanh_mc"][layer]) < 4 * p2["tanh_se"][layer] + 0.02
+    t3 = r["table3"]
+    for setting, (mc, se) in t3["mc"].items():
+        assert abs(mc - t3["theory"][setting]) < 4 * se + 2 / 64, setting
+    f8 = r["fig8"]["64"]
+    assert all(abs(m - e) < 4 * s + 0.02 for m, e, s in zip(f8["mc"], f8["exact"], f8["se"]))
+    gap = {(row["n"], row["layers"]): row["gap_ratio"] for row in r["continuum_limit"]}
+    assert gap[(1024, 12)] > gap[(1024, 1)] and gap[(1024, 12)] > 3
+    assert {f.name for f in tmp_path.glob("*.png")} >= {"fig5_mlp0_relu_tanh.png", "fig8_attn0_intra.png"}

@@ -15,7 +15,7 @@ import torch
 
 import train
 from conftest import cli_error, torchrun
-from model import GPT, read_checkpoint
+from model import GPT, load_checkpoint, read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "It was the best of times, it was the worst of times; naïve café, 東京 ✓.\n" * 60
@@ -131,7 +131,7 @@ def test_checkpoint_records_everything_and_rebuilds_the_model(data_dir, tmp_path
     assert ckpt["step"] == 2 and ckpt["tokenizer"] == "bytes"
     assert ckpt["seeds"] == dict(init_seed=3, embed_seed=4, data_seed=5)
     assert ckpt["config"]["n_layer"] == 3 and ckpt["config"]["vocab_size"] == 256   # vocab from meta.json
-    model = GPT.from_checkpoint(train.checkpoint_path(str(tmp_path), 2))
+    model = load_checkpoint(train.checkpoint_path(str(tmp_path), 2))
     assert all(torch.equal(model.state_dict()[k], v) for k, v in ckpt["model"].items())
     # the step-0 checkpoint is init.py's draw itself
     from init import build
@@ -449,7 +449,7 @@ def test_the_embedding_seed_follows_the_init_seed_unless_given(data_dir, tmp_pat
     run(data_dir, tmp_path / "c", *one_step, "--init_seed", "2", "--embed_seed", "1")
     step0 = {d: read_checkpoint(train.checkpoint_path(str(tmp_path / d), 0)) for d in "abc"}
     assert [step0[d]["seeds"]["embed_seed"] for d in "abc"] == [1, 2, 1]
-    config = GPT.from_checkpoint(train.checkpoint_path(str(tmp_path / "a"), 0)).config
+    config = load_checkpoint(train.checkpoint_path(str(tmp_path / "a"), 0)).config
     for d, (seed, embed) in zip("abc", [(1, 1), (2, 2), (2, 1)]):
         fresh = build(config, seed, embed).state_dict()
         assert all(torch.equal(fresh[k], v) for k, v in step0[d]["model"].items()), d

@@ -1,7 +1,7 @@
-"""model.py's Hugging Face loader against naive re-implementations of each family, written here.
+"""hf.py, the Hugging Face loader, against naive re-implementations of each family, written here.
 
 Each test writes a tiny HF-format directory itself (HF tensor names and layouts, sharded with an
-index, config.json in the transformers 4.x or 5.x spelling) and compares GPT.from_pretrained with a
+index, config.json in the transformers 4.x or 5.x spelling) and compares hf.load with a
 float64 forward pass written from the family's definition, head by head: logits and the final
 hidden state, relative error <= 1e-5 in fp32."""
 import json
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import assert_matches, llama_family, naive_llama_family, write_hf
-from model import GPT, hf_config
+import hf
 
 ROOT = Path(__file__).resolve().parents[1]
 torch.set_num_threads(2)
@@ -88,7 +88,7 @@ FAMILIES = {
 def test_family_matches_a_naive_forward(tmp_path, family, spelling):
     spec, cfg, t = llama_family(spelling=spelling, **FAMILIES[family])
     write_hf(tmp_path, cfg, t)
-    model = GPT.from_pretrained(str(tmp_path)).eval()
+    model = hf.load(str(tmp_path)).eval()
     ids = torch.randint(0, spec["V"], (2, 12), generator=torch.Generator().manual_seed(1))
     assert_matches(model, *naive_llama_family(spec, t, ids), ids)
 
@@ -96,7 +96,7 @@ def test_family_matches_a_naive_forward(tmp_path, family, spelling):
 def test_gpt2_with_conv1d_layout_and_old_config_fields_matches_a_naive_forward(tmp_path):
     cfg, t = gpt2_checkpoint()
     write_hf(tmp_path, cfg, t)
-    model = GPT.from_pretrained(str(tmp_path)).eval()
+    model = hf.load(str(tmp_path)).eval()
     ids = torch.randint(0, cfg["vocab_size"], (2, 9), generator=torch.Generator().manual_seed(1))
     assert_matches(model, *naive_gpt2(cfg, t, ids), ids)
 
@@ -126,7 +126,7 @@ def test_smollm2_config_as_saved_by_transformers_5_keeps_rope_theta():
                "rope_parameters": {"rope_theta": 100000.0, "rope_type": "default"},
                "tie_word_embeddings": True, "transformers_version": "5.23.0", "unk_token_id": 0, "use_cache": True,
                "vocab_size": 49152}
-    c = hf_config(smollm2)
+    c = hf.config_from_json(smollm2)
     assert (c.rope_theta, c.rope_type, c.n_kv_head, c.head_dim, c.tie_embeddings, c.block_size) == \
         (1e5, "default", 3, 64, True, 8192)
 
@@ -141,7 +141,7 @@ def test_llama31_and_qwen25_configs_as_published():
                                 "original_max_position_embeddings": 8192, "rope_type": "llama3"},
                "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
                "transformers_version": "4.43.0.dev0", "use_cache": True, "vocab_size": 128256}
-    c = hf_config(llama31)
+    c = hf.config_from_json(llama31)
     assert (c.rope_type, c.rope_theta, c.rope_factor, c.rope_original_context, c.n_kv_head) == \
         ("llama3", 5e5, 8.0, 8192, 8)
     qwen25 = {"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
@@ -151,7 +151,7 @@ def test_llama31_and_qwen25_configs_as_published():
               "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": True,
               "torch_dtype": "bfloat16", "transformers_version": "4.40.1", "use_cache": True,
               "use_sliding_window": False, "vocab_size": 151936}
-    c = hf_config(qwen25)
+    c = hf.config_from_json(qwen25)
     assert (c.sliding_window, c.qkv_bias, c.attn_bias, c.rope_theta, c.tie_embeddings) == (None, True, False, 1e6, True)
 
 
@@ -164,7 +164,7 @@ def refused(cfg_change=None, tensor_change=None, match="", tmp=None, arch="Llama
         tensor_change(t)
     write_hf(tmp, cfg, t)
     with pytest.raises(ValueError, match=match):
-        GPT.from_pretrained(str(tmp))
+        hf.load(str(tmp))
 
 
 def test_unsupported_architecture_lists_the_families_and_the_escape_hatch(tmp_path):
@@ -196,7 +196,7 @@ def test_family_specific_refusals(tmp_path):
     cfg, t = gpt2_checkpoint()
     write_hf(tmp_path / "gpt2", dict(cfg, scale_attn_by_inverse_layer_idx=True), t)
     with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx"):
-        GPT.from_pretrained(str(tmp_path / "gpt2"))
+        hf.load(str(tmp_path / "gpt2"))
 
 
 def test_missing_unknown_and_misshapen_tensors_are_refused(tmp_path):
@@ -207,7 +207,7 @@ def test_missing_unknown_and_misshapen_tensors_are_refused(tmp_path):
     refused(tensor_change=lambda t: t.update({"model.norm.weight": torch.ones(31)}), match=r"shape \[31\].*\[32\]",
             tmp=tmp_path / "c")
     with pytest.raises(FileNotFoundError, match="config.json"):
-        GPT.from_pretrained(str(tmp_path / "nowhere"))
+        hf.load(str(tmp_path / "nowhere"))
 
 
 def test_a_truncated_shard_is_refused(tmp_path):
@@ -216,7 +216,7 @@ def test_a_truncated_shard_is_refused(tmp_path):
     shard = next(tmp_path.glob("*.safetensors"))
     shard.write_bytes(shard.read_bytes()[:-100])
     with pytest.raises(ValueError, match="truncated"):
-        GPT.from_pretrained(str(tmp_path))
+        hf.load(str(tmp_path))
 
 
 # ----------------------------------------------------------------------------- dtype and memory
@@ -224,10 +224,10 @@ def test_a_truncated_shard_is_refused(tmp_path):
 def test_bf16_stays_bf16_and_dtype_float32_is_its_exact_upcast(tmp_path):
     spec, cfg, t = llama_family("Qwen2ForCausalLM", dtype=torch.bfloat16)
     write_hf(tmp_path, cfg, t)
-    bf16 = GPT.from_pretrained(str(tmp_path))
+    bf16 = hf.load(str(tmp_path))
     assert all(p.dtype == torch.bfloat16 for p in bf16.parameters())
     assert torch.equal(bf16.transformer.wte.weight, t["model.embed_tokens.weight"])
-    fp32 = GPT.from_pretrained(str(tmp_path), dtype=torch.float32)
+    fp32 = hf.load(str(tmp_path), dtype=torch.float32)
     assert all(p.dtype == torch.float32 for p in fp32.parameters())
     for (name, a), b in zip(bf16.named_parameters(), fp32.parameters()):
         assert torch.equal(a.float(), b), name
@@ -237,18 +237,18 @@ def test_a_file_mixing_dtypes_loads_in_the_widest_so_nothing_is_rounded(tmp_path
     spec, cfg, t = llama_family("LlamaForCausalLM", dtype=torch.bfloat16)
     t["model.norm.weight"] = torch.full((spec["d"],), 1.0 + 2 ** -12)      # not representable in bf16
     write_hf(tmp_path, cfg, t)
-    model = GPT.from_pretrained(str(tmp_path))
+    model = hf.load(str(tmp_path))
     assert model.transformer.ln_f.weight.dtype == torch.float32
     assert torch.equal(model.transformer.ln_f.weight, t["model.norm.weight"])
 
 
 MEMORY_PROBE = """
 import sys, torch
-from model import GPT
+import hf
 def status(key):
     return int(next(l for l in open('/proc/self/status') if l.startswith(key)).split()[1]) * 1024
 before = status('VmRSS')
-model = GPT.from_pretrained(sys.argv[1])
+model = hf.load(sys.argv[1])
 assert next(model.parameters()).dtype == torch.bfloat16
 print(status('VmHWM') - before)
 """
@@ -285,10 +285,10 @@ def test_loading_a_bf16_checkpoint_peaks_near_its_own_size(tmp_path):
     assert out.returncode == 0, out.stderr
     grown = int(out.stdout.split()[-1])
     assert grown <= 1.5 * size, (grown / 2 ** 20, size / 2 ** 20)
-    # `python model.py DIR` reports the same kind of number from its own measurement (getrusage)
-    out = subprocess.run([sys.executable, "model.py", str(tmp_path), "--out", str(tmp_path / "out")], cwd=ROOT,
-                         capture_output=True, text=True)
+    # the load-cost study reports the same kind of number from its own measurement (getrusage), as a user runs it
+    out = subprocess.run([sys.executable, "-m", "studies.load_cost", str(tmp_path), "--out", str(tmp_path / "out")],
+                         cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    report = json.loads((tmp_path / "out" / "load.json").read_text())
+    report = json.loads((tmp_path / "out" / "results.json").read_text())["load"]
     assert report["params"] == sum(math.prod(shape) for shape in names.values())
     assert report["file_bytes"] == size and report["dtype"] == "bfloat16" and report["ratio"] <= 1.5

@@ -1,0 +1,19 @@
+"""
+studies/: the scripts that train or build many models to make the README's and docs' numbers. A top-level file
+applies one idea of the paper to a model it is given; a study runs it over the models it needs, and says at its
+top what it measures, which numbers it makes, its full command and its time. Run each from the repository root:
+
+    python -m studies.theory_tables       # closed forms beside Monte Carlo (Section 4, App. A)
+    python -m studies.probe_bench         # a probe pass against its bare matrix products
+    python -m studies.seedprint_tables    # Tables 4a-4c and 5, Fig 11, the baselines (Section 6.1)
+    python -m studies.lineage_fpr         # SeedPrint's false-positive rate and power on trained models
+    python -m studies.fresh_inits         # its false-positive rate on fresh inits, at any width
+    python -m studies.aligned_floor       # the aligned verdict's floor and calibration
+    python -m studies.derivatives --base DIR   # SeedPrint on a real model's derivatives
+    python -m studies.fingerprint_speed   # the time of one fingerprint
+    python -m studies.load_cost DIR       # the time and memory of loading a model
+    python -m studies.sink_testbed        # a first-position sink grown on a CPU, and the interventions on it
+    python -m studies.sink_calibration    # Fig 12 / Table 7 on natural text, at the flags' scale
+
+shared.py holds what several of them use; edits.py the weight edits of the lineage studies.
+"""

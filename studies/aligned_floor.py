@@ -1,0 +1,196 @@
+"""
+studies/aligned_floor.py: does the aligned verdict test lineage, not shared data? Its floor and its calibration
+(paper Section 6.1; seedprint.py's --align on).
+
+The aligned verdict matches B's coordinates to A's before testing. A match fit on held-out inputs finds the
+coordinate roles that any two models trained on the same data share, so its test counts only where the matched
+mean tau reaches a floor (seedprint.ALIGNED_TAU_FLOOR); a match fit on the whitened token tables counts where it
+is unmistakable (seedprint.TABLE_MATCH_R). This study fits the floor on one range of seeds and tests both on
+another, per condition (--conditions: GPT-2 vocabulary at widths 64 and 128 after 200 steps, bytes at width 128
+after 1,500), on LLaMA-style `tiny` models (context 64) trained from their own inits on the same data in the same
+order:
+
+    unrelated   init vs init; trained vs trained (same data); trained vs the next seed's init
+    related     each init vs its trained model; the first test seed's model vs its continuation on --corpus2
+                after each of --finetune_steps; every related pair again with B in a signed-permuted basis
+
+It reports the floor fitted on the fit seeds (twice their unrelated pairs' largest matched tau, rounded up to
+0.01); on the test seeds, how often the token-table match was trusted, the exact verdict, the matched test alone,
+the aligned verdict with the fitted floor and with the verdict's own, and the same without tables; the power
+against the continuation's length; the table match's mean |r| on the rows it uses, and on the test tokens' rows,
+which training moves (a stress test, never the verdict's).
+
+Makes the README's "aligned" calibration row and docs/seedprint.md's "The aligned verdict":
+
+    python -m studies.aligned_floor         # about 3.5 h on one core, nearly all training; 7 min once trained
+
+A small run: python -m studies.aligned_floor --conditions gpt2_w64 --fit_seeds 100 101 --test_seeds 103 104
+--finetune_steps 50 (about 5 minutes on 2 cores).
+"""
+import dataclasses
+import math
+import os
+
+# common.py first: before torch is imported, it checks the requirements (and answers --help without them)
+from common import (ArgumentParser, Progress, check_output, lock_dir, print_table, resolve_device, run_script,
+                    seed_int, update_results)
+import numpy as np
+
+import seedprint
+import train
+from studies.shared import (Lineage, add_lineage_flags, architecture, check_lineage_flags, checkpoints, corpus,
+                            init_checkpoint, permuted, rate_summary, sign_flip, trained, training)
+
+# The conditions: where an earlier aligned verdict called same-data pairs related (GPT-2 vocabulary, few steps: most
+# tokens never seen) and where it did not (bytes, long training), at two widths. Each overrides these flags.
+CONDITIONS = {"gpt2_w64": dict(n_embd=64, tokenizer="gpt2", steps=200, batch_size=16),
+              "gpt2_w128": dict(n_embd=128, tokenizer="gpt2", steps=200, batch_size=16),
+              "bytes_w128": dict(n_embd=128, tokenizer="bytes", steps=1500, batch_size=32)}
+
+
+def condition_pairs(args, name: str, device: str) -> list:
+    """One condition's rows: every pair of its fit and test seeds, with each verdict's numbers."""
+    c = CONDITIONS[name]
+    out = os.path.join(args.out, "aligned", name)
+    data, data2 = (corpus(out, x, c["tokenizer"], args.data_from) for x in (args.corpus, args.corpus2))
+    label2 = train.corpus_label(args.corpus2)          # a corpus as one path component
+    meta = train.load_data(data)["meta"]
+    config = architecture(args, n_embd=c["n_embd"], block_size=64, vocab_size=meta["vocab_size"])
+    template = training(args, device)
+    template = dataclasses.replace(template, knobs={**template.knobs, "n_embd": c["n_embd"], "block_size": 64},
+                                   max_steps=c["steps"], batch_size=c["batch_size"])
+    lineage = Lineage(args, out, device, vocab=meta["vocab_size"])
+    half = meta["vocab_size"] // 2
+    rows = []
+    for split, seeds in (("fit", args.fit_seeds), ("test", args.test_seeds)):
+        inits = {s: init_checkpoint(out, config, s, meta["tokenizer"]) for s in seeds}
+        final = {s: checkpoints(trained(template, out, f"seed{s}", s, data))[-1][1] for s in seeds}
+        pairs = [(inits[a], inits[b], "init vs init", None) for i, a in enumerate(seeds) for b in seeds[i + 1:]]
+        pairs += [(final[a], final[b], "trained vs trained, same data", None) for i, a in enumerate(seeds)
+                  for b in seeds[i + 1:]]
+        pairs += [(final[a], inits[b], "trained vs another init", None) for a, b in zip(seeds, seeds[1:] + seeds[:1])]
+        pairs += [(inits[s], final[s], "init vs its trained model", 0) for s in seeds]
+        if split == "test":
+            base = seeds[0]
+            child = trained(template, out, f"seed{base}_on_{label2}", base, data2,
+                            steps=max(args.finetune_steps), init_from=final[base],
+                            ckpt_every=math.gcd(*args.finetune_steps))
+            kept = dict(checkpoints(child))
+            pairs += [(final[base], kept[n], "base vs its continuation", n) for n in args.finetune_steps]
+        flip = sign_flip(inits[seeds[0]])
+        pairs += [(a, permuted(b, flip), kind + ", B permuted", steps) for a, b, kind, steps in list(pairs)
+                  if steps is not None]
+        bar = Progress(len(pairs), f"{name} {split} pairs", "pairs")
+        for a, b, kind, steps in pairs:
+            exact, aligned = lineage.pair(a, b)
+            # a stress test of the table match, never the verdict's: the same match on the test tokens' rows,
+            # which training moves (at bytes every one of them is in the training text)
+            test_rows = [lineage.token_rows(m, 0, half) for m in (a, b)]
+            trained_fit = seedprint.table_match(*test_rows, signed=aligned.signed)[2]
+            # the verdict had it had no tables: the match on held-out inputs
+            A, B = (lineage.fingerprints(m, meta["vocab_size"]) for m in (a, b))
+            match, sign, _ = seedprint.align_coordinates(A[2], B[2], signed=aligned.signed)
+            inputs = seedprint.permutation_verdict(A[1], B[1][:, match] * sign, args.k, args.rank_by, args.set_mode,
+                                                   reference=False)
+            rows.append(dict(condition=name, split=split, kind=kind, related=steps is not None,
+                             finetune_steps=steps, p_exact=exact.p, tau_exact=exact.mean_tau,
+                             p_aligned_test=aligned.p_aligned, tau_aligned=aligned.tau_aligned,
+                             moved=aligned.moved, matched_on=aligned.matched_on, table_fit=aligned.table_fit,
+                             table_fit_test_rows=trained_fit, p_inputs=inputs.p, tau_inputs=inputs.mean_tau))
+            bar.update()
+    return rows
+
+
+def aligned_summary(rows: list) -> dict:
+    """The floor fit on the fit seeds (their unrelated pairs matched on held-out inputs, where the floor applies),
+    then every rate on the test seeds: how often the token-table match was trusted, the exact verdict, the matched
+    test alone (no floor, no exact test), and the aligned verdict with the fitted floor and with the verdict's own
+    (seedprint.ALIGNED_TAU_FLOOR); the table match's mean |r| per condition, on the rows it uses and on the
+    trained rows of the test tokens."""
+    floor, alpha = seedprint.ALIGNED_TAU_FLOOR, seedprint.ALPHA
+    fit_unrelated = [r["tau_aligned"] for r in rows if r["split"] == "fit" and not r["related"]
+                     and r["matched_on"] != "token table"]
+    fitted = max(0.01, math.ceil(200 * max(fit_unrelated)) / 100) if fit_unrelated else float("nan")
+    counted = lambda r, at: r["matched_on"] == "token table" or r["tau_aligned"] >= at
+    union = lambda r, at: 2 * min(r["p_exact"], r["p_aligned_test"] if counted(r, at) else 1) < alpha
+    verdicts = {"token-table match trusted (not a verdict)": lambda r: r["matched_on"] == "token table",
+                "exact": lambda r: r["p_exact"] < alpha,
+                "matched test alone, no floor": lambda r: r["p_aligned_test"] < alpha,
+                f"aligned, fitted floor {fitted}": lambda r: union(r, fitted),
+                f"aligned, floor {floor} (the verdict's)": lambda r: union(r, floor),
+                "the same without tables (matched on held-out inputs)": lambda r: 2 * min(
+                    r["p_exact"], r["p_inputs"] if r["tau_inputs"] >= floor else 1) < alpha}
+    test = [r for r in rows if r["split"] == "test"]
+    kinds = list(dict.fromkeys(r["kind"] for r in test))
+    table = []
+    for name, says in verdicts.items():
+        row = dict(verdict=name)
+        for kind in kinds:
+            hits = [says(r) for r in test if r["kind"] == kind]
+            row[kind] = f"{sum(hits)}/{len(hits)}"
+        row.update(rate_summary([0.0 if says(r) else 1.0 for r in test if not r["related"]], []))
+        table.append(row)
+    print(f"floor fit on {len(fit_unrelated)} unrelated pairs of the fit seeds matched on held-out inputs: twice their "
+          f"largest matched tau {max(fit_unrelated, default=float('nan')):+.4f} -> {fitted}; the verdict's "
+          f"ALIGNED_TAU_FLOOR is {floor}")
+    print_table(table)
+    by_length = {}
+    for r in test:
+        if r["kind"].startswith("base vs its continuation"):
+            by_length.setdefault(r["finetune_steps"], []).append(r)
+    curve = [dict(finetune_steps=n, pairs=len(rs), tau_exact=float(np.mean([r["tau_exact"] for r in rs])),
+                  tau_aligned=float(np.mean([r["tau_aligned"] for r in rs])),
+                  related=f"{sum(union(r, floor) for r in rs)}/{len(rs)}")
+             for n, rs in sorted(by_length.items())]
+    print("power against the length of the continuation (each condition's base, plain and permuted):")
+    print_table(curve, floats="{:.3f}")
+    same_data = [r["tau_aligned"] for r in test if r["kind"] == "trained vs trained, same data"]
+    fits = []
+    for cond in dict.fromkeys(r["condition"] for r in rows):
+        for related in (False, True):
+            rs = [r for r in rows if r["condition"] == cond and r["related"] == related]
+            f, t = [r["table_fit"] for r in rs], [r["table_fit_test_rows"] for r in rs]
+            if rs:
+                fits.append(dict(condition=cond, pairs=("related" if related else "unrelated") + f" ({len(rs)})",
+                                 held_out_rows=f"{min(f):.3f}-{max(f):.3f}", test_rows=f"{min(t):.3f}-{max(t):.3f}"))
+    print(f"the whitened token-table match's mean |r| (every seed), trusted from TABLE_MATCH_R "
+          f"{seedprint.TABLE_MATCH_R}: on the rows it uses, and on the test tokens' rows, which training moves (a "
+          f"stress test, not the verdict's):")
+    print_table(fits)
+    return dict(fitted_floor=fitted, floor=floor, table=table, by_length=curve, pairs=rows,
+                same_data_tau_max=max(same_data) if same_data else None, table_fit=fits)
+
+
+def main(argv=None):
+    p = ArgumentParser(prog="studies.aligned_floor", description="Fit the aligned verdict's floor on one range of "
+                       "seeds and test its calibration and power on another.")
+    p.add_argument("--conditions", nargs="+", choices=list(CONDITIONS), default=list(CONDITIONS),
+                   help="vocabulary, width and training of the models (each sets the tokenizer, the width, the "
+                   "context (64), the steps and the batch)")
+    p.add_argument("--fit_seeds", type=seed_int, nargs="+", default=[100, 101, 102], help="the floor is fit on these")
+    p.add_argument("--test_seeds", type=seed_int, nargs="+", default=list(range(103, 112)),
+                   help="and tested on these")
+    p.add_argument("--finetune_steps", type=int, nargs="+", default=[50, 200, 400],
+                   help="lengths of the continuation whose power is measured")
+    add_lineage_flags(p, out="out/lineage")
+    args = p.parse_args(argv)
+    check_lineage_flags(p, args)
+    set_by_conditions = [f for f in ("n_embd", "block_size") if getattr(args, f) is not None]
+    set_by_conditions += [f for f in ("tokenizer", "steps", "batch_size") if getattr(args, f) != p.get_default(f)]
+    if set_by_conditions:
+        p.error(f"--conditions set the width, context, tokenizer, steps and batch: drop --{set_by_conditions[0]}")
+    if len(set(args.fit_seeds)) < 2 or len(set(args.test_seeds)) < 2 or set(args.fit_seeds) & set(args.test_seeds):
+        p.error("the floor is fit on one range of seeds and tested on another: give two or more distinct "
+                "--fit_seeds and --test_seeds, none in both")
+    if min(args.finetune_steps) < 1:
+        p.error(f"--finetune_steps must be at least 1, got {min(args.finetune_steps)}")
+    check_output(args.out)
+    device = str(resolve_device(args.device))
+    with lock_dir(args.out):
+        rows = [row for name in args.conditions for row in condition_pairs(args, name, device)]
+        update_results(os.path.join(args.out, "results.json"), {"aligned": aligned_summary(rows)}, device,
+                       args.dtype)
+
+
+if __name__ == "__main__":
+    run_script(main, "studies.aligned_floor")

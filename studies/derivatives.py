@@ -1,0 +1,155 @@
+"""
+studies/derivatives.py: does SeedPrint recognize what people do to a real model's weights? (paper Section 6.1,
+on a released checkpoint instead of toy models)
+
+From --base (a Hugging Face directory with its tokenizer.json), builds:
+
+    derivatives         int8 and int4 round trips, magnitude pruning (30%, 50%), a 50/50 merge with a short
+                        fine-tune on --corpus, a low-rank update, Gaussian noise (0.01, 0.05, 0.2 x std(W)),
+                        --deriv_steps of continued training on --corpus2, a vocabulary extension
+    reparametrizations  the residual basis permuted, signed-permuted and negated-permuted, the MLP units permuted,
+                        the residual stream rotated (QuaRot): each checked to keep the logits (within 1e-4)
+    controls            fresh inits of the base's architecture (seeds 1-3) and two short from-scratch trainings
+
+and tests each against the base with seedprint.py's exact and aligned verdicts: derivatives and
+reparametrizations are related, controls unrelated. The exact verdict cannot see through a moved basis; the
+aligned one should. Makes the README's "What people do to weights" and docs/seedprint.md's table:
+
+    python -m studies.derivatives --base DIR --sequences 300     # SmolLM2-135M: about 70 min on 2 cores
+
+Its trainings use the base's own tokenizer; a small base (a few layers) takes a few minutes.
+"""
+import dataclasses
+import json
+import os
+import time
+
+# common.py first: before torch is imported, it checks the requirements (and answers --help without them)
+from common import (ArgumentParser, Progress, add_device_flags, check_file_weights_finite, check_output, load_model,
+                    lock_dir, print_table, read_model_config, resolve_device, run_script, save_checkpoint, seed_int,
+                    update_results)
+import torch
+
+import seedprint
+import train
+from studies.edits import (add_noise, extend_vocab, low_rank_update, merge, permute_mlp, permute_residual, prune,
+                           quantize, rotate_residual)
+from studies.shared import Lineage, checkpoints, fresh_init
+
+
+def logit_change(a, b, vocab: int, seed: int = 0) -> float:
+    """max |logits_b - logits_a| / max |logits_a| on 4 random sequences, over the first `vocab` tokens."""
+    x = torch.randint(0, vocab, (4, 32), generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        la, lb = a(x)[0][..., :vocab].double(), b(x)[0][..., :vocab].double()
+    return float((lb - la).abs().max() / la.abs().max())
+
+
+def short_run(args, out: str, name: str, data: str, device: str, init_from: str = None, seed: int = 0,
+              lr: float = 1e-4) -> str:
+    """The last checkpoint of a short training run of the base's architecture, on the base's tokenizer:
+    continued from the base (init_from) or from scratch (a fresh init of seed `seed`)."""
+    cfg = read_model_config(args.base)
+    out_dir = os.path.join(out, "runs", name)
+    train.ensure(train.TrainConfig(
+        data=data, out_dir=out_dir, init_from=init_from, model=None if init_from else "tiny",
+        knobs={} if init_from else dataclasses.asdict(cfg), init_seed=seed, embed_seed=seed, batch_size=8,
+        seq_len=min(128, cfg.block_size), max_steps=args.deriv_steps, lr=lr, warmup=min(10, args.deriv_steps // 5),
+        ckpt_every=args.deriv_steps, eval_every=0, log_every=10, device=device))
+    return checkpoints(out_dir)[-1][1]
+
+
+def main(argv=None):
+    p = ArgumentParser(prog="studies.derivatives", description="SeedPrint on a real checkpoint's derivatives, "
+                       "reparametrizations and unrelated controls.")
+    p.add_argument("--base", required=True, help="a Hugging Face directory (config.json, *.safetensors, "
+                   "tokenizer.json)")
+    p.add_argument("--deriv_steps", type=int, default=40, help="steps of each short training run")
+    p.add_argument("--corpus", default="shakespeare", help="the fine-tune's and the from-scratch runs' corpus "
+                   "(a named corpus of train.py, or a text file)")
+    p.add_argument("--corpus2", default="brown", help="the continued training's corpus")
+    p.add_argument("--data_from", default=None, help="offline: a directory holding the corpora (train.py --from)")
+    p.add_argument("--sequences", type=int, default=2000, help="random input sequences N")
+    p.add_argument("--seq_len", type=int, default=64, help="tokens per input")
+    p.add_argument("--input_seed", type=seed_int, default=0)
+    p.add_argument("--k", type=int, default=400, help="identity dimensions per model (capped at half the width)")
+    p.add_argument("--rank_by", choices=("smallest", "largest", "abs"), default="smallest")
+    p.add_argument("--set_mode", choices=("coset", "base"), default="coset")
+    add_device_flags(p, "the models' dtype for their fingerprints (default: as saved)")
+    p.add_argument("--out", default="out/lineage", help="results.json, and every model and fingerprint made")
+    args = p.parse_args(argv)
+    if args.deriv_steps < 1 or args.sequences < 10 or args.seq_len < 1:
+        p.error("need --deriv_steps >= 1, --sequences >= 10 and --seq_len >= 1")
+    seedprint.check_options(args.k, args.rank_by, args.set_mode)
+    if not os.path.isdir(args.base):
+        raise FileNotFoundError(f"--base {args.base}: a Hugging Face directory is wanted (config.json, "
+                                f"*.safetensors, tokenizer.json)")
+    seedprint.check_seq_len(args.seq_len, [read_model_config(args.base)], [args.base])
+    train.get_tokenizer(args.base)                 # its corpora are tokenized by the base's own tokenizer
+    check_file_weights_finite(args.base)
+    check_output(args.out)
+    device = str(resolve_device(args.device))
+    out = os.path.join(args.out, "derivatives")
+    with lock_dir(args.out):
+        base = load_model(args.base, dtype=torch.float32).eval()
+        base_ckpt = os.path.join(out, "base.pt")        # a checkpoint file that train.py can --init_from
+        if not os.path.isfile(base_ckpt):
+            save_checkpoint(base_ckpt, base, tokenizer=args.base)
+        cfg, V = base.config, base.config.vocab_size
+        key = "base:" + json.dumps(seedprint.weights_identity(args.base))
+        data = {c: train.prepared([c], os.path.join(out, f"data_{train.corpus_label(c)}"), args.base, args.data_from)
+                for c in (args.corpus, args.corpus2)}
+        label = {c: train.corpus_label(c) for c in (args.corpus, args.corpus2)}
+        fine_tune = short_run(args, out, f"finetune_{label[args.corpus]}", data[args.corpus], device,
+                              init_from=base_ckpt)
+        continued = short_run(args, out, f"continued_{label[args.corpus2]}", data[args.corpus2], device,
+                              init_from=base_ckpt)
+        R = lambda name, make: seedprint.Recipe(f"{key}|{name}", make)
+        cases = [  # (name, truth, model, is the function supposed to be unchanged)
+            ("int8 round trip (per row)", True, R("int8", lambda: quantize(base, 8)), False),
+            ("int4 round trip (groups of 32)", True, R("int4g32", lambda: quantize(base, 4, 32)), False),
+            ("magnitude pruning 30%", True, R("prune30", lambda: prune(base, 0.3)), False),
+            ("magnitude pruning 50%", True, R("prune50", lambda: prune(base, 0.5)), False),
+            ("merge 50/50 with a fine-tune", True, R("merge", lambda: merge(base, load_model(fine_tune), 0.5)), False),
+            ("low-rank update (rank 16, 10% of |W|)", True, R("lowrank", lambda: low_rank_update(base, 16, 0.1)),
+             False),
+            *[(f"Gaussian noise {r:g} x std(W)", True, R(f"noise{r}", lambda r=r: add_noise(base, r)), False)
+              for r in (0.01, 0.05, 0.2)],
+            (f"continued training on {args.corpus2} ({args.deriv_steps} steps)", True, continued, False),
+            ("vocabulary extension (+1024 tokens)", True, R("vocab1024", lambda: extend_vocab(base, 1024)), False),
+            ("permuted residual basis", True, R("perm", lambda: permute_residual(base, 1)), True),
+            ("signed permutation of the residual basis", True,
+             R("perm_signs", lambda: permute_residual(base, 1, 0.5)), True),
+            ("negated, permuted residual basis", True, R("perm_negated", lambda: permute_residual(base, 1, 1.0)),
+             True),
+            ("permuted MLP units", True, R("mlpperm", lambda: permute_mlp(base, 1)), True),
+            ("rotated residual stream (QuaRot)", True, R("rotate", lambda: rotate_residual(base, 1)), True),
+            *[(f"fresh init, seed {s}", False, fresh_init(cfg, s), False) for s in (1, 2, 3)],
+            *[(f"from scratch, seed {s} ({args.deriv_steps} steps)", False,
+               short_run(args, out, f"scratch_seed{s}", data[args.corpus], device, seed=s, lr=1e-3), False)
+              for s in (1, 2)],
+        ]
+        lineage = Lineage(args, args.out, device, vocab=V)    # every model sees ids below the base's vocabulary
+        rows = []
+        bar = Progress(len(cases), "derivatives", "models", every=0)
+        for name, truth, m, preserving in cases:
+            t0 = time.time()
+            change = None
+            if preserving:                                  # the reparametrizations must keep the function
+                change = logit_change(base, m.build(), V)
+                if change > 1e-4:
+                    raise FloatingPointError(f"{name} changed the logits by {change:.2e}: not function-preserving")
+            exact, aligned = lineage.pair(seedprint.Recipe(key, lambda: base, cfg), m)
+            rows.append(dict(pair=f"base vs {name}", truth="related" if truth else "unrelated",
+                             verdict="RELATED" if exact.related else "unrelated", p=exact.p, mean_tau=exact.mean_tau,
+                             S=exact.n_identity, aligned="RELATED" if aligned.related else "unrelated",
+                             p_aligned=aligned.p, tau_aligned=aligned.tau_aligned,
+                             S_aligned=aligned.n_identity_aligned, moved=aligned.moved, matched_on=aligned.matched_on,
+                             table_fit=aligned.table_fit, logit_change=change, seconds=time.time() - t0))
+            bar.update()
+        print_table(rows, floats="{:.3g}")
+        update_results(os.path.join(args.out, "results.json"), {"derivatives": rows}, device, args.dtype)
+
+
+if __name__ == "__main__":
+    run_script(main, "studies.derivatives")

@@ -1,0 +1,133 @@
+"""
+studies/lineage_fpr.py: how often does SeedPrint call unrelated models related, and how often does it find a
+true lineage? (paper Section 6.1; the calibration behind seedprint.py's verdicts)
+
+Models: --fpr_inits fresh inits (seeds from --fpr_seed0) of LLaMA-style `tiny` models; the first --fpr_trained of
+them trained --steps on --corpus, all in one data order; the first --fpr_descendants of those continued on
+--corpus2. Pairs, each with seedprint.py's exact and aligned verdicts and the reference tests beside them:
+
+    unrelated   init vs init; trained vs trained (same data and order); trained vs another seed's init
+    related     each init vs its checkpoints; each base vs its continuation; the init vs that continuation;
+                every related pair again with B in a permuted residual basis (signs flipped at random where that
+                keeps the function): the same lineage in other coordinates
+
+Reports each test's false-positive rate with its 95% Clopper-Pearson interval and its power, pair kind by pair
+kind, and a QQ plot of the unrelated pairs' p-values (fpr_qq.png). Makes the README's first calibration row and
+docs/seedprint.md's calibration table and figure:
+
+    python -m studies.lineage_fpr --n_embd 128 --block_size 64 --batch_size 32 --fpr_inits 20 --fpr_trained 12 \
+        --fpr_descendants 4          # about 2 h on one core, nearly all of it training
+
+The default (12 inits, 4 trained 200 steps, tiny at width 64, GPT-2 vocabulary) takes about 15 minutes on 2 cores.
+"""
+import os
+
+# common.py first: before torch is imported, it checks the requirements (and answers --help without them)
+from common import (ArgumentParser, Progress, check_output, figure, lock_dir, print_table, resolve_device,
+                    run_script, save_figure, seed_int, update_results)
+import numpy as np
+
+import seedprint
+import train
+from studies.shared import (Lineage, add_lineage_flags, architecture, check_lineage_flags, checkpoints, corpus,
+                            init_checkpoint, permuted, rate_summary, sign_flip, trained, training)
+
+TESTS = ("p", "p_perm", "p_overlap", "p_base", "p_t", "p_u", "p_z", "p_aligned")
+
+
+def qq_plot(results: list, path: str) -> None:
+    """Each test's p-values on the unrelated pairs against uniform quantiles, whole and near alpha."""
+    plt, fig, axes = figure(1, 2, figsize=(10, 4))
+    for ax, zoom in zip(axes, (1.0, 0.05)):
+        for t in TESTS:
+            p = np.sort([r[t] for r in results if not r["related"]])
+            expected = (np.arange(1, len(p) + 1) - 0.5) / len(p)
+            ax.plot(expected, p, ".-", ms=3, label=f"{t}" + (" (verdict)" if t == "p" else ""))
+        ax.plot([0, zoom], [0, zoom], "k:", lw=1, label="uniform")
+        ax.axhline(seedprint.ALPHA, c="gray", lw=0.5)
+        ax.set(xlim=(0, zoom), ylim=(0, zoom), xlabel="uniform quantile", ylabel="p-value, unrelated pairs",
+               title=f"QQ plot of {len(p)} unrelated pairs" + (" (zoom)" if zoom < 1 else ""))
+        ax.legend(fontsize=7)
+    save_figure(fig, path)
+
+
+def main(argv=None):
+    p = ArgumentParser(prog="studies.lineage_fpr", description="SeedPrint's false-positive rate on unrelated pairs "
+                       "and its power on related ones, over models trained here from known seeds.")
+    p.add_argument("--fpr_inits", type=int, default=12, help="fresh inits (seeds from --fpr_seed0)")
+    p.add_argument("--fpr_trained", type=int, default=4, help="how many of them are trained")
+    p.add_argument("--fpr_descendants", type=int, default=None,
+                   help="how many trained models get a continuation on --corpus2 (default: all)")
+    p.add_argument("--fpr_seed0", type=seed_int, default=100)
+    add_lineage_flags(p, out="out/lineage")
+    args = p.parse_args(argv)
+    check_lineage_flags(p, args)
+    if not 2 <= args.fpr_inits or not 0 <= args.fpr_trained <= args.fpr_inits:
+        p.error("need --fpr_inits >= 2 and 0 <= --fpr_trained <= --fpr_inits")
+    check_output(args.out)
+    device = str(resolve_device(args.device))
+    seeds = list(range(args.fpr_seed0, args.fpr_seed0 + args.fpr_inits))
+    trained_seeds = seeds[:args.fpr_trained]
+    with lock_dir(args.out):
+        # the models
+        data, data2 = (corpus(args.out, c, args.tokenizer, args.data_from) for c in (args.corpus, args.corpus2))
+        label2 = train.corpus_label(args.corpus2)      # a corpus as one path component
+        meta = train.load_data(data)["meta"]
+        config, template = architecture(args, vocab_size=meta["vocab_size"]), training(args, device)
+        inits = {s: init_checkpoint(args.out, config, s, meta["tokenizer"]) for s in seeds}
+        runs = {s: trained(template, args.out, f"seed{s}", s, data) for s in trained_seeds}
+        final = {s: checkpoints(runs[s])[-1][1] for s in trained_seeds}
+
+        # the pairs: (A, B, kind, related)
+        pairs = [(inits[a], inits[b], "init vs init", False) for i, a in enumerate(seeds) for b in seeds[i + 1:]]
+        pairs += [(final[a], final[b], "trained vs trained", False) for i, a in enumerate(trained_seeds)
+                  for b in trained_seeds[i + 1:]]
+        pairs += [(final[a], inits[b], "trained vs another init", False) for a in trained_seeds for b in seeds
+                  if b != a]
+        for s in trained_seeds:
+            pairs += [(checkpoints(runs[s])[0][1], c, "init vs its checkpoint", True)
+                      for _, c in checkpoints(runs[s])[1:]]
+        for s in trained_seeds[:args.fpr_descendants]:
+            child = checkpoints(trained(template, args.out, f"seed{s}_on_{label2}", s, data2,
+                                        steps=args.steps // 2 or 1, init_from=final[s]))[-1][1]
+            pairs += [(final[s], child, "base vs continual descendant", True),
+                      (inits[s], child, "init vs continual descendant", True)]
+        flip = sign_flip(inits[seeds[0]])
+        pairs += [(a, permuted(b, flip), kind + ", B permuted", True) for a, b, kind, truth in list(pairs) if truth]
+
+        # every test on every pair
+        lineage = Lineage(args, args.out, device, vocab=meta["vocab_size"])
+        other_mode = "base" if args.set_mode == "coset" else "coset"
+        bar = Progress(len(pairs), "pairs tested", "pairs")
+        results = []
+        for a, b, kind, truth in pairs:
+            r, aligned = lineage.pair(a, b)
+            HA, HB = (lineage.fingerprints(m, meta["vocab_size"])[0] for m in (a, b))
+            other = seedprint.seedprint_test(HA, HB, k=args.k, rank_by=args.rank_by, set_mode=other_mode,
+                                             reference=False)
+            results.append(dict(kind=kind, related=truth, permuted=kind.endswith("permuted"), S=r.n_identity,
+                                mean_tau=r.mean_tau, p=r.p, p_perm=r.p_perm, p_overlap=r.p_overlap,
+                                p_base=other.p if args.set_mode == "coset" else r.p, p_t=r.p_t, p_u=r.p_u, p_z=r.p_z,
+                                p_aligned=aligned.p, p_matched=aligned.p_aligned, tau_aligned=aligned.tau_aligned,
+                                moved=aligned.moved, matched_on=aligned.matched_on, table_fit=aligned.table_fit))
+            bar.update()
+
+        # rates, kind by kind
+        table = []
+        for t in TESTS:
+            row = dict(test=t)
+            for kind in dict.fromkeys(r["kind"] for r in results):
+                ps = np.array([r[t] for r in results if r["kind"] == kind])
+                row[kind] = f"{(ps < seedprint.ALPHA).sum()}/{len(ps)}"
+            row.update(rate_summary([r[t] for r in results if not r["related"]],
+                                    [r[t] for r in results if r["related"] and not r["permuted"]],
+                                    [r[t] for r in results if r["permuted"]]))
+            table.append(row)
+        print_table(table)
+        qq_plot(results, os.path.join(args.out, "fpr_qq.png"))
+        update_results(os.path.join(args.out, "results.json"),
+                       {"fpr": dict(alpha=seedprint.ALPHA, table=table, pairs=results)}, device, args.dtype)
+
+
+if __name__ == "__main__":
+    run_script(main, "studies.lineage_fpr")

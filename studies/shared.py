@@ -1,0 +1,253 @@
+"""
+studies/shared.py: what several studies share -- models trained from known seeds on known data, fresh inits,
+SeedPrint verdicts from fingerprints cached on disk, and the sink studies' mechanisms.
+
+A study trains or builds many models and tests many pairs of them; each model is made once and kept under
+the study's --out, so a second run reuses every model and every fingerprint and takes minutes:
+
+    training(args)                 the study's flags as a train.TrainConfig template
+    trained(template, out, ...)    the directory of one training run, trained on first use
+    corpus(out, name, ...)         a named corpus or a text file, prepared once under out/data
+    init_checkpoint(out, cfg, s)   a fresh init saved as a checkpoint (fingerprints are cached by file)
+    fresh_init(cfg, s)             the same, built in memory on demand (a seedprint.Recipe)
+    permuted(path, flip)           a model's copy in a permuted (signed) residual basis (a seedprint.Recipe)
+    Lineage                        verdicts of pairs from cached fingerprints and token-table rows
+    rate_summary(...)              a false-positive rate with its Clopper-Pearson interval, and the power
+    VARIANTS, variant_configs      the sink controls trained side by side (calibration, head-wise RMSNorm, ...)
+"""
+import dataclasses
+import json
+import os
+
+from common import (add_config_flags, add_device_flags, config_overrides, load_model, read_model_config,
+                    save_checkpoint, seed_int)
+from model import GPTConfig, LLAMA_KNOBS, get_config
+import numpy as np
+from scipy import stats
+
+import seedprint
+import train
+from init import build
+from studies.edits import permute_residual
+
+
+# ----------------------------------------------------------------------------- flags every lineage study takes
+
+def add_lineage_flags(parser, out: str, training: bool = True, steps: int = 200, batch_size: int = 16) -> None:
+    """The flags of a study that tests pairs of models with SeedPrint: the architecture (a preset and its knobs,
+    LLaMA-style blocks on top), with `training` the data and the training of its models, and the test."""
+    add_config_flags(parser, default_model="tiny")
+    if training:
+        g = parser.add_argument_group("data and training (train.py's recipe)")
+        g.add_argument("--corpus", default="shakespeare", help="pretraining corpus: a named corpus of train.py, "
+                       "or a text file")
+        g.add_argument("--corpus2", default="brown", help="the corpus a continuation is trained on")
+        g.add_argument("--tokenizer", choices=("bytes", "gpt2"), default="gpt2")
+        g.add_argument("--data_from", default=None, help="offline: a directory holding the corpora (train.py "
+                       "--from)")
+        g.add_argument("--data_seed", type=seed_int, default=1234, help="seed of the batch order")
+        g.add_argument("--steps", type=int, default=steps, help="training steps of each model")
+        g.add_argument("--ckpt_every", type=int, default=50, help="checkpoint interval (every checkpoint is kept)")
+        g.add_argument("--batch_size", type=int, default=batch_size, help="sequences per training step")
+        g.add_argument("--lr", type=float, default=1e-3)
+    g = parser.add_argument_group("the test (seedprint.py's flags)")
+    g.add_argument("--sequences", type=int, default=2000, help="random input sequences N")
+    g.add_argument("--seq_len", type=int, default=64, help="tokens per input")
+    g.add_argument("--input_seed", type=seed_int, default=0)
+    g.add_argument("--k", type=int, default=400, help="identity dimensions per model (capped at half the width)")
+    g.add_argument("--rank_by", choices=("smallest", "largest", "abs"), default="smallest")
+    g.add_argument("--set_mode", choices=("coset", "base"), default="coset")
+    add_device_flags(parser, "load the models in this dtype for their fingerprints (default: as saved)")
+    parser.add_argument("--out", default=out, help="results.json, figures, and every model and fingerprint made")
+
+
+def check_lineage_flags(parser, args) -> GPTConfig:
+    """Every count and setting of add_lineage_flags, before any data is read or model trained; returns the
+    architecture of the flags (its vocabulary, where the study trains, comes from the data)."""
+    if args.sequences < 10 or args.seq_len < 1:
+        parser.error("--sequences must be at least 10 and --seq_len at least 1")
+    seedprint.check_options(args.k, args.rank_by, args.set_mode)
+    if hasattr(args, "steps"):
+        for name in ("steps", "ckpt_every", "batch_size"):
+            if getattr(args, name) < 1:
+                parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+        train.TrainConfig(batch_size=args.batch_size, max_steps=args.steps, lr=args.lr, ckpt_every=args.ckpt_every)
+    config = architecture(args)
+    seedprint.check_seq_len(args.seq_len, [config])
+    return config
+
+
+def architecture(args, **overrides) -> GPTConfig:
+    """The preset of --model with LLaMA-style blocks (paper Table 13) and the knob flags on top."""
+    return get_config(args.model, **{**LLAMA_KNOBS, **config_overrides(args), **overrides})
+
+
+# ----------------------------------------------------------------------------- data and models, each made once
+
+def training(args, device: str) -> train.TrainConfig:
+    """The study's training flags as a template that trained() fills in for each run."""
+    return train.TrainConfig(model=args.model, knobs={**LLAMA_KNOBS, **config_overrides(args)},
+                             data_seed=args.data_seed, batch_size=args.batch_size, max_steps=args.steps, lr=args.lr,
+                             warmup=min(30, args.steps // 10), ckpt_every=args.ckpt_every, eval_every=0,
+                             log_every=50, device=device)
+
+
+def trained(template: train.TrainConfig, out: str, name: str, seed: int, data: str, steps: int = None,
+            init_from: str = None, data_seed: int = None, ckpt_every: int = None) -> str:
+    """out/runs/name: a run from init seed `seed` (blocks and embeddings alike) on `data`, or continued from the
+    checkpoint `init_from`, trained on first use (or resumed to completion) and reused after."""
+    steps = steps or template.max_steps
+    cfg = dataclasses.replace(
+        template, data=data, out_dir=os.path.join(out, "runs", name), init_seed=seed, embed_seed=seed,
+        init_from=init_from, model=None if init_from else template.model, knobs={} if init_from else template.knobs,
+        data_seed=template.data_seed if data_seed is None else data_seed, max_steps=steps, warmup=min(30, steps // 10),
+        ckpt_every=ckpt_every or template.ckpt_every)
+    train.ensure(cfg)
+    return cfg.out_dir
+
+
+def checkpoints(run: str) -> list:
+    """(step, path) of every checkpoint of a run, step 0 (its init) first."""
+    return train.list_checkpoints(run)
+
+
+def corpus(out: str, name: str, tokenizer: str, data_from: str = None) -> str:
+    """A named corpus or a text file, tokenized once into out/data/NAME_TOKENIZER."""
+    label = f"{train.corpus_label(name)}_{tokenizer}"
+    return train.prepared([name], os.path.join(out, "data", label), tokenizer, data_from)
+
+
+def init_checkpoint(out: str, config: GPTConfig, seed: int, tokenizer: str) -> str:
+    """out/inits/seedS.pt: a fresh init of `config` from seed S (blocks and embeddings), saved once."""
+    path = os.path.join(out, "inits", f"seed{seed}.pt")
+    if not os.path.isfile(path):
+        save_checkpoint(path, build(config, seed, seed), seeds=dict(init_seed=seed, embed_seed=seed),
+                        tokenizer=tokenizer)
+    return path
+
+
+def fresh_init(config: GPTConfig, seed: int) -> seedprint.Recipe:
+    """A fresh init of `config` from seed `seed`, built only where its fingerprints are not cached."""
+    key = f"init|{json.dumps(dataclasses.asdict(config))}|{seed}"
+    return seedprint.Recipe(key, lambda: build(config, seed, seed), config)
+
+
+def permuted(path: str, flip: float) -> seedprint.Recipe:
+    """The model at `path` in a permuted residual basis, each coordinate negated with probability `flip`: the
+    same function, the same lineage, other coordinates (studies.edits.permute_residual)."""
+    key = f"permuted{flip}|{json.dumps(seedprint.weights_identity(path))}"
+    return seedprint.Recipe(key, lambda: permute_residual(load_model(path), 1, flip), read_model_config(path))
+
+
+def sign_flip(path: str) -> float:
+    """The chance of a sign flip in permuted(): 0.5 where a sign flip keeps the model's function, else 0."""
+    return 0.5 if seedprint.signs_keep_function(read_model_config(path)) else 0.0
+
+
+# ----------------------------------------------------------------------------- verdicts of pairs
+
+class Lineage:
+    """SeedPrint verdicts of a study's pairs: fingerprints cached under out/fingerprints (each model is run once
+    per input set), token-table rows kept in memory for the pairs that follow (each model read once).
+    vocab: the token ids' bound for every model (None: the smaller vocabulary of each pair)."""
+
+    def __init__(self, args, out: str, device: str, vocab: int = None, rows_kept: int = 64):
+        self.cache = os.path.join(out, "fingerprints")
+        self.device, self.dtype, self.vocab = device, args.dtype, vocab
+        self.inputs = dict(sequences=args.sequences, seq_len=args.seq_len, seed=args.input_seed)
+        self.test = dict(k=args.k, rank_by=args.rank_by, set_mode=args.set_mode)
+        self.rows, self.rows_kept = {}, rows_kept
+
+    def bound(self, *models) -> int:
+        """The token ids' bound of a pair: self.vocab, else their smaller vocabulary."""
+        if self.vocab:
+            return self.vocab
+        return min((seedprint.model_config(m) or m.build().config).vocab_size for m in models)
+
+    def fingerprints(self, m, vocab: int, aligned: bool = True) -> list:
+        """[the exact verdict's fingerprint, and with `aligned` the aligned verdict's test and alignment sets]."""
+        sets = [{}] + (seedprint.aligned_sets(vocab, self.inputs["seed"]) if aligned else [])
+        options = dict(self.inputs, vocab=vocab)
+        return seedprint.fingerprint_all([m], self.cache, self.device, self.dtype, options, sets)[0]
+
+    def token_rows(self, m, lo: int, hi: int):
+        """seedprint.token_rows, kept for the next pairs (the last rows_kept models)."""
+        key = json.dumps([seedprint.weights_identity(m) if isinstance(m, str) else m.key, lo, hi])
+        if key not in self.rows:
+            if len(self.rows) >= self.rows_kept:
+                self.rows.pop(next(iter(self.rows)))
+            self.rows[key] = seedprint.token_rows(m, lo, hi)
+        return self.rows[key]
+
+    def pair(self, a, b, aligned: bool = True) -> tuple:
+        """(exact verdict, aligned verdict or None) of two models (paths or Recipes)."""
+        vocab = self.bound(a, b)
+        A, B = self.fingerprints(a, vocab, aligned), self.fingerprints(b, vocab, aligned)
+        exact = seedprint.seedprint_test(A[0], B[0], **self.test)
+        if not aligned:
+            return exact, None
+        signed = seedprint.signs_keep_function(seedprint.model_config(a), seedprint.model_config(b))
+        tables = [self.token_rows(m, vocab // 2, vocab) for m in (a, b)]
+        matched = seedprint.seedprint_test(A[1], B[1], **self.test, reference=False, align=(A[2], B[2]),
+                                           signed=signed, tables=tables)
+        return exact, matched
+
+    def row(self, a, b, label: str, related: bool = None) -> dict:
+        """A table row of the exact verdict of a pair, with the reference tests beside it."""
+        r, _ = self.pair(a, b, aligned=False)
+        truth = {None: "-", True: "related", False: "unrelated"}[related]
+        return dict(pair=label, truth=truth, verdict="RELATED" if r.related else "unrelated", p=r.p, p_perm=r.p_perm,
+                    p_overlap=r.p_overlap, mean_tau=r.mean_tau, S=r.n_identity, p_t=r.p_t, p_u=r.p_u, p_z=r.p_z)
+
+
+# ----------------------------------------------------------------------------- rates
+
+def clopper_pearson(x: int, n: int, level: float = 0.95):
+    """The exact binomial confidence interval of a rate x / n."""
+    lo = stats.beta.ppf((1 - level) / 2, x, n - x + 1) if x > 0 else 0.0
+    hi = stats.beta.ppf(1 - (1 - level) / 2, x + 1, n - x) if x < n else 1.0
+    return float(lo), float(hi)
+
+
+def rate_summary(unrelated: list, related: list, permuted: list = ()) -> dict:
+    """FPR with its 95% Clopper-Pearson interval on unrelated pairs' p, TPR on related pairs (and on the ones
+    whose B was permuted)."""
+    unrelated = np.array(unrelated)
+    x, n = int((unrelated < seedprint.ALPHA).sum()), len(unrelated)
+    lo, hi = clopper_pearson(x, n)
+    out = dict(FPR=f"{100 * x / n:.2f}%", CI95=f"[{100 * lo:.2f}, {100 * hi:.2f}]%")
+    if len(related):
+        out["TPR"] = f"{100 * np.mean(np.array(related) < seedprint.ALPHA):.1f}%"
+    if len(permuted):
+        out["TPR_permuted"] = f"{100 * np.mean(np.array(permuted) < seedprint.ALPHA):.1f}%"
+    return out
+
+
+# ----------------------------------------------------------------------------- the sink studies' mechanisms
+
+# The mechanisms compared on one protocol: the knobs each sets on top of the baseline (model.py names its paper).
+VARIANTS = {
+    "baseline": {},
+    "attenuate": dict(calibration="attenuate"),       # Section 6.2.1: x sqrt(t / T)
+    "amplify": dict(calibration="amplify"),           # Section 6.2.1: x sqrt(t)
+    "head_norm": dict(head_norm=True),                # head-wise RMSNorm
+    "gated": dict(attn_gate=True),                    # gated attention (2505.06708)
+    "softmax1": dict(attention="softmax1"),           # softmax + 1
+    "sink_logit": dict(attn_sink=True),               # a learned sink logit per head (gpt-oss)
+    "softpick": dict(attention="softpick"),           # rectified softmax (2504.20966)
+}
+
+
+def variant_configs(model: str, knobs: dict, variants: list) -> dict:
+    """The config of each variant (the preset, the knobs, the variant's own), every one checked before any trains:
+    one that these flags make impossible, or one without attention to measure, is refused by name."""
+    configs = {}
+    for name in variants:
+        try:
+            configs[name] = get_config(model, **{**knobs, **VARIANTS[name]})
+        except ValueError as e:
+            raise ValueError(f"--variants {name} sets {VARIANTS[name]}, which these flags make impossible: "
+                             f"{e}") from None
+        if configs[name].sublayers == "mlp":
+            raise ValueError("a sink study measures attention: --sublayers mlp has none")
+    return configs

@@ -1,0 +1,385 @@
+"""The lineage studies: the weight edits against their definitions, the baselines against direct computations,
+the rates against closed forms, and each study end to end at a tiny size, through the command a user types,
+checking the direction of its claim (a descendant is related, another seed is not)."""
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+import seedprint
+from init import build
+from model import LLAMA_KNOBS, get_config
+from studies import aligned_floor, fingerprint_speed, fresh_inits, lineage_fpr, seedprint_tables
+from studies.edits import (add_noise, extend_vocab, low_rank_update, merge, permute_mlp, permute_residual, prune,
+                           quantize, rotate_residual)
+from studies.seedprint_tables import biased_dims, dimension_correlations, ics, intrinsic, pcs, reef
+from studies.shared import clopper_pearson
+
+
+def test_clopper_pearson_against_its_closed_forms():
+    lo, hi = clopper_pearson(0, 200)
+    assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** (1 / 200), rel=1e-9)
+    lo, hi = clopper_pearson(200, 200)
+    assert hi == 1.0 and lo == pytest.approx(0.025 ** (1 / 200), rel=1e-9)
+    lo, hi = clopper_pearson(5, 400)            # the rates at which 5 of 400 is a 2.5% tail event
+    assert stats.binom.sf(4, 400, lo) == pytest.approx(0.025, abs=1e-9)
+    assert stats.binom.cdf(5, 400, hi) == pytest.approx(0.025, abs=1e-9)
+
+
+def test_fig11_statistic_is_the_per_dimension_correlation_across_inputs():
+    rng = np.random.default_rng(6)
+    H0, H = rng.standard_normal((50, 8)), rng.standard_normal((50, 8))
+    H0[:, 3] += 5                                                         # the most biased dimension
+    dims = biased_dims(H0, 3)
+    assert dims[0] == 3
+    got = dimension_correlations(H0, H, dims)
+    assert np.allclose(got, [np.corrcoef(H0[:, j], H[:, j])[0, 1] for j in dims])
+
+
+def test_baselines_against_direct_computations():
+    """Each baseline written out again here, in float64 numpy, from its definition."""
+    cfg = get_config("tiny", n_layer=3, norm="rmsnorm", activation="swiglu", bias=False, tie_embeddings=False)
+    a, b = build(cfg, 0).eval(), build(cfg, 1).eval()
+    with torch.no_grad():                       # make the models differ in more than their draw
+        for p in b.parameters():
+            p.mul_(1.5) if p.dim() == 2 else p.add_(0.1)
+    W = lambda m, name: dict(m.named_parameters())[name].detach().double().numpy()
+    d = cfg.n_embd
+    # PCS: cosine of the flattened block parameters
+    flat = lambda m: np.concatenate([p.detach().double().numpy().ravel() for n, p in m.named_parameters()
+                                     if n.startswith("transformer.h.")])
+    fa, fb = flat(a), flat(b)
+    assert pcs(a, b) == pytest.approx(fa @ fb / np.linalg.norm(fa) / np.linalg.norm(fb), rel=1e-5)
+    # ICS: the invariant terms of the last two layers on the token embeddings, z-scored, cosine
+    def terms(m):
+        X = W(m, "transformer.wte.weight")
+        z = lambda M: (M - M.mean()) / M.std(ddof=1)
+        out = []
+        for i in (1, 2):
+            qkv, o = W(m, f"transformer.h.{i}.attn.c_attn.weight"), W(m, f"transformer.h.{i}.attn.c_proj.weight")
+            Wq, Wk, Wv = qkv[:d], qkv[d:2 * d], qkv[2 * d:]              # n_kv_head = n_head: three equal blocks
+            up = W(m, f"transformer.h.{i}.mlp.c_fc.weight") * W(m, f"transformer.h.{i}.mlp.c_gate.weight")
+            down = W(m, f"transformer.h.{i}.mlp.c_proj.weight")
+            out += [z(X @ Wq.T @ Wk @ X.T), z(X @ Wv.T @ o.T @ X.T), z(X @ up.T @ down.T @ X.T)]
+        return np.concatenate([x.ravel() for x in out])
+    ta, tb = terms(a), terms(b)
+    assert ics(a, b) == pytest.approx(ta @ tb / np.linalg.norm(ta) / np.linalg.norm(tb), rel=1e-4)
+    # Intrinsic: per-layer std of q, k, v, o, z-scored across layers, Pearson per type, mean
+    def profile(m):
+        rows = []
+        for i in range(3):
+            qkv = W(m, f"transformer.h.{i}.attn.c_attn.weight")
+            rows.append([qkv[:d].std(ddof=1), qkv[d:2 * d].std(ddof=1), qkv[2 * d:].std(ddof=1),
+                         W(m, f"transformer.h.{i}.attn.c_proj.weight").std(ddof=1)])
+        rows = np.array(rows)
+        return (rows - rows.mean(0)) / rows.std(0, ddof=1)
+    pa, pb = profile(a), profile(b)
+    expected = np.mean([np.corrcoef(pa[:, j], pb[:, j])[0, 1] for j in range(4)])
+    assert intrinsic(a, b) == pytest.approx(expected, abs=1e-5)
+    # REEF: linear CKA through the centering matrix, tr(K H L H) / sqrt(tr(K H K H) tr(L H L H))
+    x = torch.randint(0, cfg.vocab_size, (200, 64), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        X, Y = (m.trace(x, hidden="last")["hidden"][-1].double().numpy() for m in (a, b))
+    C = np.eye(200) - 1 / 200
+    K, L = X @ X.T, Y @ Y.T
+    cka = np.trace(K @ C @ L @ C) / np.sqrt(np.trace(K @ C @ K @ C) * np.trace(L @ C @ L @ C))
+    assert reef(a, b) == pytest.approx(cka, rel=1e-5)
+
+
+def _logits(m, x):
+    with torch.no_grad():
+        return m(x)[0].double()
+
+
+@pytest.mark.parametrize("knobs", [dict(tie_embeddings=True), dict(tie_embeddings=False, attn_gate=True, mlp_bias=True),
+                                   dict(bias=True, position="learned"),          # writers' biases flip, positions too
+                                   dict(norm="none", bias=True, tie_embeddings=False)])
+def test_reparametrizations_keep_the_logits_and_move_the_coordinates(knobs):
+    cfg = get_config("tiny", n_layer=2, vocab_size=100, **{**dict(norm="rmsnorm", activation="swiglu", bias=False),
+                                                           **knobs})
+    m = build(cfg, 0).eval()
+    with torch.no_grad():                      # gains away from 1, so that folding them is exercised
+        for n, p in m.named_parameters():
+            if p.dim() == 1:
+                p.normal_(1.0, 0.3)
+    x = torch.randint(0, 100, (3, 12), generator=torch.Generator().manual_seed(0))
+    ref = _logits(m, x)
+    states = lambda mm: mm.trace(x, hidden="last")["hidden"][-1].double()
+    signed = lambda mm, seed: permute_residual(mm, seed, flip=0.5)
+    negated = lambda mm, seed: permute_residual(mm, seed, flip=1.0)
+    rotatable = cfg.norm == "rmsnorm" and not cfg.bias and cfg.position != "learned"
+    for f in (permute_residual, signed, negated, permute_mlp) + (
+            (rotate_residual,) if rotatable else ()):
+        d = f(m, seed=3)
+        assert (_logits(d, x) - ref).abs().max() <= 1e-5 * ref.abs().max(), f
+        if f is not permute_mlp:     # the residual coordinates did move
+            assert not torch.allclose(states(d), states(m), atol=1e-3), f
+    old = states(m)
+    for flip, negatives in ((0.0, [0]), (0.5, range(16, 49)), (1.0, [64])):
+        new = states(permute_residual(m, seed=3, flip=flip))
+        match = {(l, s) for j in range(64) for l in range(64) for s in (1, -1)
+                 if torch.allclose(s * new[:, l], old[:, j], atol=1e-5)}
+        assert sorted(l for l, _ in match) == list(range(64))      # a signed permutation of the states, exactly
+        assert sum(s < 0 for _, s in match) in negatives
+    with pytest.raises(ValueError, match="RMSNorm"):
+        rotate_residual(build(get_config("tiny", n_layer=1), 0))
+    with pytest.raises(ValueError, match="LayerNorm"):
+        permute_residual(build(get_config("tiny", n_layer=1), 0), flip=0.5)
+    with pytest.raises(ValueError, match="flip"):
+        permute_residual(m, flip=1.5)
+
+
+def test_quantize_prune_merge_low_rank_noise_and_vocab_against_their_definitions():
+    cfg = get_config("tiny", n_layer=1, vocab_size=64, norm="rmsnorm", activation="swiglu", bias=False,
+                     tie_embeddings=False)
+    a, b = build(cfg, 0).eval(), build(cfg, 1).eval()
+    W = lambda m: m.transformer.h[0].mlp.c_fc.weight.detach().double()
+    w = W(a)
+    q8 = W(quantize(a, 8))
+    scale = w.abs().amax(1, keepdim=True) / 127               # one scale per row
+    assert torch.allclose(q8, (w / scale).round() * scale, atol=1e-7)
+    q4 = W(quantize(a, 4, 32))
+    g = w.view(w.shape[0], -1, 32)
+    s4 = g.abs().amax(-1, keepdim=True) / 7
+    assert torch.allclose(q4, ((g / s4).round() * s4).view_as(w), atol=1e-7) and len(torch.unique(q4[0, :32])) <= 15
+    pr = W(prune(a, 0.3))
+    zero = pr == 0
+    assert zero.sum() == int(0.3 * w.numel()) and w.abs()[zero].max() <= w.abs()[~zero].min()
+    assert torch.equal(prune(a, 0.3).transformer.wte.weight, a.transformer.wte.weight)  # blocks only
+    assert torch.allclose(W(merge(a, b, 0.25)), 0.75 * w + 0.25 * W(b), atol=1e-7)
+    delta = W(low_rank_update(a, 3, 0.1)) - w
+    assert torch.linalg.matrix_rank(delta, rtol=1e-4) == 3 and delta.norm() / w.norm() == pytest.approx(0.1, rel=1e-4)
+    noise = W(add_noise(a, 0.05)) - w
+    assert noise.std() / w.std() == pytest.approx(0.05, rel=0.05)
+    v = extend_vocab(a, 10)
+    assert v.config.vocab_size == 74 and torch.equal(v.transformer.wte.weight[:64], a.transformer.wte.weight)
+    x = torch.randint(0, 64, (2, 9))
+    assert torch.allclose(_logits(v, x)[..., :64], _logits(a, x), atol=1e-6)
+
+
+# The tiny models every lineage study below trains: their architecture and training flags, shared so that the
+# tables study can reuse the calibration study's models, as a user's second command does.
+TINY = ["--tokenizer", "bytes", "--n_embd", "32", "--n_layer", "1", "--block_size", "16", "--seq_len", "16",
+        "--steps", "4", "--ckpt_every", "2", "--batch_size", "4", "--sequences", "40", "--k", "8",
+        "--device", "cpu"]                      # exact ties: float32, not a GPU's bf16
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory):
+    """Two small text files of their own (a corpus given as a path is prepared under --out, nowhere else)."""
+    root = tmp_path_factory.mktemp("corpora")
+    for name, step in (("a.txt", 7919), ("b.txt", 104729)):
+        (root / name).write_text("".join(chr(32 + (i * step) % 90) for i in range(20000)))
+    return root
+
+
+@pytest.fixture(scope="module")
+def fpr_study(corpora, tmp_path_factory):
+    """studies.lineage_fpr run once: (its --out, its design)."""
+    out = tmp_path_factory.mktemp("lineage") / "out"
+    design = dict(inits=3, trained=2, steps=4, every=2)
+    lineage_fpr.main([*TINY, "--corpus", str(corpora / "a.txt"), "--corpus2", str(corpora / "b.txt"),
+                      "--fpr_inits", "3", "--fpr_trained", "2", "--fpr_descendants", "1", "--out", str(out)])
+    return out, design
+
+
+def test_the_calibration_study_end_to_end(fpr_study, corpora):
+    """studies.lineage_fpr on tiny models: every kind of pair is there as many times as the design says, the table
+    counts what the pairs say, a permuted descendant gets the aligned verdict of its unpermuted self (the
+    alignment undoes the permutation), and corpora given as paths are prepared under --out, nowhere else."""
+    out, design = fpr_study
+    inits, trained, steps, every = design["inits"], design["trained"], design["steps"], design["every"]
+    assert sorted(os.listdir(corpora)) == ["a.txt", "b.txt"]
+    res = json.loads((out / "results.json").read_text())["fpr"]
+    kinds = [r["kind"] for r in res["pairs"]]
+    expected = {"init vs init": inits * (inits - 1) // 2, "trained vs trained": trained * (trained - 1) // 2,
+                "trained vs another init": trained * (inits - 1), "init vs its checkpoint": trained * (steps // every),
+                "base vs continual descendant": 1, "init vs continual descendant": 1}
+    expected.update({f"{k}, B permuted": v for k, v in list(expected.items())[3:]})
+    assert {k: kinds.count(k) for k in expected} == expected and len(kinds) == sum(expected.values())
+    for r in res["pairs"]:
+        assert r["related"] == (r["kind"] not in list(expected)[:3])
+    related = [r for r in res["pairs"] if r["related"] and not r["permuted"]]
+    permuted = [r for r in res["pairs"] if r["permuted"]]
+    for r, q in zip(related, permuted):                 # the permuted copies follow the related pairs in order
+        assert q["kind"] == r["kind"] + ", B permuted" and q["moved"] > 0
+        assert q["tau_aligned"] == pytest.approx(r["tau_aligned"], abs=1e-9)
+        assert q["p_matched"] == pytest.approx(r["p_matched"], rel=1e-6)
+    unrelated = [r for r in res["pairs"] if not r["related"]]
+    for row in res["table"]:
+        x = sum(r[row["test"]] < seedprint.ALPHA for r in unrelated)
+        assert row["FPR"] == f"{100 * x / len(unrelated):.2f}%"
+    assert (out / "fpr_qq.png").is_file()
+
+
+def test_the_calibration_on_fresh_inits_end_to_end(tmp_path, monkeypatch):
+    """studies.fresh_inits: every pair of the inits once, the table counts what the pairs say, the z summary is the
+    pairs' z, and each false positive (alpha raised so that there are some) gets a Monte Carlo p_perm near its
+    closed-form one."""
+    monkeypatch.setattr(seedprint, "ALPHA", 0.3)
+    out = tmp_path / "out"
+    fresh_inits.main(["--n_embd", "32", "--n_layer", "1", "--vocab_size", "128", "--block_size", "16",
+                    "--seq_len", "16", "--fpr_inits", "5", "--sequences", "60", "--k", "12", "--device", "cpu",
+                    "--align", "on", "--out", str(out)])
+    res = json.loads((out / "results.json").read_text())["inits"]
+    assert sorted((r["a"], r["b"]) for r in res["pairs"]) == [(a, b) for a in range(100, 105)
+                                                              for b in range(a + 1, 105)]
+    for row in res["table"]:
+        x = sum(r[row["test"]] < 0.3 for r in res["pairs"])
+        assert row["FPR"] == f"{100 * x / len(res['pairs']):.2f}%"
+    z = np.array([r["z_perm"] for r in res["pairs"]])
+    assert res["z_mean"] == pytest.approx(z.mean()) and res["z_sd"] == pytest.approx(z.std())
+    false = [r for r in res["pairs"] if r["p"] < 0.3]
+    assert false and all(abs(r["p_perm_monte_carlo"] - r["p_perm"]) < 0.1 for r in false)
+    assert sum(res["made_by"].values()) == len(false)
+    cfg = get_config("tiny", **{**LLAMA_KNOBS, "n_embd": 32, "n_layer": 1, "vocab_size": 128, "block_size": 16})
+    svd_white = lambda X: np.linalg.svd(X - X.mean(0), full_matrices=False)[0] @ np.linalg.svd(
+        X - X.mean(0), full_matrices=False)[2]                         # ZCA up to scale: U V^T
+    tables = {s: svd_white(build(cfg, s, s).transformer.wte.weight[64:].detach().double().numpy())
+              for s in range(100, 105)}
+    for r in res["pairs"]:             # each pair's table match: the whitened rows' correlations, column by column
+        match = seedprint.table_match(tables[r["a"]], tables[r["b"]])[0]
+        naive = [abs(np.corrcoef(tables[r["a"]][:, j], tables[r["b"]][:, match[j]])[0, 1]) for j in range(32)]
+        assert r["table_fit"] == pytest.approx(np.mean(naive), rel=1e-5)
+        assert r["table_fit"] < seedprint.TABLE_MATCH_R
+
+
+def test_speed_times_one_fingerprint_of_a_fresh_preset(tmp_path):
+    """studies.fingerprint_speed: the row's flops are model.forward_flops without the LM head for N sequences (that count is
+    tested against torch's flop counter), its rates are those flops and tokens over the timed seconds, the model
+    is the named preset with the flags' knobs (width, parameters), and the dtype is recorded."""
+    from model import forward_flops, get_config
+    fingerprint_speed.main(["--model", "tiny", "--n_layer", "2", "--sequences", "24", "--seq_len", "32",
+                            "--batch_size", "8", "--seed", "5", "--device", "cpu", "--out", str(tmp_path)])
+    row = json.loads((tmp_path / "results.json").read_text())["speed"]
+    model = build(get_config("tiny", n_layer=2), 5)
+    assert row["params"] == model.num_params() and row["width"] == 64 and row["mfu"] is None
+    assert row["dtype"] == "float32" and row["autocast"] is None
+    assert row["pflop"] * 1e15 == pytest.approx(24 * forward_flops(model, 32, logits_positions=0))
+    assert row["tflops"] == pytest.approx(row["pflop"] * 1e3 / row["seconds"])
+    assert row["tokens_per_s"] == pytest.approx(24 * 32 / row["seconds"])
+
+
+def test_aligned_summary_fits_the_floor_on_the_fit_seeds_and_counts_the_test_seeds(monkeypatch):
+    """The floor is twice the largest matched tau of the fit seeds' unrelated pairs matched on held-out inputs,
+    rounded up to 0.01 (the test seeds' values never enter it); a match on the token tables counts without it; each
+    verdict's counts are those of the rule, recounted here."""
+    inputs = dict(condition="c", matched_on="held-out inputs", table_fit=0.02, table_fit_test_rows=0.03)
+    table = dict(condition="c", matched_on="token table", table_fit=0.99, table_fit_test_rows=0.8)
+    rows = [dict(split="fit", kind="k1", related=False, p_exact=0.5, p_aligned_test=1e-9, tau_aligned=0.031, **inputs),
+            dict(split="fit", kind="k1", related=False, p_exact=0.5, p_aligned_test=0.2, tau_aligned=-0.01, **inputs),
+            dict(split="fit", kind="k1", related=False, p_exact=0.5, p_aligned_test=0.2, tau_aligned=0.3, **table),
+            dict(split="test", kind="k1", related=False, p_exact=0.004, p_aligned_test=0.9, tau_aligned=0.5, **inputs),
+            dict(split="test", kind="k1", related=False, p_exact=0.5, p_aligned_test=1e-12, tau_aligned=0.06, **inputs),
+            dict(split="test", kind="k1", related=False, p_exact=0.5, p_aligned_test=1e-12, tau_aligned=0.07, **inputs),
+            dict(split="test", kind="k2", related=True, p_exact=0.5, p_aligned_test=1e-30, tau_aligned=0.3,
+                 tau_exact=0.0, finetune_steps=10, **inputs),
+            dict(split="test", kind="k3", related=True, p_exact=0.5, p_aligned_test=1e-15, tau_aligned=0.04, **table)]
+    for r in rows:                     # the inputs-only match: the one used where no table match is trusted
+        r.update(p_inputs=r["p_aligned_test"], tau_inputs=r["tau_aligned"]) if r["matched_on"] != "token table" \
+            else r.update(p_inputs=0.5, tau_inputs=0.01)
+    monkeypatch.setattr(seedprint, "ALIGNED_TAU_FLOOR", 0.1)
+    res = aligned_floor.aligned_summary(rows)
+    assert res["fitted_floor"] == 0.07                                      # ceil(2 x 0.031, 0.01)
+    counts = {row["verdict"].split(" (")[0].split(" 0")[0]: (row["k1"], row["k3"]) for row in res["table"]}
+    assert counts["token-table match trusted"] == ("0/3", "1/1")
+    assert counts["exact"] == ("1/3", "0/1") and counts["matched test alone, no floor"] == ("2/3", "1/1")
+    assert counts["aligned, fitted floor"] == ("2/3", "1/1")  # the exact one at 2 x 0.004, and tau 0.07 >= 0.07
+    assert counts["aligned, floor"] == ("1/3", "1/1")          # the verdict's 0.1: only the exact one
+    assert counts["the same without tables"] == ("1/3", "0/1")       # the table-matched pair is lost without them
+    assert [row["k2"] for row in res["table"]] == ["0/1", "0/1", "1/1", "1/1", "1/1", "1/1"]
+    assert res["table_fit"] == [dict(condition="c", pairs="unrelated (6)", held_out_rows="0.020-0.990",
+                                     test_rows="0.030-0.800"),
+                                dict(condition="c", pairs="related (2)", held_out_rows="0.020-0.990",
+                                     test_rows="0.030-0.800")]
+
+
+def test_the_paper_tables_reuse_the_calibration_models_and_call_each_pair_as_the_paper_does(fpr_study, corpora):
+    """studies.seedprint_tables on the calibration study's --out, with its flags and two of its seeds: the models
+    already trained are reused (not one more step of them), and each table comes out as the paper's does: inits
+    of two seeds unrelated, an init and its own trained model related, two trained seeds unrelated, a base and its
+    continuation related and the distractor unrelated; Fig 11's own-checkpoint correlation above the other seed's;
+    the baselines computed on Tables 4b, 4c and 5's pairs."""
+    out, _ = fpr_study
+    run = out / "runs" / "seed100"
+    before = {p.name: p.stat().st_mtime_ns for p in run.iterdir()}
+    seedprint_tables.main([*TINY, "--corpus", str(corpora / "a.txt"), "--corpus2", str(corpora / "b.txt"),
+                           "--seeds", "100", "101", "--top", "4", "--out", str(out)])
+    assert {p.name: p.stat().st_mtime_ns for p in run.iterdir()} == before
+    res = json.loads((out / "results.json").read_text())
+    assert "fpr" in res                                         # the calibration study's entry is kept beside
+    verdicts = {t: [r["verdict"] for r in res[t]] for t in ("table4a", "table4b", "table4c", "table5")}
+    assert verdicts == {"table4a": ["unrelated"], "table4b": ["RELATED", "RELATED"], "table4c": ["unrelated"],
+                        "table5": ["RELATED", "unrelated"]}
+    last = res["fig11"]["rows"][-1]
+    assert res["fig11"]["rows"][0]["own_mean"] == pytest.approx(1.0) and last["own_mean"] > last["other_mean"] + 0.3
+    base = res["baselines"]
+    assert [r["truth"] for r in base] == ["related", "unrelated", "related", "unrelated"]
+    assert base[0]["PCS"] > base[1]["PCS"] and all(r["SeedPrint"] == {"related": "RELATED"}.get(r["truth"],
+                                                                                                "unrelated")
+                                                   for r in base)
+    assert (out / "fig11_persistence.png").is_file()
+
+
+def test_the_aligned_floor_study_fits_on_one_range_of_seeds_and_finds_every_lineage_on_another(corpora, tmp_path,
+                                                                                               monkeypatch):
+    """studies.aligned_floor at a tiny condition: the floor is fit on the fit seeds' unrelated pairs only (twice
+    their largest matched tau, rounded up), every related pair of the test seeds -- each init and its trained
+    model, the continuation at each length, and all of them again in a signed-permuted basis -- is called related
+    by the aligned verdict, while the exact verdict misses the permuted ones it cannot see through."""
+    monkeypatch.setattr(aligned_floor, "CONDITIONS", {"tiny": dict(n_embd=32, tokenizer="bytes", steps=4,
+                                                                   batch_size=4)})
+    out = tmp_path / "out"
+    aligned_floor.main(["--conditions", "tiny", "--n_layer", "1", "--seq_len", "16", "--sequences", "40", "--k", "8",
+                        "--ckpt_every", "2", "--fit_seeds", "100", "101", "--test_seeds", "102", "103",
+                        "--finetune_steps", "2", "4", "--corpus", str(corpora / "a.txt"), "--corpus2",
+                        str(corpora / "b.txt"), "--device", "cpu", "--out", str(out)])
+    res = json.loads((out / "results.json").read_text())["aligned"]
+    fit = [r["tau_aligned"] for r in res["pairs"] if r["split"] == "fit" and not r["related"]
+           and r["matched_on"] != "token table"]
+    assert res["fitted_floor"] == max(0.01, np.ceil(200 * max(fit)) / 100)
+    test = [r for r in res["pairs"] if r["split"] == "test"]
+    related = [r for r in test if r["related"]]
+    assert len(related) == 2 * (2 + 2)                 # 2 inits and 2 continuation lengths, each also permuted
+    floor = seedprint.ALIGNED_TAU_FLOOR
+    for r in related:
+        counted = r["matched_on"] == "token table" or r["tau_aligned"] >= floor
+        assert counted and 2 * min(r["p_exact"], r["p_aligned_test"]) < seedprint.ALPHA, r["kind"]
+    permuted = [r for r in related if r["kind"].endswith("B permuted")]
+    assert min(r["p_exact"] for r in permuted) > seedprint.ALPHA and all(r["moved"] > 0 for r in permuted)
+    assert [c["related"] for c in res["by_length"]] == ["2/2", "2/2"]
+
+
+def test_the_derivatives_study_on_a_hugging_face_model(tmp_path):
+    """studies.derivatives on a tiny LLaMA directory with its own tokenizer.json: every reparametrization keeps the
+    logits (the study checks it and would stop), every derivative and every signed-permuted basis is related
+    under the aligned verdict, every control (fresh inits, from-scratch trainings) is unrelated under both
+    verdicts, and the exact verdict cannot see through a negated, permuted basis. (A rotated basis is no signed
+    permutation: on an untrained random model nothing finds it, so no claim is made for it here.)"""
+    from conftest import llama_family, write_hf, write_tokenizer_json
+    spec, cfg, t = llama_family("LlamaForCausalLM")
+    base = tmp_path / "base"
+    write_hf(base, cfg, t)
+    words = ["<unk>", "<s>"] + [f"w{i}" for i in range(spec["V"] - 2)]
+    write_tokenizer_json(base, words)
+    for name, step in (("a.txt", 7), ("b.txt", 13)):
+        (tmp_path / name).write_text(" ".join(f"w{(i * step) % 90}" for i in range(4000)))
+    out = tmp_path / "out"
+    from studies import derivatives
+    derivatives.main(["--base", str(base), "--deriv_steps", "2", "--corpus", str(tmp_path / "a.txt"), "--corpus2",
+                      str(tmp_path / "b.txt"), "--sequences", "60", "--seq_len", "16", "--k", "8", "--device", "cpu",
+                      "--out", str(out)])
+    rows = json.loads((out / "results.json").read_text())["derivatives"]
+    assert len(rows) == 21
+    for r in rows:
+        if r["truth"] == "related" and "rotated" not in r["pair"]:
+            assert r["aligned"] == "RELATED", r["pair"]
+        elif r["truth"] == "unrelated":
+            assert r["verdict"] == r["aligned"] == "unrelated", r["pair"]
+        if r["logit_change"] is not None:
+            assert r["logit_change"] <= 1e-4
+    negated = next(r for r in rows if r["pair"] == "base vs negated, permuted residual basis")
+    assert negated["verdict"] == "unrelated" and negated["moved"] > 0
