@@ -183,18 +183,25 @@ def check_output(path: str, flag: str = "--out") -> str:
     return path
 
 
-def add_config_flags(parser: argparse.ArgumentParser, default_model: Optional[str] = "gpt2-nano") -> None:
+def add_config_flags(parser: argparse.ArgumentParser, default_model: Optional[str] = "gpt2-nano",
+                     or_model: bool = False) -> None:
     """--model PRESET plus one flag per GPTConfig knob (--n_layer 4, --calibration attenuate, ...).
-    Knobs left unset are None, so a caller can tell which ones were given."""
-    parser.add_argument("--model", default=default_model, help=f"preset: {', '.join(PRESETS)}")
+    Knobs left unset are None, so a caller can tell which ones were given. or_model: --model may also name a
+    model (a train.py checkpoint or a Hugging Face directory), which brings its own config."""
+    also = "; or a train.py checkpoint or Hugging Face directory (its own config)" if or_model else ""
+    parser.add_argument("--model", default=default_model, help=f"preset: {', '.join(PRESETS)}{also}")
     group = parser.add_argument_group("config knobs (override the preset)")
     for f in dataclasses.fields(GPTConfig):
         if f.name in CHOICES:
             group.add_argument(f"--{f.name}", choices=CHOICES[f.name], default=None)
         elif f.type is bool:
             group.add_argument(f"--{f.name}", type=parse_bool, default=None, metavar="on|off")
+        elif f.type is Optional[tuple]:                 # a list of numbers (LongRoPE's factors)
+            group.add_argument(f"--{f.name}", type=float, nargs="+", default=None, metavar="FLOAT")
+        elif f.type is Optional[str]:
+            group.add_argument(f"--{f.name}", default=None, metavar="STR")
         else:
-            kind = float if f.type is float else int
+            kind = float if f.type in (float, Optional[float]) else int
             group.add_argument(f"--{f.name}", type=kind, default=None, metavar=kind.__name__.upper())
 
 

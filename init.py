@@ -48,7 +48,8 @@ def init_weights(model: GPT, seed: int, embed_seed: int = 0) -> GPT:
        N(0, (0.02 / sqrt(2 n_layer))^2), so the residual stream's variance does not grow with
        depth. The factor is 2 n_layer whatever `sublayers` is, so an MLP-only model has the same
        MLP weights as the full model with the same seed.
-    3. Biases 0; norm gains 1 (LayerNorm, RMSNorm, head-wise RMSNorm); LayerNorm biases 0; learned sink
+    3. Biases 0; norm gains 1 (LayerNorm, RMSNorm, head-wise RMSNorm, q/k norms; for norm="rmsnorm_1p", whose
+       norms multiply by 1 + w, w = 0: a gain of 1 all the same); LayerNorm biases 0; learned sink
        logits (attn_sink) 0, so that at birth such a head is softmax + 1. The gate of gated attention
        (attn_gate) is a weight matrix like q/k/v: item 1, so sigmoid(gate) starts near 1/2.
     4. Each drawn parameter gets its own CPU torch.Generator, seeded from (seed, parameter name)
@@ -65,8 +66,8 @@ def init_weights(model: GPT, seed: int, embed_seed: int = 0) -> GPT:
     for name, p in model.named_parameters():
         if name.endswith((".bias", "attn.sink")):
             p.zero_()
-        elif p.dim() == 1:      # norm gains: LayerNorm/RMSNorm weight, head_norm weight
-            p.fill_(1.0)
+        elif p.dim() == 1:      # norm gains: LayerNorm/RMSNorm weight, head_norm and q/k norm weights
+            p.fill_(0.0 if model.config.norm == "rmsnorm_1p" else 1.0)      # 1p norms multiply by 1 + w
         else:
             g = torch.Generator(device="cpu")
             g.manual_seed(param_seed(embed_seed if name in EMBEDDING_PARAMS else seed, name))

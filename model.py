@@ -5,9 +5,13 @@ checkpoint format.
 One GPTConfig and one GPT module express, by config alone, each architecture the paper probes
 (Sections 2.1, 3, 4.1, 6.2): GPT-2 / LLaMA / Qwen-style blocks, the full / attention-only / MLP-only
 ablation, residual-free MLP0-like stacks, uniform ("Attn0"-like) attention, and the positional
-variance calibration and head-wise RMSNorm that act on attention sinks.
+variance calibration and head-wise RMSNorm that act on attention sinks. The same knobs describe the
+released families people probe and fingerprint (Pythia, OLMo-2, Gemma, Phi-3, ...): hf.py maps each
+family's Hugging Face checkpoint onto them, and any of them can be built from scratch and probed at birth.
 
 A block is pre-norm:  x <- x + Attn(Norm(x));  x <- x + MLP(Norm(x)).
+Knobs move its norms after the sublayer (OLMo-2) or on both sides (Gemma 2 and 3), or run the two
+sublayers side by side on the same x (GPT-NeoX's parallel residual).
 Inside attention, after the values are aggregated and before W_O, each head's output at 1-indexed
 position t can be rescaled (calibration, Section 6.2.1) and/or RMS-normalized (head_norm).
 Weights are NOT initialized here: init.py owns that (GPT-2 scheme, seeded).
@@ -18,8 +22,7 @@ Weights are NOT initialized here: init.py owns that (GPT-2 scheme, seeded).
     write_checkpoint(path, model)  -> one file: the config beside the weights
     load_checkpoint(path)          -> the GPT of such a file, from the file alone
 
-This file needs torch alone and imports no other file of the project: copy it anywhere. Hugging Face
-directories are read by hf.py, which maps each family onto these knobs.
+This file needs torch alone and imports no other file of the project: copy it anywhere.
 """
 import dataclasses
 import functools
@@ -34,10 +37,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 CHOICES = {
-    "norm": ("layernorm", "rmsnorm", "none"),
-    "activation": ("gelu", "gelu_tanh", "relu", "tanh", "silu", "swiglu"),
+    "norm": ("layernorm", "rmsnorm", "rmsnorm_1p", "none"),
+    "norm_position": ("pre", "post", "sandwich"),
+    "activation": ("gelu", "gelu_tanh", "relu", "tanh", "silu", "swiglu", "geglu", "geglu_tanh"),
     "position": ("rope", "learned", "none"),
-    "rope_type": ("default", "linear", "llama3"),
+    "rope_type": ("default", "linear", "llama3", "longrope"),
+    "qk_norm": ("none", "head", "all"),
     "sublayers": ("both", "attn", "mlp"),
     "attention": ("softmax", "uniform", "softmax1", "softpick"),
     "calibration": ("none", "amplify", "attenuate"),
@@ -52,21 +57,33 @@ class GPTConfig:
     n_head: int = 12
     n_kv_head: Optional[int] = None   # grouped-query attention; None = n_head (plain multi-head)
     n_embd: int = 768
-    head_size: Optional[int] = None   # width of one head; None = n_embd / n_head (Qwen3 sets it apart)
+    head_size: Optional[int] = None   # width of one head; None = n_embd / n_head (Qwen3, Gemma set it apart)
     mlp_hidden: Optional[int] = None  # MLP hidden width; None = 4 * n_embd
-    norm: str = "layernorm"           # pre-norm of each sublayer, and the final norm
+    norm: str = "layernorm"           # every norm of the model; rmsnorm_1p: RMSNorm times (1 + w), w stored (Gemma)
     norm_eps: float = 1e-5
-    activation: str = "gelu"          # gelu is exact (erf); gelu_tanh is GPT-2's approximation
+    norm_position: str = "pre"        # pre: x + f(N(x)); post: x + N(f(x)) (OLMo-2); sandwich: x + N(f(N(x))) (Gemma 2)
+    norm_bias: bool = False           # LayerNorm's biases even where bias is off (GPT-NeoX without attention biases)
+    parallel_residual: bool = False   # x + Attn(N1(x)) + MLP(N2(x)): both sublayers read the block's input (GPT-NeoX)
+    activation: str = "gelu"          # gelu is exact (erf), gelu_tanh GPT-2's approximation; swiglu and geglu gate
     position: str = "rope"
     rope_theta: float = 10000.0
-    rope_type: str = "default"        # how RoPE's inverse frequencies are rescaled: none, / factor, Llama 3
+    rope_type: str = "default"        # how RoPE's inverse frequencies are rescaled: none, / factor, Llama 3, LongRoPE
     rope_factor: float = 1.0          # linear and llama3
     rope_low_freq_factor: float = 1.0     # llama3 only
     rope_high_freq_factor: float = 4.0    # llama3 only
-    rope_original_context: int = 8192     # llama3 only: the context the frequencies were trained for
+    rope_original_context: int = 8192     # llama3 and longrope: the context the frequencies were trained for
+    rope_factors: Optional[tuple] = None  # longrope only: each inverse frequency divided by its own factor
+    rope_attention_factor: float = 1.0    # longrope only: cos and sin multiplied by this
+    rope_dims: Optional[int] = None       # RoPE on the first rope_dims dims of each head; None: all (partial: Pythia)
+    rope_local_theta: Optional[float] = None  # RoPE base of the sliding-window layers, unscaled (Gemma 3)
     sliding_window: Optional[int] = None  # each query sees at most this many keys, itself included (Mistral)
+    sliding_layers: Optional[str] = None  # per layer "s" (sliding window) or "f" (full); None: every layer slides
     self_only: Optional[int] = None   # this 1-indexed position attends only to itself (Sec 6.2's mask edit, from birth)
-    qk_norm: bool = False             # per-head RMSNorm of q and k before RoPE (Qwen3)
+    qk_norm: str = "none"             # RMSNorm of q and k before RoPE: per head (Qwen3), or all heads at once (OLMo-2)
+    attn_scale: Optional[float] = None    # multiplies q.k; None = 1 / sqrt(head_dim) (Gemma 2: query_pre_attn_scalar)
+    attn_softcap: Optional[float] = None  # scores c tanh(s / c) before the mask (Gemma 2)
+    logit_softcap: Optional[float] = None  # logits c tanh(l / c) (Gemma 2 and 3)
+    embed_scale: float = 1.0          # token embeddings times this, first cast to their dtype (Gemma: sqrt(n_embd))
     sublayers: str = "both"           # both | attn (self-attention-only) | mlp (MLP-only), Sec 4.1
     residual: bool = True             # False: x <- sublayer(Norm(x)), as in MLP0 stacks
     attention: str = "softmax"        # uniform: causal running mean of V, still through W_V, W_O; the sink
@@ -85,29 +102,15 @@ class GPTConfig:
         """Every knob checked by type and range, each error naming the knob: a config that cannot describe
         a model is refused here, before any weight exists."""
         for f in dataclasses.fields(self):
-            value, optional = getattr(self, f.name), f.type is Optional[int]
-            if f.name in CHOICES:
-                if value not in CHOICES[f.name]:
-                    raise ValueError(f"unknown {f.name}={value!r}; choose one of {CHOICES[f.name]}")
-            elif f.type is bool:
-                if not isinstance(value, bool):
-                    raise ValueError(f"{f.name} must be true or false, got {value!r}")
-            elif f.type is float:
-                if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
-                        or value <= 0:
-                    raise ValueError(f"{f.name} must be a finite number > 0, got {value!r}")
-                object.__setattr__(self, f.name, float(value))      # 10000 and 10000.0 are one config
-            elif not (optional and value is None):
-                if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                    raise ValueError(f"{f.name} must be an integer >= 1{' or unset' if optional else ''}, "
-                                     f"got {value!r}")
-                object.__setattr__(self, f.name, int(value))
+            object.__setattr__(self, f.name, checked_knob(f, getattr(self, f.name)))
+        self.check_combinations()
+
+    def check_combinations(self):
+        """Knobs that make sense alone but not together, refused by name."""
         if self.head_size is None and self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head} (or set head_size)")
         if self.n_head % self.kv_heads:
             raise ValueError(f"n_head={self.n_head} is not a multiple of n_kv_head={self.kv_heads}")
-        if self.position == "rope" and self.head_dim % 2:
-            raise ValueError(f"RoPE needs an even head_dim, got {self.head_dim}")
         if self.attn_sink and self.attention != "softmax":
             raise ValueError(f"attn_sink adds a learned logit to softmax attention; attention={self.attention!r} "
                              f"has {'its own fixed one' if self.attention == 'softmax1' else 'none to add it to'}")
@@ -117,9 +120,49 @@ class GPTConfig:
         if too_big:
             raise ValueError(f"{too_big[0]} = {sizes[too_big[0]]} makes a weight of more than 2^40 numbers with "
                              f"n_embd={self.n_embd}; no machine holds it")
+        if self.norm == "none" and self.norm_position != "pre":
+            raise ValueError(f"norm_position={self.norm_position!r} places norms, but norm='none' has none")
+        if self.norm_bias and self.norm != "layernorm":
+            raise ValueError(f"norm_bias is LayerNorm's bias; norm={self.norm!r} has none")
+        if self.parallel_residual and not self.residual:
+            raise ValueError("parallel_residual adds both sublayers to the residual stream; residual=False has none")
+        if self.attention == "uniform" and (self.attn_scale is not None or self.attn_softcap is not None):
+            raise ValueError("attention='uniform' computes no scores to scale or soft-cap (attn_scale, attn_softcap)")
+        self.check_rope()
+        if self.sliding_layers is not None:
+            if self.sliding_window is None:
+                raise ValueError("sliding_layers says which layers use sliding_window, which is not set")
+            if len(self.sliding_layers) != self.n_layer or set(self.sliding_layers) - {"s", "f"}:
+                raise ValueError(f"sliding_layers must give each of the {self.n_layer} layers an 's' (sliding "
+                                 f"window) or an 'f' (full attention), got {self.sliding_layers!r}")
+
+    def check_rope(self):
+        """RoPE's knobs: each only where RoPE is, and LongRoPE's factors one per frequency."""
+        rope_only = {"rope_dims": self.rope_dims, "rope_local_theta": self.rope_local_theta,
+                     "rope_factors": self.rope_factors,
+                     "rope_attention_factor": None if self.rope_attention_factor == 1.0 else 1}
+        if self.position != "rope":
+            given = [k for k, v in rope_only.items() if v is not None]
+            if given:
+                raise ValueError(f"{given[0]} is a RoPE knob; position={self.position!r} has no RoPE")
+            return
+        if self.rope_dims is not None and (self.rope_dims % 2 or self.rope_dims > self.head_dim):
+            raise ValueError(f"rope_dims must be even and at most head_dim={self.head_dim}, got {self.rope_dims}")
+        if self.rotary_dims % 2:
+            raise ValueError(f"RoPE needs an even head_dim, got {self.head_dim}")
         if not self.rope_low_freq_factor < self.rope_high_freq_factor:
             raise ValueError(f"RoPE llama3 scaling needs rope_low_freq_factor < rope_high_freq_factor, got "
                              f"{self.rope_low_freq_factor} and {self.rope_high_freq_factor}")
+        longrope = self.rope_type == "longrope"
+        if longrope != (self.rope_factors is not None):
+            raise ValueError("rope_type='longrope' and rope_factors go together: one factor per frequency")
+        if longrope and len(self.rope_factors) != self.rotary_dims // 2:
+            raise ValueError(f"rope_factors needs one factor per RoPE frequency ({self.rotary_dims // 2}), got "
+                             f"{len(self.rope_factors)}")
+        if self.rope_attention_factor != 1.0 and not longrope:
+            raise ValueError("rope_attention_factor is LongRoPE's; set rope_type='longrope'")
+        if self.rope_local_theta is not None and self.sliding_window is None:
+            raise ValueError("rope_local_theta is the RoPE base of the sliding-window layers; set sliding_window")
 
     @property
     def rows_sum_to_one(self) -> bool:
@@ -138,8 +181,54 @@ class GPTConfig:
     def mlp_width(self) -> int:
         return self.mlp_hidden or 4 * self.n_embd
 
+    @property
+    def rotary_dims(self) -> int:
+        """The dims of each head that RoPE rotates (the first ones); the rest pass through."""
+        return self.rope_dims or self.head_dim
+
+    def slides(self, layer: int) -> bool:
+        """Whether layer `layer` (0-indexed) uses sliding_window."""
+        return self.sliding_window is not None and (self.sliding_layers is None or self.sliding_layers[layer] == "s")
+
 
 MAX_TENSOR = 2 ** 40      # numbers in one weight matrix: 4 TiB in float32, far beyond any machine here
+OPTIONAL = {Optional[int]: int, Optional[float]: float, Optional[str]: str, Optional[tuple]: tuple}
+
+
+def checked_knob(field: dataclasses.Field, value):
+    """One knob's value checked against its field's type and range (a number > 0 or >= 1), in its canonical
+    form: 10000 and 10000.0 are one rope_theta, [1.0, 1.2] (read from JSON) the tuple (1.0, 1.2)."""
+    name, kind = field.name, OPTIONAL.get(field.type, field.type)
+    if field.type in OPTIONAL and value is None:
+        return None
+    unset = " or unset" if field.type in OPTIONAL else ""
+    if name in CHOICES:
+        if value not in CHOICES[name]:
+            raise ValueError(f"unknown {name}={value!r}; choose one of {CHOICES[name]}")
+        return value
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be true or false, got {value!r}")
+        return value
+    if kind is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{name} must be a string{unset}, got {value!r}")
+        return value
+    if kind is tuple:
+        if not isinstance(value, (list, tuple)) or not value or not all(positive_number(v) for v in value):
+            raise ValueError(f"{name} must be a list of finite numbers > 0{unset}, got {value!r}")
+        return tuple(float(v) for v in value)
+    if kind is float:
+        if not positive_number(value):
+            raise ValueError(f"{name} must be a finite number > 0{unset}, got {value!r}")
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1{unset}, got {value!r}")
+    return int(value)
+
+
+def positive_number(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value) and value > 0
 
 
 # Presets: the papers' numbers. "RoPE GPT-2" = GPT-2 blocks with rotary instead of learned positions.
@@ -171,46 +260,63 @@ def get_config(name: str, **overrides) -> GPTConfig:
 
 # ----------------------------------------------------------------------------- building blocks
 
-def rope_inv_freq(config: GPTConfig) -> torch.Tensor:
-    """RoPE's inverse frequencies theta^(-2i/hd), i < hd/2, float32, rescaled by config.rope_type: default
-    unchanged; linear all divided by rope_factor (positions stretched by that factor); llama3 (Llama 3.1's rule)
-    wavelengths shorter than original_context / high_freq_factor kept, those longer than original_context /
-    low_freq_factor divided by rope_factor, the band between interpolated linearly in original_context / wavelength."""
-    hd = config.head_dim
-    inv = 1.0 / config.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd)
+def rope_inv_freq(config: GPTConfig, local: bool = False) -> torch.Tensor:
+    """RoPE's inverse frequencies theta^(-2i/d), i < d/2, d = config.rotary_dims, float32, rescaled by
+    config.rope_type:
+      default   unchanged;
+      linear    all divided by rope_factor (positions stretched by that factor);
+      llama3    (Llama 3.1's rule) wavelengths shorter than original_context / high_freq_factor kept, those longer
+                than original_context / low_freq_factor divided by rope_factor, the band between interpolated
+                linearly in original_context / wavelength;
+      longrope  (Phi-3) each divided by its own factor, rope_factors[i] (the short factors: sequences up to
+                rope_original_context).
+    local=True: the sliding-window layers' frequencies, base rope_local_theta and never rescaled (Gemma 3)."""
+    d = config.rotary_dims
+    theta = config.rope_local_theta if local else config.rope_theta
+    inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d)
+    if local or config.rope_type == "default":
+        return inv
     if config.rope_type == "linear":
         return inv / config.rope_factor
-    if config.rope_type == "llama3":
-        wavelen = 2 * math.pi / inv
-        ratio = config.rope_original_context / wavelen          # how many wavelengths fit the trained context
-        low, high = config.rope_low_freq_factor, config.rope_high_freq_factor
-        smooth = ((ratio - low) / (high - low)).clamp(0.0, 1.0)  # 0: long waves (scaled), 1: short (kept)
-        return (1 - smooth) * inv / config.rope_factor + smooth * inv
-    return inv
+    if config.rope_type == "longrope":
+        return inv / torch.tensor(config.rope_factors, dtype=torch.float32)
+    wavelen = 2 * math.pi / inv
+    ratio = config.rope_original_context / wavelen          # how many wavelengths fit the trained context
+    low, high = config.rope_low_freq_factor, config.rope_high_freq_factor
+    smooth = ((ratio - low) / (high - low)).clamp(0.0, 1.0)  # 0: long waves (scaled), 1: short (kept)
+    return (1 - smooth) * inv / config.rope_factor + smooth * inv
 
 
-def rope_tables(T: int, config: GPTConfig, device=None):
-    """cos and sin of the rotary angles t * inv_freq, (T, head_dim/2), computed in float32."""
-    angles = torch.outer(torch.arange(T, device=device, dtype=torch.float32), rope_inv_freq(config).to(device))
-    return angles.cos(), angles.sin()
+def rope_tables(T: int, config: GPTConfig, device=None, local: bool = False):
+    """cos and sin of the rotary angles t * inv_freq, (T, rotary_dims/2), computed in float32 (LongRoPE: both
+    times rope_attention_factor)."""
+    inv = rope_inv_freq(config, local).to(device)
+    angles = torch.outer(torch.arange(T, device=device, dtype=torch.float32), inv)
+    scale = 1.0 if local else config.rope_attention_factor
+    return angles.cos() * scale, angles.sin() * scale
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate (x_i, x_{i+hd/2}) by angle t * inv_freq_i, the "rotate-half" layout of Hugging Face LLaMA / Qwen /
-    Mistral checkpoints (not Meta's interleaved pairs): scores q_m . k_n then depend on m - n only."""
-    x1, x2 = x.chunk(2, dim=-1)
+    """Rotate (x_i, x_{i+d/2}) by angle t * inv_freq_i within the first d = 2 cos.shape[-1] dims of each head,
+    the "rotate-half" layout of Hugging Face checkpoints (not Meta's interleaved pairs): scores q_m . k_n then
+    depend on m - n only. The dims past d pass through (partial rotary: GPT-NeoX, Phi-4-mini)."""
+    d = 2 * cos.shape[-1]
+    rotated, rest = x[..., :d], x[..., d:]
+    x1, x2 = rotated.chunk(2, dim=-1)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
 
 
 class RMSNorm(nn.Module):
-    """x / RMS(x) * gain over the last dimension. The statistic is taken in float32 and the normalized
-    x cast back before the gain multiplies it, as Hugging Face LLaMA does, so that bf16 models match."""
+    """x / RMS(x) * gain over the last dimension. The statistic is taken in float32 and the normalized x cast
+    back before the gain multiplies it, as Hugging Face LLaMA does, so that bf16 models match.
+    plus_one=True (norm="rmsnorm_1p", Gemma): the gain is 1 + w with w stored, multiplied in float32 before the
+    cast back, as Gemma does."""
 
-    def __init__(self, width: int, eps: float):
+    def __init__(self, width: int, eps: float, plus_one: bool = False):
         super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(width))
+        self.eps, self.plus_one = eps, plus_one
+        self.weight = nn.Parameter(torch.zeros(width) if plus_one else torch.ones(width))
 
     def forward(self, x):
         xf = x.float()
@@ -218,14 +324,22 @@ class RMSNorm(nn.Module):
         # |x| beyond ~1e19 overflows the float32 statistic to inf, and rsqrt(inf) = 0 would quietly zero the
         # vector: make it NaN instead, so the pass's finiteness check names the block
         ms = torch.where(torch.isinf(ms), torch.nan, ms)
-        return self.weight * (xf * torch.rsqrt(ms + self.eps)).to(x.dtype)
+        normed = xf * torch.rsqrt(ms + self.eps)
+        if self.plus_one:
+            return (normed * (1.0 + self.weight.float())).to(x.dtype)
+        return self.weight * normed.to(x.dtype)
+
+
+def rms_norm(config: GPTConfig, width: int) -> RMSNorm:
+    """An RMSNorm in the model's form (q/k norms and head_norm are RMSNorms whatever config.norm is)."""
+    return RMSNorm(width, config.norm_eps, plus_one=config.norm == "rmsnorm_1p")
 
 
 def make_norm(config: GPTConfig, width: int) -> nn.Module:
     if config.norm == "layernorm":
-        return nn.LayerNorm(width, eps=config.norm_eps, bias=config.bias)
-    if config.norm == "rmsnorm":
-        return RMSNorm(width, config.norm_eps)
+        return nn.LayerNorm(width, eps=config.norm_eps, bias=config.bias or config.norm_bias)
+    if config.norm in ("rmsnorm", "rmsnorm_1p"):
+        return rms_norm(config, width)
     return nn.Identity()
 
 
@@ -254,11 +368,15 @@ def attention_weights(scores: torch.Tensor, allowed: torch.Tensor, kind: str, si
         e = torch.exp(s - m) - torch.exp(-m)                       # (exp(s) - 1) exp(-m)
         e = e.masked_fill(~allowed, 0.0)
         return F.relu(e) / (e.abs().sum(dim=-1, keepdim=True) + SOFTPICK_EPS * torch.exp(-m))
-    extra = torch.zeros_like(s[..., :1]) if sink is None else sink.float().view(1, -1, 1, 1).expand_as(s[..., :1])
+    if sink is None:
+        extra = torch.zeros_like(s[..., :1])
+    else:
+        extra = sink.float().view(1, -1, 1, 1).expand_as(s[..., :1])
     return F.softmax(torch.cat([s, extra], dim=-1), dim=-1)[..., :-1]        # the extra column's value is zero
 
 
-def allowed_keys(T: int, window: Optional[int] = None, self_only: Optional[int] = None, device=None) -> torch.Tensor:
+def allowed_keys(T: int, window: Optional[int] = None, self_only: Optional[int] = None,
+                 device=None) -> torch.Tensor:
     """(T, T) bool, True where query t may attend to key s: s <= t, t - s < window if a window is set, and only
     s = t for the query at 1-indexed position self_only, which then averages nothing, like the first position."""
     t = torch.arange(T, device=device)
@@ -270,22 +388,30 @@ def allowed_keys(T: int, window: Optional[int] = None, self_only: Optional[int] 
     return allowed
 
 
+def softcap(x: torch.Tensor, cap: Optional[float]) -> torch.Tensor:
+    """c tanh(x / c): x kept within (-c, c), nearly unchanged where |x| << c (Gemma 2's soft-capping)."""
+    return x if cap is None else cap * torch.tanh(x / cap)
+
+
 class CausalSelfAttention(nn.Module):
-    def __init__(self, config: GPTConfig):
+    def __init__(self, config: GPTConfig, layer: int = 0):
         super().__init__()
         self.config = config
-        hd = config.head_dim
+        self.window = config.sliding_window if config.slides(layer) else None
+        H, Hkv, hd = config.n_head, config.kv_heads, config.head_dim
         self.c_attn = nn.Linear(config.n_embd, sum(qkv_sizes(config)),
                                 bias=config.bias or config.qkv_bias or config.attn_bias)
-        self.c_proj = nn.Linear(config.n_head * hd, config.n_embd, bias=config.bias or config.attn_bias)   # W_O
-        if config.qk_norm:
-            self.q_norm, self.k_norm = RMSNorm(hd, config.norm_eps), RMSNorm(hd, config.norm_eps)
+        self.c_proj = nn.Linear(H * hd, config.n_embd, bias=config.bias or config.attn_bias)   # W_O
+        if config.qk_norm == "head":                          # one gain of size head_dim (Qwen3, Gemma 3)
+            self.q_norm, self.k_norm = rms_norm(config, hd), rms_norm(config, hd)
+        elif config.qk_norm == "all":                         # over every head's dims at once (OLMo-2)
+            self.q_norm, self.k_norm = rms_norm(config, H * hd), rms_norm(config, Hkv * hd)
         if config.head_norm:
-            self.head_norm = RMSNorm(hd, config.norm_eps)    # one gain of size head_dim, shared by heads
+            self.head_norm = rms_norm(config, hd)             # one gain of size head_dim, shared by heads
         if config.attn_sink:
-            self.sink = nn.Parameter(torch.zeros(config.n_head))         # one learned sink logit per head
+            self.sink = nn.Parameter(torch.zeros(H))          # one learned sink logit per head
         if config.attn_gate:                                  # gate logits from the block's (normed) input
-            self.c_gate = nn.Linear(config.n_embd, config.n_head * hd, bias=config.bias or config.attn_bias)
+            self.c_gate = nn.Linear(config.n_embd, H * hd, bias=config.bias or config.attn_bias)
 
     def forward(self, x, rope=None, mask=None, trace=None):
         """x (B, T, n_embd) -> (B, T, n_embd). mask: an edited (T, T) bool mask instead of the causal one.
@@ -295,18 +421,23 @@ class CausalSelfAttention(nn.Module):
         B, T, _ = x.shape
         H, Hkv, hd = cfg.n_head, cfg.kv_heads, cfg.head_dim
         q, k, v = self.c_attn(x).split(qkv_sizes(cfg), dim=-1)
+        if cfg.qk_norm == "all":
+            q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.view(B, T, H, hd), k.view(B, T, Hkv, hd), v.view(B, T, Hkv, hd)
-        if cfg.qk_norm:
+        if cfg.qk_norm == "head":
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)    # (B, heads, T, hd)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         want_probs = trace is not None and "attn_probs" in trace
-        explicit = want_probs or not cfg.rows_sum_to_one              # SDPA computes plain softmax only
-        window = cfg.sliding_window if cfg.sliding_window is not None and cfg.sliding_window < T else None
+        # SDPA computes plain softmax of unscaled-by-a-cap scores only: the rest goes the explicit way
+        explicit = want_probs or not cfg.rows_sum_to_one or cfg.attn_softcap is not None
+        window = self.window if self.window is not None and self.window < T else None
         edited = window or cfg.self_only is not None and cfg.self_only <= T
-        allowed = mask if mask is not None else (allowed_keys(T, window, cfg.self_only, x.device)
-                                                 if edited or explicit else None)
+        allowed = mask
+        if allowed is None and (edited or explicit):
+            allowed = allowed_keys(T, window, cfg.self_only, x.device)
+        scale = cfg.attn_scale or 1.0 / math.sqrt(hd)
         t = torch.arange(1, T + 1, device=x.device, dtype=torch.float32).view(T, 1)    # 1-indexed positions
         if cfg.attention == "uniform" and allowed is None:
             # Attn0-like: position t averages the values of positions 1..t (summed in fp32)
@@ -316,13 +447,13 @@ class CausalSelfAttention(nn.Module):
             if cfg.attention == "uniform":
                 probs = (allowed.float() / allowed.sum(dim=-1, keepdim=True)).expand(B, H, T, T)
             else:
-                scores = q @ k.repeat_interleave(H // Hkv, dim=1).transpose(-2, -1) * (1.0 / math.sqrt(hd))
+                scores = softcap(q @ k.repeat_interleave(H // Hkv, dim=1).transpose(-2, -1) * scale, cfg.attn_softcap)
                 probs = attention_weights(scores, allowed, cfg.attention, self.sink if cfg.attn_sink else None)
             y = probs.to(v.dtype) @ v.repeat_interleave(H // Hkv, dim=1)
             if want_probs:
                 trace["attn_probs"] = probs
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, is_causal=allowed is None,
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, is_causal=allowed is None, scale=scale,
                                                enable_gqa=Hkv != H)
         # Section 6.2.1: the running average leaves position t with variance ~ 1/t; undo it
         if cfg.calibration == "amplify":
@@ -340,41 +471,53 @@ class CausalSelfAttention(nn.Module):
 
 ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": functools.partial(F.gelu, approximate="tanh"), "relu": F.relu,
                "tanh": torch.tanh, "silu": F.silu}     # gelu is exact (erf); gelu_tanh is GPT-2's approximation
+GATED = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_tanh"}    # act(gate(x)) * up(x): LLaMA, Gemma
 
 
 class MLP(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.activation = config.activation
+        self.gated = config.activation in GATED
+        self.act = ACTIVATIONS[GATED.get(config.activation, config.activation)]
         bias = config.bias or config.mlp_bias
         self.c_fc = nn.Linear(config.n_embd, config.mlp_width, bias=bias)        # up
-        if config.activation == "swiglu":
+        if self.gated:
             self.c_gate = nn.Linear(config.n_embd, config.mlp_width, bias=bias)  # gate
         self.c_proj = nn.Linear(config.mlp_width, config.n_embd, bias=bias)      # down (residual projection)
 
     def forward(self, x):
-        if self.activation == "swiglu":
-            return self.c_proj(F.silu(self.c_gate(x)) * self.c_fc(x))
-        return self.c_proj(ACTIVATIONS[self.activation](self.c_fc(x)))
+        if self.gated:
+            return self.c_proj(self.act(self.c_gate(x)) * self.c_fc(x))
+        return self.c_proj(self.act(self.c_fc(x)))
 
 
 class Block(nn.Module):
-    def __init__(self, config: GPTConfig):
+    """A transformer block. Its norms by config.norm_position: ln_1 / ln_2 read each sublayer's input (pre,
+    sandwich), ln_1_out / ln_2_out its output before the residual add (post, sandwich); absent ones are
+    identities."""
+
+    def __init__(self, config: GPTConfig, layer: int = 0):
         super().__init__()
-        self.residual = config.residual
+        self.residual, self.parallel = config.residual, config.parallel_residual
+        norm_in = config.norm_position in ("pre", "sandwich")
+        norm_out = config.norm_position in ("post", "sandwich")
+        norm = lambda on: make_norm(config, config.n_embd) if on else nn.Identity()
         if config.sublayers in ("both", "attn"):
-            self.ln_1 = make_norm(config, config.n_embd)
-            self.attn = CausalSelfAttention(config)
+            self.ln_1, self.ln_1_out = norm(norm_in), norm(norm_out)
+            self.attn = CausalSelfAttention(config, layer)
         if config.sublayers in ("both", "mlp"):
-            self.ln_2 = make_norm(config, config.n_embd)
+            self.ln_2, self.ln_2_out = norm(norm_in), norm(norm_out)
             self.mlp = MLP(config)
 
     def forward(self, x, rope=None, mask=None, trace=None):
-        if hasattr(self, "attn"):
-            a = self.attn(self.ln_1(x), rope, mask, trace)
+        a = self.ln_1_out(self.attn(self.ln_1(x), rope, mask, trace)) if hasattr(self, "attn") else None
+        if self.parallel:                        # GPT-NeoX: the MLP reads the block's input, not x + a
+            m = self.ln_2_out(self.mlp(self.ln_2(x))) if hasattr(self, "mlp") else 0
+            return x + (0 if a is None else a) + m
+        if a is not None:
             x = x + a if self.residual else a
         if hasattr(self, "mlp"):
-            m = self.mlp(self.ln_2(x))
+            m = self.ln_2_out(self.mlp(self.ln_2(x)))
             x = x + m if self.residual else m
         return x
 
@@ -390,7 +533,7 @@ class GPT(nn.Module):
         self.config = config
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),
-            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+            h=nn.ModuleList([Block(config, layer) for layer in range(config.n_layer)]),
             ln_f=make_norm(config, config.n_embd),
         ))
         if config.position == "learned":
@@ -403,9 +546,9 @@ class GPT(nn.Module):
         next-token cross-entropy (targets -1 ignored); without, the last position's logits (B, 1, vocab) and None.
         Token ids are not range-checked here (a GPU sync per call): the scripts check them where data enters."""
         x = self._embed(idx, None)
-        rope = self._rope(x)
+        ropes = self._ropes(x)
         for block in self.transformer.h:
-            x = block(x, rope)
+            x = block(x, self._rope_of(block, ropes))
         x = self.transformer.ln_f(x)
         if targets is None:
             return self.unembed(x[:, [-1]]), None     # the LM head on the last position only (a list keeps T)
@@ -415,7 +558,7 @@ class GPT(nn.Module):
     def trace(self, idx=None, *, embeds=None, hidden=None, attn_probs=False, head_out=False, logits=False,
               attn_mask=None) -> dict:
         """One pass that keeps what the probes read, on token ids idx (B, T) or input embeddings
-        embeds (B, T, n_embd). Returns a dict holding only what was asked:
+        embeds (B, T, n_embd), taken as they are (no embed_scale). Returns a dict holding only what was asked:
           hidden="all" | "last": the n_layer + 2 residual-stream states -- the input (after the position
               table), after each block, after the final norm -- each (B, T, d), or (B, d) at the last token
           attn_probs: per layer (B, H, T, T), float32 (an explicit softmax instead of SDPA)
@@ -431,11 +574,11 @@ class GPT(nn.Module):
             attn_mask = check_attn_mask(attn_mask, T).to(x.device)
         keep = (lambda h: h) if hidden == "all" else (lambda h: h[:, -1])
         asked = [key for key, wanted in (("attn_probs", attn_probs), ("head_out", head_out)) if wanted]
-        rope = self._rope(x)
+        ropes = self._ropes(x)
         states, per_layer, finite = [keep(x)], [], [torch.isfinite(x).all()]
         for block in self.transformer.h:
             rec = dict.fromkeys(asked)
-            x = block(x, rope, attn_mask, rec)
+            x = block(x, self._rope_of(block, ropes), attn_mask, rec)
             states.append(keep(x))
             per_layer.append(rec)
             finite.append(torch.isfinite(x).all())
@@ -457,8 +600,9 @@ class GPT(nn.Module):
         return out
 
     def unembed(self, x):
-        """The LM head: final-norm states -> logits."""
-        return F.linear(x, self.transformer.wte.weight if self.lm_head is None else self.lm_head.weight)
+        """The LM head: final-norm states -> logits (soft-capped where the config says)."""
+        head = self.transformer.wte.weight if self.lm_head is None else self.lm_head.weight
+        return softcap(F.linear(x, head), self.config.logit_softcap)
 
     def num_params(self, include_embeddings: bool = True) -> int:
         tables = [self.transformer.wte, self.lm_head, getattr(self.transformer, "wpe", None)]
@@ -473,6 +617,8 @@ class GPT(nn.Module):
             if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
                 raise ValueError(f"idx must be integer token ids of shape (B, T), got {idx.dtype} {tuple(idx.shape)}")
             x = self.transformer.wte(idx.long())
+            if cfg.embed_scale != 1.0:      # Gemma rounds sqrt(n_embd) to the model's dtype first: so do we
+                x = x * torch.tensor(cfg.embed_scale, dtype=x.dtype, device=x.device)
         else:
             if embeds.dim() != 3 or embeds.shape[-1] != cfg.n_embd:
                 raise ValueError(f"embeds must have shape (B, T, n_embd={cfg.n_embd}), got {tuple(embeds.shape)}")
@@ -482,12 +628,28 @@ class GPT(nn.Module):
             raise ValueError(f"sequence length {T} exceeds the context block_size={cfg.block_size}")
         if T == 0:
             raise ValueError("empty sequence: T must be at least 1")
+        if cfg.position == "rope" and cfg.rope_type == "longrope" and T > cfg.rope_original_context:
+            raise ValueError(f"sequence length {T} exceeds rope_original_context={cfg.rope_original_context}: past "
+                             f"it LongRoPE switches to its long factors, which this model does not carry")
         if cfg.position == "learned":
             x = x + self.transformer.wpe(torch.arange(T, device=x.device))
         return x
 
-    def _rope(self, x):
-        return rope_tables(x.shape[1], self.config, x.device) if self.config.position == "rope" else None
+    def _ropes(self, x):
+        """RoPE's (cos, sin) for the full-attention layers and for the sliding-window ones (the same tables
+        unless rope_local_theta sets the latter apart); None without RoPE."""
+        cfg = self.config
+        if cfg.position != "rope":
+            return None
+        full = rope_tables(x.shape[1], cfg, x.device)
+        return dict(full=full, sliding=rope_tables(x.shape[1], cfg, x.device, local=True)
+                    if cfg.rope_local_theta else full)
+
+    @staticmethod
+    def _rope_of(block, ropes):
+        if ropes is None or not hasattr(block, "attn"):
+            return None
+        return ropes["full" if block.attn.window is None else "sliding"]
 
 
 def raise_if_nonfinite(finite: torch.Tensor, n_layer: int) -> None:
@@ -496,8 +658,12 @@ def raise_if_nonfinite(finite: torch.Tensor, n_layer: int) -> None:
     if bool(finite.all()):
         return
     first = int((~finite).nonzero()[0])
-    where = ("the input embeddings" if first == 0 else f"block {first} of {n_layer}" if first <= n_layer
-             else "the final norm" if first == n_layer + 1 else "the LM head (logits)")
+    if first == 0:
+        where = "the input embeddings"
+    elif first <= n_layer:
+        where = f"block {first} of {n_layer}"
+    else:
+        where = "the final norm" if first == n_layer + 1 else "the LM head (logits)"
     raise FloatingPointError(f"non-finite activations (NaN/inf), first in {where}: no result is computed from "
                              f"them. Check the config's knobs and the weights, or run in float32 (--dtype float32)")
 
@@ -515,19 +681,25 @@ def check_attn_mask(mask: torch.Tensor, T: int) -> torch.Tensor:
 
 def forward_flops(model: GPT, seq_len: int, logits_positions: int = 1) -> float:
     """Forward flops of one sequence of T = seq_len tokens, 2 per multiply-add, as the probes' TFLOP/s and MFU count:
-      - each weight matrix once per token (embedding lookups, biases and norm gains are not matmuls);
+      - each weight matrix once per token (embedding lookups, biases and norm gains are not matmuls; neither are
+        RoPE, soft-caps and the embedding scale, all elementwise);
       - 4 H hd per attended (query, key) pair and layer: its score and its weighted value. Causal attention
-        attends T (T + 1) / 2 pairs (fewer with a sliding window); uniform attention is a running sum, no matmul;
+        attends T (T + 1) / 2 pairs, fewer in a sliding-window layer and one fewer per query that attends only
+        to itself; uniform attention is a running sum, no matmul;
       - the LM head on `logits_positions` positions (1: the last only, as the probes; 0: none, a fingerprint).
     train.py's MFU counts as nanoGPT does instead (PaLM's 6 N + 12 L H hd T), so the two compare."""
     cfg = model.config
-    tables = [t.weight for t in (model.transformer.wte, getattr(model.transformer, "wpe", None), model.lm_head) if t]
+    tables = [model.transformer.wte, getattr(model.transformer, "wpe", None), model.lm_head]
+    tables = [t.weight for t in tables if t is not None]
     matrices = sum(p.numel() for p in model.parameters() if p.dim() == 2 and not any(p is t for t in tables))
-    w = min(cfg.sliding_window or seq_len, seq_len)
-    pairs = w * (w + 1) // 2 + (seq_len - w) * w                  # sum over t of min(t, w) keys ...
-    pairs -= min(cfg.self_only, w) - 1 if cfg.self_only and cfg.self_only <= seq_len else 0   # ... but one at self_only
-    attends = cfg.sublayers != "mlp" and cfg.attention != "uniform"
-    attention = 4 * cfg.n_layer * cfg.n_head * cfg.head_dim * pairs if attends else 0
+    attention = 0
+    if cfg.sublayers != "mlp" and cfg.attention != "uniform":
+        for layer in range(cfg.n_layer):
+            w = min(cfg.sliding_window if cfg.slides(layer) else seq_len, seq_len)
+            pairs = w * (w + 1) // 2 + (seq_len - w) * w              # sum over t of min(t, w) keys ...
+            if cfg.self_only and cfg.self_only <= seq_len:
+                pairs -= min(cfg.self_only, w) - 1                    # ... but one at self_only
+            attention += 4 * cfg.n_head * cfg.head_dim * pairs
     return 2 * matrices * seq_len + attention + logits_positions * 2 * cfg.n_embd * cfg.vocab_size
 
 
@@ -566,6 +738,8 @@ def read_checkpoint(path, mmap: bool = False) -> dict:
     unknown = sorted(set(ckpt["config"]) - {f.name for f in dataclasses.fields(GPTConfig)})
     if unknown:
         raise ValueError(f"{path} has config knobs this model.py does not know: {unknown}")
+    if isinstance(ckpt["config"].get("qk_norm"), bool):      # written when qk_norm was per head or nothing
+        ckpt["config"]["qk_norm"] = "head" if ckpt["config"]["qk_norm"] else "none"
     try:
         GPTConfig(**ckpt["config"])
     except (TypeError, ValueError) as e:

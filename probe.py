@@ -26,13 +26,15 @@ import dataclasses
 import math
 import os
 import time
+from typing import Optional
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from common import (ArgumentParser, DTYPES, Progress, add_config_flags, add_device_flags, check_dtype_runs,
-                    check_output, config_from_flags, figure, join_process_group, leave_process_group, lock_dir,
-                    parse_bool, peak_flops, print_table, random_batches, rank_device, refuse_moved, resolve_device,
-                    run_script, save_figure, seed_int, torchrun_rank, update_results)
-from model import GPT, forward_flops
+                    check_output, config_from_flags, config_overrides, figure, join_process_group,
+                    leave_process_group, load_model, lock_dir, parse_bool, peak_flops, print_table, random_batches,
+                    rank_device, read_model_config, refuse_moved, resolve_device, run_script, save_figure, seed_int,
+                    torchrun_rank, update_results)
+from model import GPT, PRESETS, GPTConfig, forward_flops
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -171,10 +173,12 @@ class PairwiseCosine:
 def model_inputs(model: GPT, kind: str, sequences: int, seq_len: int, batch_size: int, seed: int):
     """Keyword arguments for model.trace, batch by batch (common.random_batches, moved to the model's device):
     {"idx": uniform token ids} or {"embeds": iid N(mean, std) vectors with the scalar mean and std of the
-    model's own token embedding table -- Section 4.1's stand-in for random tokens, without repeats}.
+    model's own token embedding table (times its embed_scale) -- Section 4.1's stand-in for random tokens,
+    without repeats}.
     The same arguments give the same inputs on every device, so two models see identical sequences."""
     w = model.transformer.wte.weight
-    mean, std = w.float().mean().item(), w.float().std().item()
+    scale = model.config.embed_scale                  # the table's rows as the model sees them (Gemma: x sqrt(d))
+    mean, std = scale * w.float().mean().item(), scale * w.float().std().item()
     for x in random_batches(kind, sequences, seq_len, batch_size, seed, vocab=model.config.vocab_size,
                             width=model.config.n_embd, mean=mean, std=std):
         yield {"idx": x.to(w.device)} if kind == "tokens" else {"embeds": x.to(w.device, w.dtype)}
@@ -224,9 +228,27 @@ DERIVED = {
 }
 
 
+# With --model DIR the probes run on the weights given; these experiments build fresh inits instead (variants of
+# an architecture from one seed, or many seeds), so they need a preset.
+NEEDS_SEEDS = ("direction", "ablation", "mlp0", "layernorm", "table3", "intra", "variance", "seed_dependence")
+
+
+def given_model(args) -> Optional[str]:
+    """The checkpoint or Hugging Face directory --model names, or None for a preset."""
+    return args.model if args.model not in PRESETS and os.path.exists(args.model) else None
+
+
 def _build(args, config, seed, **overrides):
+    """A fresh init of `config` (with overrides) from block seed `seed`; with --model DIR, the model given."""
+    if given_model(args):
+        return load_model(args.model, args.device, getattr(torch, args.dtype)).eval()
     cfg = dataclasses.replace(config, **overrides)
     return build(cfg, seed, args.embed_seed, device=args.device, dtype=getattr(torch, args.dtype)).eval()
+
+
+def _which(args, seed) -> str:
+    """How a row or a title names its model: a preset's seed, or the model given."""
+    return args.model if given_model(args) else f"{args.model} seed {seed}"
 
 
 def _probe(args, model, kind="tokens", seq_len=None, sequences=None):
@@ -254,7 +276,7 @@ def exp_table1(args, config, seeds):
             r = _probe(args, model, seq_len=T)
             rows.append(dict(seed=seed, seq_len=T, **token_preference(r["counts"]), seconds=r["seconds"],
                              tokens_per_s=r["tokens_per_s"], tflops=r["tflops"], mfu=r["mfu"]))
-            hist[f"seed {seed}, T={T}"] = np.sort(r["counts"])[::-1][:200].tolist()
+            hist[f"{_which(args, seed)}, T={T}"] = np.sort(r["counts"])[::-1][:200].tolist()
     return dict(rows=rows, hist=hist)
 
 
@@ -276,7 +298,7 @@ def report_table1(args, config, res):
 
 def exp_contraction(args, config):
     r = _probe(args, _build(args, config, args.seeds[0]))
-    print(f"Fig 2: inter-sequence cosine of last-token states, {args.model} seed {args.seeds[0]}, "
+    print(f"Fig 2: inter-sequence cosine of last-token states, {_which(args, args.seeds[0])}, "
           f"{args.sequences} random token sequences of {args.seq_len[0]}")
     print_table(_layer_rows({"full": r["cosine"]}))
     _plot_layers(args, "fig2_inter_sequence.png", {"full model": r["cosine"]}, "Fig 2: inter-sequence contraction")
@@ -474,7 +496,7 @@ def exp_dims(args, config):
     r = _probe(args, _build(args, config, args.seeds[0]))
     dims, counts = r["dim_counts"], r["counts"]
     top = np.argsort(dims)[::-1][:5]
-    print(f"Fig 10: argmax dimension of final-norm last-token states, {args.model} seed {args.seeds[0]}, "
+    print(f"Fig 10: argmax dimension of final-norm last-token states, {_which(args, args.seeds[0])}, "
           f"{args.sequences} sequences")
     print("  top dimensions: " + ", ".join(f"{int(d)} ({100 * dims[d] / args.sequences:.1f}%)" for d in top) +
           f"; uniform would give {100 / config.n_embd:.2f}% each; {int((dims > 0).sum())} of {config.n_embd} ever win")
@@ -532,7 +554,7 @@ def main(argv=None):
     refuse_moved(argv, {"bench": "python -m studies.probe_bench"})     # an old --exp names its study
     parser = ArgumentParser(prog="probe.py", description="What a transformer is born with: token preference and "
                                                  "contraction on random inputs (paper Sections 3-5).")
-    add_config_flags(parser)
+    add_config_flags(parser, or_model=True)
     parser.add_argument("--exp", nargs="+", default=["table1"], choices=EXPERIMENTS + ("all",),
                         help="which tables / figures to make (default table1)")
     parser.add_argument("--seeds", type=seed_int, nargs="+", default=[42, 43], help="block init seeds")
@@ -547,7 +569,7 @@ def main(argv=None):
     add_device_flags(parser, "dtype of the weights (bfloat16: the paper's GPU setting)", dtype_default="float32")
     parser.add_argument("--out", default="out/probe")
     args = parser.parse_args(argv)
-    config = config_from_flags(args)                       # a bad preset or knob is one line, before any work
+    config = model_config(args)                            # a bad preset, knob or model is one line, before any work
     check_args(args, config)
     device = rank_device(resolve_device(args.device))      # under torchrun: this rank's GPU
     check_dtype_runs(device, DTYPES[args.dtype])
@@ -561,9 +583,28 @@ def main(argv=None):
     leave_process_group()
 
 
+def model_config(args) -> GPTConfig:
+    """The config of --model: a preset with the knob flags on top, or a given model's own (no knob flags)."""
+    if given_model(args):
+        if config_overrides(args):
+            raise ValueError(f"--model {args.model} is a model with its own config: drop the knob flags "
+                             f"({', '.join('--' + k for k in config_overrides(args))})")
+        return read_model_config(args.model)
+    if args.model not in PRESETS:
+        raise ValueError(f"--model {args.model!r} is no preset ({', '.join(PRESETS)}) and no checkpoint or Hugging "
+                         f"Face directory")
+    return config_from_flags(args)
+
+
 def check_args(args, config) -> None:
     """Every count and range of the command line, against the model it will run on, before any work."""
     check_output(args.out)
+    exps = list(EXPERIMENTS) if "all" in args.exp else args.exp
+    seeded = [name for name in exps if name in NEEDS_SEEDS]
+    if given_model(args) and seeded:
+        raise ValueError(f"--exp {seeded[0]} builds fresh inits from seeds (block seed against embedding seed), not "
+                         f"the weights of --model {args.model}: give a preset; on a given model probe.py runs "
+                         f"table1, contraction and dims")
     positive = dict(sequences=args.sequences, batch_size=args.batch_size, models=args.models)
     for name, value in positive.items():
         if value < 1:
@@ -573,7 +614,6 @@ def check_args(args, config) -> None:
     bad = [T for T in args.seq_len if not 1 <= T <= config.block_size]
     if bad:
         raise ValueError(f"--seq_len {bad[0]} is outside [1, the model's block_size {config.block_size}]")
-    exps = list(EXPERIMENTS) if "all" in args.exp else args.exp
     if "table3" in exps and min(args.seq_len) < 2:
         raise ValueError("--exp table3 compares two positions: --seq_len must be at least 2")
     for name in exps:
@@ -597,6 +637,7 @@ def run_experiments(args, config, rank: int, world: int) -> None:
         if name in PER_SEED:            # each rank takes every world-th seed; rank 0 merges and reports
             run, report = PER_SEED[name]
             seeds = args.seeds if name == "table1" else list(range(args.seeds[0], args.seeds[0] + args.models))
+            seeds = [None] if given_model(args) else seeds               # the model given, once
             parts = _gather(run(args, config, seeds[rank::world]), world)
             res = {key: _merge([p[key] for p in parts]) for key in parts[0]}
             res["rows"].sort(key=lambda r: (r["seed"], r.get("seq_len", 0)))

@@ -170,8 +170,8 @@ def rotate_residual(model: GPT, seed: int = 0) -> GPT:
     carries the final norm's gain, is untied. The final-norm states (the fingerprint) are rotated and lose
     that gain: a lineage test by coordinates cannot see through this."""
     cfg = model.config
-    if cfg.norm != "rmsnorm" or cfg.bias or cfg.position == "learned":
-        raise ValueError("rotate_residual needs RMSNorm blocks without norm biases or a position table")
+    if cfg.norm != "rmsnorm" or cfg.norm_position != "pre" or cfg.bias or cfg.position == "learned":
+        raise ValueError("rotate_residual needs pre-norm RMSNorm blocks without norm biases or a position table")
     d = cfg.n_embd
     Q, _ = torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
     src = {n: p.double() for n, p in model.state_dict().items()}

@@ -15,10 +15,10 @@ Reports each test's false-positive rate with its 95% Clopper-Pearson interval an
 kind, and a QQ plot of the unrelated pairs' p-values (fpr_qq.png). Makes the README's first calibration row and
 docs/seedprint.md's calibration table and figure:
 
-    python -m studies.lineage_fpr --n_embd 128 --block_size 64 --batch_size 32 --fpr_inits 20 --fpr_trained 12 \
-        --fpr_descendants 4          # about 2 h on one core, nearly all of it training
+    python -m studies.lineage_fpr --tokenizer gpt2 --n_embd 128 --block_size 64 --batch_size 32 --fpr_inits 20 \
+        --fpr_trained 12 --fpr_descendants 4         # about 2 h on one core, nearly all of it training
 
-The default (12 inits, 4 trained 200 steps, tiny at width 64, GPT-2 vocabulary) takes about 15 minutes on 2 cores.
+The default (12 inits, 4 trained 200 steps, tiny at width 64, bytes) takes TIME on 2 cores.
 """
 import os
 

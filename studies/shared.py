@@ -42,7 +42,9 @@ def add_lineage_flags(parser, out: str, training: bool = True, steps: int = 200,
         g.add_argument("--corpus", default="shakespeare", help="pretraining corpus: a named corpus of train.py, "
                        "or a text file")
         g.add_argument("--corpus2", default="brown", help="the corpus a continuation is trained on")
-        g.add_argument("--tokenizer", choices=("bytes", "gpt2"), default="gpt2")
+        g.add_argument("--tokenizer", choices=("bytes", "gpt2"), default="bytes",
+                       help="bytes (the default: a vocabulary of 256, fast on a laptop) or gpt2 (50,257 tokens, as "
+                       "the README's calibration)")
         g.add_argument("--data_from", default=None, help="offline: a directory holding the corpora (train.py "
                        "--from)")
         g.add_argument("--data_seed", type=seed_int, default=1234, help="seed of the batch order")

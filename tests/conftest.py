@@ -170,10 +170,11 @@ def naive_llama_family(spec: dict, t: dict, ids: torch.Tensor):
         a, b = x[..., :hd // 2], x[..., hd // 2:]
         return torch.cat([a * ang.cos() - b * ang.sin(), b * ang.cos() + a * ang.sin()], -1)
 
-    window = spec["window"] or T
-    visible = torch.tensor([[s <= q and q - s < window for s in range(T)] for q in range(T)])
+    windows = spec.get("windows") or [spec["window"]] * spec["L"]          # a window per layer, or one for all
     x = w["model.embed_tokens.weight"][ids]
     for i in range(spec["L"]):
+        window = windows[i] or T
+        visible = torch.tensor([[s <= q and q - s < window for s in range(T)] for q in range(T)])
         p = f"model.layers.{i}."
         h = rms(x, w[p + "input_layernorm.weight"])
         proj = lambda n: h @ w[p + f"self_attn.{n}_proj.weight"].T + w.get(p + f"self_attn.{n}_proj.bias", 0)

@@ -20,7 +20,7 @@ import train
 from conftest import assert_matches, cli_error, llama_family, naive_llama_family, write_hf
 from init import build
 import hf
-from model import GPT, get_config, load_checkpoint, read_checkpoint, write_checkpoint
+from model import get_config, load_checkpoint, read_checkpoint, write_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--n_layer", "2", "--n_embd", "32", "--n_head", "2", "--block_size", "64"]
@@ -63,8 +63,9 @@ def files(tmp_path_factory):
                          "hf_foreign": lambda d: (d / "model-00001-of-00001.safetensors").write_bytes(b"\x89PNG" * 64),
                          "hf_list": lambda d: (d / "config.json").write_text("[1, 2, 3]"),
                          "hf_badjson": lambda d: (d / "config.json").write_text("{\"hidden_size\": 32,"),
-                         "hf_types": lambda d: (d / "config.json").write_text(json.dumps(dict(cfg, num_hidden_layers="2"))),
-                         "hf_nan": None, "hf_gemma": None}.items():
+                         "hf_types": lambda d: (d / "config.json").write_text(
+                             json.dumps(dict(cfg, num_hidden_layers="2"))),
+                         "hf_nan": None, "hf_moe": None}.items():
         d = root / name
         write_hf(d, cfg, t, shards=1)
         if mutate:
@@ -73,9 +74,9 @@ def files(tmp_path_factory):
     nan_t["model.layers.0.mlp.up_proj.weight"] = t["model.layers.0.mlp.up_proj.weight"].clone()
     nan_t["model.layers.0.mlp.up_proj.weight"][3, 3] = float("inf")
     write_hf(root / "hf_nan", cfg, nan_t, shards=1)
-    (root / "hf_gemma" / "config.json").write_text(json.dumps(dict(cfg, architectures=["GemmaForCausalLM"])))
+    (root / "hf_moe" / "config.json").write_text(json.dumps(dict(cfg, architectures=["PhimoeForCausalLM"])))
     f.update({k: root / k for k in ("hf_cut", "hf_empty", "hf_foreign", "hf_list", "hf_badjson", "hf_types",
-                                     "hf_nan", "hf_gemma")})
+                                     "hf_nan", "hf_moe")})
 
     (root / "ids.npy").write_bytes(b"not an npy file at all")
     (root / "odd.bin").write_bytes(b"\x01\x02\x03")
@@ -155,10 +156,14 @@ CASES = [
     ("probe", ["--model", "tiny", "--exp", "table1", "intra", "--attn_sink", "on"], "--exp intra builds a model"),
     ("probe", ["--model", "tiny", "--device", "cpu:1"], "unsupported device 'cpu:1'"),
     ("probe", ["--model", "tiny", "--data_seed", "99999999999999999999999"], "a seed lies in [0, 2^63)"),
+    ("probe", ["--model", "{hf}", "--exp", "table1", "ablation"], "--exp ablation builds fresh inits from seeds"),
+    ("probe", ["--model", "{hf}", "--n_layer", "2"], "drop the knob flags (--n_layer)"),
+    ("probe", ["--model", "nope"], "no preset"),
+    ("probe", ["--model", "{hf_moe}"], "unsupported architecture 'PhimoeForCausalLM'"),
     ("seedprint", ["{ckpt}", "{ckpt}", "--k", "0"], "at least 2"),
     ("seedprint", ["{ckpt}"], "give two or more models"),
     ("seedprint", ["{missing}", "{ckpt}"], "no model at"),
-    ("seedprint", ["{hf_gemma}", "{hf}"], "unsupported architecture 'GemmaForCausalLM'"),
+    ("seedprint", ["{hf_moe}", "{hf}"], "unsupported architecture 'PhimoeForCausalLM'"),
     ("seedprint", ["{hf}", "{hf_cut}"], "not a valid .safetensors file"),
     ("seedprint", ["{ckpt}", "{nan_ckpt}"], "NaN/inf"),
     ("seedprint", ["{ckpt}", "{ckpt}", "--seq_len", "999"], "--seq_len 999 exceeds the context"),
@@ -183,7 +188,8 @@ CASES = [
     ("sink", ["{ckpt}", "--eps", "1.5"], "0 < --eps < 1"),
     ("sink", ["{hf}", "--text", "{text}"], "no tokenizer"),
     ("sink", ["{nan_ckpt}"], "NaN/inf"),
-    ("sink", ["{ckpt}", "--exp", "interventions", "--lengths", "16", "--k", "1"], "--k positions must lie in [2, T=16]"),
+    ("sink", ["{ckpt}", "--exp", "interventions", "--lengths", "16", "--k", "1"],
+     "--k positions must lie in [2, T=16]"),
     ("sink", ["{ckpt}", "--exp", "interventions", "--lengths", "16", "--layer", "7"], "--layer must index"),
     ("sink", ["{ckpt}", "--exp", "interventions", "--lengths", "16", "--lambdas", "nan"], "--lambdas must be finite"),
     ("studies.sink_testbed", ["--steps", "0"], "--steps must be at least 1"),
@@ -210,7 +216,8 @@ CASES = [
     ("train", ["--data", "{data}", "--out_dir", "OUT", "--lr", "0"], "--lr must be a finite number > 0"),
     ("train", ["--data", "{data}", "--out_dir", "OUT", "--beta2", "1"], "--beta2 must be a number in [0, 1)"),
     ("train", ["--data", "{data}", "--out_dir", "OUT", "--init_from", "{a_dir}"], "no checkpoint file"),
-    ("train", ["--data", "{data}", "--out_dir", "OUT", "--init_from", "{empty_pt}"], "not a readable train.py checkpoint"),
+    ("train", ["--data", "{data}", "--out_dir", "OUT", "--init_from", "{empty_pt}"],
+     "not a readable train.py checkpoint"),
     ("train", ["--data", "{data}", "--out_dir", "OUT", "--eval_sequences", "100000"], "--eval_sequences 100000"),
     ("train", ["--data", "{data}", "--out_dir", "OUT", "--n_layer", "-1"], "n_layer must be an integer >= 1"),
     ("train", ["--data", "{data}", "--out_dir", "OUT", "--dtype", "fp8"], "invalid choice: 'fp8'"),
@@ -221,7 +228,8 @@ CASES = [
     ("train", ["--data", "{data}", "--out_dir", "{resume_bad}", *TINY, "--eval_every", "0", "--resume"],
      "lacks the optimizer"),
     ("train", ["prepare", "{text}", "--tokenizer", "bytes", "--out", "OUT", "--val_fraction", "0.0001"], "too few"),
-    pytest.param("train", ["--data", "{data}", "--out_dir", "OUT", "--device", "cuda"], "no CUDA device", marks=NO_CUDA),
+    pytest.param("train", ["--data", "{data}", "--out_dir", "OUT", "--device", "cuda"], "no CUDA device",
+                 marks=NO_CUDA),
     ("train", ["prepare", "{a_dir}", "--out", "OUT"], "is a directory, not a text file"),
     ("train", ["prepare", "{latin1}", "--tokenizer", "bytes", "--out", "OUT"], "latin1.txt is not UTF-8 text"),
     ("train", ["prepare", "{text}", "--tokenizer", "bytes", "--out", "OUT", "--val_fraction", "1.5"], "--val_fraction"),
@@ -297,7 +305,8 @@ def test_a_run_killed_while_checkpointing_leaves_every_checkpoint_loadable(files
     out = tmp_path / "run"
     started = False
     for delay in (0.0, 0.07, 0.19):
-        proc = _trainer(files["data"], out, "--max_steps", "80", "--ckpt_every", "1", *(["--resume"] if started else []))
+        resume = ["--resume"] if started else []
+        proc = _trainer(files["data"], out, "--max_steps", "80", "--ckpt_every", "1", *resume)
         _wait_for(lambda: len(train.list_checkpoints(str(out))) >= 2 or proc.poll() is not None)
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)

@@ -168,9 +168,10 @@ def refused(cfg_change=None, tensor_change=None, match="", tmp=None, arch="Llama
 
 
 def test_unsupported_architecture_lists_the_families_and_the_escape_hatch(tmp_path):
-    refused(dict(architectures=["GemmaForCausalLM"]), match=r"unsupported architecture 'GemmaForCausalLM'.*"
-            r"LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel.*callable",
-            tmp=tmp_path)
+    refused(dict(architectures=["PhimoeForCausalLM"]), match=r"unsupported architecture 'PhimoeForCausalLM'.*"
+            r"LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Olmo2ForCausalLM, "
+            r"GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, GPT2LMHeadModel, "
+            r"GPTNeoXForCausalLM.*callable", tmp=tmp_path)
 
 
 @pytest.mark.parametrize("change,match", [
@@ -187,9 +188,19 @@ def test_fields_that_cannot_be_honoured_are_refused_by_name(tmp_path, change, ma
     refused(change, match=match, tmp=tmp_path, spelling="4.x")
 
 
+def test_qwen2_windows_from_max_window_layers_on_load_layer_by_layer(tmp_path):
+    """Qwen2's use_sliding_window: full attention below max_window_layers, the window from there on; a naive
+    forward with a window per layer is the reference (T = 12 > window 5, so the window bites)."""
+    spec, cfg, t = llama_family("Qwen2ForCausalLM", spelling="4.x")
+    cfg.update(use_sliding_window=True, sliding_window=5, max_window_layers=1)
+    write_hf(tmp_path, cfg, t)
+    model = hf.load(str(tmp_path)).eval()
+    assert model.config.sliding_layers == "fs"
+    ids = torch.randint(0, spec["V"], (2, 12), generator=torch.Generator().manual_seed(1))
+    assert_matches(model, *naive_llama_family(dict(spec, windows=[None, 5]), t, ids), ids)
+
+
 def test_family_specific_refusals(tmp_path):
-    refused(dict(use_sliding_window=True, sliding_window=8, max_window_layers=1), match="mixes full and sliding",
-            tmp=tmp_path / "qwen2", arch="Qwen2ForCausalLM")
     refused(dict(attention_bias=True),
             match="attention_bias=true, which transformers' MistralForCausalLM does not read",
             tmp=tmp_path / "mistral", arch="MistralForCausalLM")
@@ -292,3 +303,146 @@ def test_loading_a_bf16_checkpoint_peaks_near_its_own_size(tmp_path):
     report = json.loads((tmp_path / "out" / "results.json").read_text())["load"]
     assert report["params"] == sum(math.prod(shape) for shape in names.values())
     assert report["file_bytes"] == size and report["dtype"] == "bfloat16" and report["ratio"] <= 1.5
+
+
+# ----------------------------------------------------------------------------- the families people study:
+# GPT-NeoX (Pythia), OLMo-2, Gemma 1/2/3, Phi-3. tests/hf_families.py writes tiny checkpoints of each, in both
+# config spellings, and computes their forward head by head in float64 from each family's definition.
+
+import hf_families  # noqa: E402
+
+
+@pytest.mark.parametrize("spelling", ["4.x", "5.x"])
+@pytest.mark.parametrize("case", list(hf_families.CASES))
+def test_each_family_loads_exactly(tmp_path, case, spelling):
+    """Logits and the final hidden state within 1e-5 (relative, fp32) of the naive float64 forward, every
+    variant, both spellings, sharded; a LongRoPE model refuses, in one error, the lengths past its original
+    context, where transformers switches to the long factors."""
+    spec, cfg, t = hf_families.checkpoint(case, spelling)
+    hf_families.write_checkpoint(tmp_path, cfg, t, shards=2)
+    model = hf.load(str(tmp_path)).eval()
+    for B, T in hf_families.CASES[case]["ids"]:
+        ids = torch.randint(0, spec["V"], (B, T), generator=torch.Generator().manual_seed(1))
+        longrope = model.config.rope_type == "longrope"
+        if longrope and T > model.config.rope_original_context:
+            with pytest.raises(ValueError, match="LongRoPE switches to its long factors"):
+                model(ids)
+            continue
+        assert_matches(model, *hf_families.naive_forward(spec, t, ids), ids)
+
+
+SPEC_CHANGES = [   # (case, a change of the naive forward's spec): each must move the logits, or a test passes
+    ("pythia", dict(block="sequential")),  # vacuously on a knob the loader drops
+    ("pythia", dict(ropes=None)),
+    ("olmo2", dict(qk_norm=None)),
+    ("olmo2", dict(block="sequential")),
+    ("gemma", dict(embed_scale=None)),
+    ("gemma", dict(norm="rmsnorm")),
+    ("gemma", dict(activation="gelu")),
+    ("gemma2", dict(attn_softcap=None)),
+    ("gemma2", dict(final_softcap=None)),
+    ("gemma2", dict(windows=None)),
+    ("gemma2", dict(block="sequential")),
+    ("gemma3-4b-like", dict(ropes=None)),
+    ("gemma3-4b-like", dict(qk_norm=None)),
+    ("phi4-mini-longrope-partial", dict(ropes=None)),
+]
+
+
+@pytest.mark.parametrize("case,change", SPEC_CHANGES)
+def test_the_knobs_of_each_family_matter_to_its_reference(case, change):
+    """Each knob a family sets apart changes the reference forward by far more than the 1e-5 the loader must
+    meet, so that the comparisons above are not vacuous: the naive forward with that knob undone (RoPE: the
+    first layer's partial, scaled or local RoPE replaced by a plain full one; windows: none) is another model."""
+    spec, _, t = hf_families.checkpoint(case)
+    changed = dict(spec, **change)
+    if change.get("ropes", 1) is None:
+        changed["ropes"] = [dict(type="default", theta=10000.0, dim=spec["hd"])] * spec["L"]
+    if change.get("windows", 1) is None:
+        changed["windows"] = [None] * spec["L"]
+    if change.get("block") == "sequential":     # its norms read as the sequential block's input norms
+        t = dict(t)
+        for i in range(spec["L"]):
+            p = f"{spec['prefix']}layers.{i}."
+            for name in ("input_layernorm", "post_attention_layernorm"):
+                for kind in ("weight", "bias"):
+                    t.setdefault(f"{p}{name}.{kind}", t.get(f"{p}post_feedforward_layernorm.{kind}"))
+            t = {k: v for k, v in t.items() if v is not None}
+    ids = torch.randint(0, spec["V"], (2, 12), generator=torch.Generator().manual_seed(1))
+    logits, _ = hf_families.naive_forward(spec, t, ids)
+    other, _ = hf_families.naive_forward(changed, t, ids)
+    assert (other - logits).abs().max() > 1e-4 * logits.abs().max(), (case, change)     # 10x the bound
+
+
+@pytest.mark.parametrize("spelling", ["4.x", "5.x"])
+@pytest.mark.parametrize("case", ["pythia", "olmo2", "gemma", "gemma2", "gemma3-1b-like", "phi3-mini-4k-like",
+                                  "gemma3-conditional-generation"])
+def test_a_field_no_family_reads_is_refused_by_name_in_every_family(tmp_path, case, spelling):
+    spec, cfg, t = hf_families.checkpoint(case, spelling)
+    if "text_config" in cfg:
+        cfg = dict(cfg, text_config=dict(cfg["text_config"], moe_num_experts=8))
+    else:
+        cfg = dict(cfg, moe_num_experts=8)
+    hf_families.write_checkpoint(tmp_path, cfg, t)
+    with pytest.raises(ValueError, match=r"\['moe_num_experts'\].*not understood"):
+        hf.read_config(str(tmp_path))
+
+
+@pytest.mark.parametrize("case,change,match", [
+    ("pythia", dict(rotary_pct=0.2), "RoPE on 3 dims"),        # head_dim 16 x 0.2: 3 dims, odd
+    ("pythia", dict(rope_theta=12.0), "rope_theta disagrees"),
+    ("gemma2", dict(use_bidirectional_attention=True), "use_bidirectional_attention"),
+    ("gemma", dict(hidden_act="relu"), "hidden_act 'relu'"),
+    ("phi3-mini-4k-like", dict(rope_scaling={"type": "yarn", "factor": 4.0}), "RoPE type 'yarn'"),
+    ("phi3-mini-4k-like", dict(attention_bias=True), "attention_bias=true"),
+    ("olmo2", dict(partial_rotary_factor=0.5), "RoPE on part of each head is not supported"),
+    ("gemma3-1b-like", dict(layer_types=["full_attention"]), "layer_types must name each of the 7 layers"),
+])
+def test_family_fields_that_cannot_be_honoured_are_refused(tmp_path, case, change, match):
+    spec, cfg, t = hf_families.checkpoint(case, "4.x")
+    hf_families.write_checkpoint(tmp_path, dict(cfg, **change), t)
+    with pytest.raises(ValueError, match=match):
+        hf.read_config(str(tmp_path))
+
+
+def test_gemma_rounds_its_embedding_scale_to_the_model_dtype(tmp_path):
+    """Gemma multiplies its embeddings by sqrt(width) rounded to the model's dtype (width 48: 6.928... is 6.9375
+    in bf16): the residual stream's input is the table row times exactly that number, in bf16 as in fp32."""
+    spec, cfg, t = hf_families.checkpoint("gemma")
+    hf_families.write_checkpoint(tmp_path, cfg, {k: v.to(torch.bfloat16) for k, v in t.items()})
+    ids = torch.tensor([[3, 5, 7]])
+    for dtype in (torch.bfloat16, torch.float32):
+        model = hf.load(str(tmp_path), dtype=dtype).eval()
+        table = t["model.embed_tokens.weight"].to(torch.bfloat16).to(dtype)
+        scale = torch.tensor(math.sqrt(spec["d"]), dtype=dtype)
+        with torch.no_grad():
+            first = model.trace(ids, hidden="all")["hidden"][0]
+        assert torch.equal(first[0], table[ids[0]] * scale)
+    assert torch.tensor(math.sqrt(48), dtype=torch.bfloat16).item() == 6.9375
+
+
+@pytest.mark.parametrize("case", ["pythia", "olmo2", "gemma", "gemma2", "gemma3-4b-like", "phi4-mini-longrope-partial"])
+def test_each_family_through_every_script(tmp_path, case):
+    """What the project asks of a model, asked of each family through the commands a user types: probe.py's
+    Table 1, contraction and hidden dimensions on the directory; sink.py's metric (its attention rows are
+    distributions, checked by the metric); seedprint.py calls the model related to a noised copy of itself.
+    Their numbers are the scripts' own (tested elsewhere); here, that each family runs through each."""
+    import json
+    import probe
+    import seedprint
+    import sink
+    spec, cfg, t = hf_families.checkpoint(case)
+    base, copy = tmp_path / "base", tmp_path / "copy"
+    hf_families.write_checkpoint(base, cfg, t)
+    g = torch.Generator().manual_seed(9)
+    hf_families.write_checkpoint(copy, cfg, {k: v + 0.01 * torch.randn(v.shape, generator=g) for k, v in t.items()})
+    probe.main(["--model", str(base), "--exp", "table1", "contraction", "dims", "--sequences", "16", "--seq_len", "12",
+                "--batch_size", "8", "--device", "cpu", "--out", str(tmp_path / "probe")])
+    res = json.loads((tmp_path / "probe" / "results.json").read_text())
+    assert res["table1"]["rows"][0]["n"] == 16 and len(res["contraction"]["cosine"]) == spec["L"] + 2
+    sink.main([str(base), "--sequences", "6", "--lengths", "12", "--out", str(tmp_path / "sink")])
+    rates = json.loads((tmp_path / "sink" / "results.json").read_text())["measure"]["rates"]["12"]
+    assert len(rates["per_layer"]) == spec["L"] and 0 <= rates["rate"] <= 100
+    seedprint.main([str(base), str(copy), "--sequences", "40", "--seq_len", "12", "--k", "8", "--device", "cpu",
+                    "--out", str(tmp_path / "seedprint")])
+    assert json.loads((tmp_path / "seedprint" / "results.json").read_text())["compare"]["related"]

@@ -34,16 +34,27 @@ def test_causality_every_combination_of_knobs():
     idx2[:, j] = (idx2[:, j] + 1) % 32
     both = torch.cat([idx, idx2])
     crossing = dict(position=CHOICES["position"], attention=("softmax", "uniform"), calibration=CHOICES["calibration"],
-                    head_norm=(False, True), qk_norm=(False, True), n_kv_head=(None, 1), sliding_window=(None, 3),
+                    head_norm=(False, True), qk_norm=("none", "head"), n_kv_head=(None, 1), sliding_window=(None, 3),
                     sublayers=CHOICES["sublayers"], residual=(True, False))
     local = dict(norm=CHOICES["norm"], activation=CHOICES["activation"], bias=(True, False), qkv_bias=(False, True),
                  tie_embeddings=(True, False))
     controls = ({}, dict(attention="softmax1"), dict(attention="softpick"), dict(attn_sink=True), dict(attn_gate=True))
-    failures = []
+    # the families' knobs, cycled across the models where they make sense (a refused combination is skipped)
+    families = ({}, dict(qk_norm="all"), dict(attn_softcap=2.0, logit_softcap=3.0), dict(attn_scale=0.5),
+                dict(parallel_residual=True), dict(norm_position="post"), dict(norm_position="sandwich"),
+                dict(embed_scale=4.0), dict(rope_dims=4), dict(sliding_layers="sf", rope_local_theta=50.0))
+    failures, tried = [], set()
     for i, values in enumerate(itertools.product(*crossing.values())):
         knobs = dict(zip(crossing, values), **{k: v[i % len(v)] for k, v in local.items()})
         if knobs["attention"] == "softmax":
             knobs.update(controls[(i // 2) % len(controls)])
+        extra = families[(i // 3) % len(families)]
+        try:
+            tiny(**{**knobs, **extra})
+            knobs.update(extra)
+            tried.add(tuple(extra.items()))
+        except ValueError:
+            pass
         model = init_weights(GPT(tiny(**knobs)), seed=1).eval()
         with torch.no_grad():
             for p in model.parameters():      # scale up: every path carries signal well above float noise
@@ -56,11 +67,16 @@ def test_causality_every_combination_of_knobs():
                 if torch.equal(hidden[-1][:2, j], hidden[-1][2:, j]):
                     failures.append(("position j unchanged", explicit, knobs))
     assert not failures, failures[:3]
+    assert len(tried) == len(families)                    # every family knob was built into some models
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(n_kv_head=1, position="rope"),
                                 dict(position="learned", qkv_bias=True, bias=False),
-                                dict(calibration="attenuate", head_norm=True, norm="rmsnorm", activation="swiglu")])
+                                dict(calibration="attenuate", head_norm=True, norm="rmsnorm", activation="swiglu"),
+                                dict(attn_scale=0.3, qk_norm="all", norm="rmsnorm_1p", activation="geglu_tanh"),
+                                dict(parallel_residual=True, norm_position="sandwich", embed_scale=3.0),
+                                dict(sliding_window=5, sliding_layers="sf", rope_local_theta=100.0, rope_dims=4),
+                                dict(norm_position="post", qk_norm="head", logit_softcap=2.0)])
 def test_explicit_softmax_path_equals_sdpa(kw):
     model = build(tiny(**kw), seed=3)
     idx = torch.randint(0, 32, (3, 12), generator=torch.Generator().manual_seed(1))
@@ -300,7 +316,14 @@ FLOP_CASES = {"gpt2 (biases, tied)": ("gpt2-nano", {}), "llama (untied, GQA)": (
               "attention only": ("tiny", dict(sublayers="attn")),
               "MLP only": ("tiny", dict(sublayers="mlp")), "uniform": ("tiny", dict(attention="uniform")),
               "sliding window 8": ("llama2-nano", dict(sliding_window=8)),
-              "self-only position 20, window 8": ("llama2-nano", dict(sliding_window=8, self_only=20))}
+              "self-only position 20, window 8": ("llama2-nano", dict(sliding_window=8, self_only=20)),
+              "window 8 on layer 2 only": ("llama2-nano", dict(sliding_window=8, sliding_layers="fs")),
+              "soft-capped (explicit path)": ("tiny", dict(attn_softcap=5.0, logit_softcap=5.0)),
+              "Pythia-like": ("tiny", dict(parallel_residual=True, rope_dims=8, norm_bias=True, bias=False,
+                                           mlp_bias=True)),
+              "OLMo-2-like": ("llama2-nano", dict(norm_position="post", qk_norm="all")),
+              "Gemma-like": ("llama2-nano", dict(norm="rmsnorm_1p", norm_position="sandwich", qk_norm="head",
+                                                 activation="geglu_tanh", head_size=24, embed_scale=8.0))}
 
 
 @pytest.mark.parametrize("case", list(FLOP_CASES))
@@ -324,10 +347,14 @@ def test_forward_flops_count_what_torch_counts(case):
         return fc.get_total_flops()
     attends = cfg.sublayers != "mlp" and cfg.attention != "uniform"
     Hhd = cfg.n_head * cfg.head_dim
-    attention = 4 * 2 * Hhd * int(allowed_keys(T, cfg.sliding_window, cfg.self_only).sum()) if attends else 0
-    assert counted(logits=True) == B * (forward_flops(model, T) - attention)
-    assert counted(hidden="last") == B * (forward_flops(model, T, logits_positions=0) - attention)
-    if attends and cfg.sliding_window is None:
+    allowed = sum(int(allowed_keys(T, cfg.sliding_window if cfg.slides(layer) else None, cfg.self_only).sum())
+                  for layer in range(cfg.n_layer))
+    attention = 4 * Hhd * allowed if attends else 0
+    # SDPA on a CPU is not counted by torch; the explicit path (soft-caps) is, over the full T x T
+    explicit = 4 * Hhd * T * T * cfg.n_layer if attends and cfg.attn_softcap is not None else 0
+    assert counted(logits=True) == B * (forward_flops(model, T) - attention + explicit)
+    assert counted(hidden="last") == B * (forward_flops(model, T, logits_positions=0) - attention + explicit)
+    if attends and cfg.sliding_window is None and not explicit:
         assert counted(attn_probs=True) - counted() == B * 4 * 2 * Hhd * T * T
 
 
@@ -408,3 +435,52 @@ def test_self_only_position_attends_only_to_itself_on_every_path(attention):
     short = torch.randint(0, 32, (2, k - 1))                      # a sequence that never reaches position k
     with torch.no_grad():
         torch.testing.assert_close(knob(short)[0], edited(short)[0])
+
+
+def test_a_gemma_norm_at_birth_is_the_plain_norm():
+    """init.py gives an RMSNorm of the form x (1 + w) the weight 0 where it gives a plain one 1: at birth the two
+    models (same seed, all else equal) are the same function, though their stored weights differ."""
+    x = torch.randint(0, 32, (2, 9), generator=torch.Generator().manual_seed(0))
+    knobs = dict(qk_norm="head", head_norm=True, norm_position="sandwich", activation="swiglu", bias=False)
+    plain, gemma = (build(tiny(norm=norm, **knobs), seed=2) for norm in ("rmsnorm", "rmsnorm_1p"))
+    assert all(torch.all(p == 0) for n, p in gemma.named_parameters() if p.dim() == 1)
+    with torch.no_grad():
+        torch.testing.assert_close(gemma(x, x)[0], plain(x, x)[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(norm="none", norm_position="post"), "norm_position='post' places norms"),
+    (dict(norm="rmsnorm", norm_bias=True), "norm_bias is LayerNorm's bias"),
+    (dict(parallel_residual=True, residual=False), "parallel_residual adds both sublayers"),
+    (dict(attention="uniform", attn_softcap=3.0), "attention='uniform' computes no scores"),
+    (dict(rope_dims=3), "rope_dims must be even"),
+    (dict(rope_dims=16), "rope_dims must be even and at most head_dim=8"),
+    (dict(position="learned", rope_dims=4), "rope_dims is a RoPE knob"),
+    (dict(rope_type="longrope"), "longrope' and rope_factors go together"),
+    (dict(rope_type="longrope", rope_factors=[1.0, 2.0]), "one factor per RoPE frequency \\(4\\)"),
+    (dict(rope_attention_factor=1.2), "rope_attention_factor is LongRoPE's"),
+    (dict(rope_local_theta=100.0), "set sliding_window"),
+    (dict(sliding_layers="sf"), "sliding_layers says which layers use sliding_window"),
+    (dict(sliding_window=3, sliding_layers="sx"), "an 's' \\(sliding"),
+    (dict(sliding_window=3, sliding_layers="sfs"), "each of the 2 layers"),
+    (dict(attn_scale=-1.0), "attn_scale must be a finite number > 0 or unset"),
+    (dict(rope_factors=[1.0, "2"]), "rope_factors must be a list of finite numbers > 0"),
+    (dict(qk_norm=True), "unknown qk_norm=True"),
+])
+def test_the_family_knobs_are_refused_where_they_make_no_sense(bad, match):
+    with pytest.raises(ValueError, match=match):
+        tiny(**bad)
+
+
+def test_longrope_divides_each_frequency_and_scales_cos_and_sin_and_stops_at_its_context():
+    """LongRoPE against its definition: inv_freq_i = theta^(-2i/d) / factor_i, cos and sin times the attention
+    factor (partial: d = rope_dims), and a sequence past rope_original_context refused in one error."""
+    cfg = tiny(rope_type="longrope", rope_factors=[1.0, 2.0], rope_dims=4, rope_attention_factor=1.25,
+               rope_original_context=10, block_size=12)
+    cos, sin = rope_tables(5, cfg)
+    inv = [10000.0 ** (-i / 4) / f for i, f in zip((0, 2), (1.0, 2.0))]
+    want = torch.tensor([[math.cos(t * w) * 1.25 for w in inv] for t in range(5)])
+    torch.testing.assert_close(cos, want.float())
+    model = build(cfg, 0)
+    with pytest.raises(ValueError, match="exceeds rope_original_context=10"):
+        model(torch.zeros(1, 11, dtype=torch.long))

@@ -2,7 +2,6 @@
 inputs (random, text, ids, BOS), measurements on real-format checkpoints."""
 import json
 import math
-import os
 
 import numpy as np
 import pytest

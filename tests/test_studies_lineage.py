@@ -248,9 +248,9 @@ def test_the_calibration_on_fresh_inits_end_to_end(tmp_path, monkeypatch):
 
 
 def test_speed_times_one_fingerprint_of_a_fresh_preset(tmp_path):
-    """studies.fingerprint_speed: the row's flops are model.forward_flops without the LM head for N sequences (that count is
-    tested against torch's flop counter), its rates are those flops and tokens over the timed seconds, the model
-    is the named preset with the flags' knobs (width, parameters), and the dtype is recorded."""
+    """studies.fingerprint_speed: the row's flops are model.forward_flops without the LM head for N sequences (that
+    count is tested against torch's flop counter), its rates are those flops and tokens over the timed seconds, the
+    model is the named preset with the flags' knobs (width, parameters), and the dtype is recorded."""
     from model import forward_flops, get_config
     fingerprint_speed.main(["--model", "tiny", "--n_layer", "2", "--sequences", "24", "--seq_len", "32",
                             "--batch_size", "8", "--seed", "5", "--device", "cpu", "--out", str(tmp_path)])

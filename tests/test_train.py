@@ -15,7 +15,7 @@ import torch
 
 import train
 from conftest import cli_error, torchrun
-from model import GPT, load_checkpoint, read_checkpoint
+from model import load_checkpoint, read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "It was the best of times, it was the worst of times; naïve café, 東京 ✓.\n" * 60
