@@ -25,19 +25,19 @@ def test_causality_every_combination_of_knobs():
     """Changing token j never changes anything at positions < j, and does change position j.
     Information can cross positions only through attention, so every combination of the knobs that
     shape it (and of the sublayers and residual around it) is built; the knobs that act on each
-    position alone (norm, activation, biases, tying) cycle through all their values across those
-    models, as do the sink controls (softmax1, softpick, a learned sink logit, the output gate) across
+    position alone (norm, activation, biases, tying, calibration, head-wise RMSNorm) cycle through all their
+    values across those models, as do the sink controls (softmax1, softpick, a learned sink logit, the output gate) across
     the softmax ones. Both attention paths are checked: SDPA, and the explicit one that probes use."""
     T, j = 7, 4
     idx = torch.randint(0, 32, (2, T), generator=torch.Generator().manual_seed(0))
     idx2 = idx.clone()
     idx2[:, j] = (idx2[:, j] + 1) % 32
     both = torch.cat([idx, idx2])
-    crossing = dict(position=CHOICES["position"], attention=("softmax", "uniform"), calibration=CHOICES["calibration"],
-                    head_norm=(False, True), qk_norm=("none", "head"), n_kv_head=(None, 1), sliding_window=(None, 3),
-                    sublayers=CHOICES["sublayers"], residual=(True, False))
+    crossing = dict(position=CHOICES["position"], attention=("softmax", "uniform"), qk_norm=("none", "head"),
+                    n_kv_head=(None, 1), sliding_window=(None, 3), sublayers=CHOICES["sublayers"],
+                    residual=(True, False))
     local = dict(norm=CHOICES["norm"], activation=CHOICES["activation"], bias=(True, False), qkv_bias=(False, True),
-                 tie_embeddings=(True, False))
+                 tie_embeddings=(True, False), calibration=CHOICES["calibration"], head_norm=(False, True))
     controls = ({}, dict(attention="softmax1"), dict(attention="softpick"), dict(attn_sink=True), dict(attn_gate=True))
     # the families' knobs, cycled across the models where they make sense (a refused combination is skipped)
     families = ({}, dict(qk_norm="all"), dict(attn_softcap=2.0, logit_softcap=3.0), dict(attn_scale=0.5),
