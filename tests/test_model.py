@@ -25,9 +25,10 @@ def test_causality_every_combination_of_knobs():
     """Changing token j never changes anything at positions < j, and does change position j.
     Information can cross positions only through attention, so every combination of the knobs that
     shape it (and of the sublayers and residual around it) is built; the knobs that act on each
-    position alone (norm, activation, biases, tying, calibration, head-wise RMSNorm) cycle through all their
-    values across those models, as do the sink controls (softmax1, softpick, a learned sink logit, the output gate) across
-    the softmax ones. Both attention paths are checked: SDPA, and the explicit one that probes use."""
+    position alone (norm, activation, biases, tying, calibration, head-wise RMSNorm) cycle through all
+    their values across those models, as do the sink controls (softmax1, softpick, a learned sink logit,
+    the output gate) across the softmax ones. Both attention paths are checked: SDPA, and the explicit one
+    that probes use."""
     T, j = 7, 4
     idx = torch.randint(0, 32, (2, T), generator=torch.Generator().manual_seed(0))
     idx2 = idx.clone()
@@ -256,9 +257,10 @@ def test_sink_controls_match_their_formulas_query_by_query(knobs, kind):
     cfg = get_config("tiny", n_layer=1, n_head=2, n_embd=16, vocab_size=40, block_size=9, position="none",
                      sublayers="attn", norm="none", bias=True, **knobs)
     model = build(cfg, 3)
+    g = torch.Generator().manual_seed(1)      # its own generator: the test does not depend on what ran before
     with torch.no_grad():
         for p in model.parameters():          # weights large enough that softpick zeroes some keys
-            p.mul_(8) if p.dim() == 2 else p.normal_(0, 0.5)
+            p.mul_(8) if p.dim() == 2 else p.normal_(0, 0.5, generator=g)
     x = torch.randint(0, 40, (2, 9), generator=torch.Generator().manual_seed(0))
     model.requires_grad_(False)
     out = model.trace(x, hidden="all", attn_probs=True)
