@@ -26,11 +26,9 @@ hides a true lineage (a false negative, never a false positive); the aligned ver
 coordinates to A's first (by the token tables where they agree unmistakably, else on held-out inputs) and sees
 through it.
 
-The reference implementation's tests stay as reference outputs, not the verdict: the analytic z of mean
-tau (p_z = 2 sf(z), as the reference computes it: a one-sided test at alpha/2, not a two-sided p), and a
-one-sided t-test and Mann-Whitney U against taus of the same pipeline on independent Gaussian matrices.
-Unrelated models are two random functions of the *same* inputs, so their per-dimension taus spread far
-wider than any such null allows (README: how often those tests reject unrelated pairs).
+The reference implementation's own tests (an analytic z of mean tau, a t-test and a Mann-Whitney U against taus
+of independent Gaussian matrices) are not verdicts here: unrelated models are two random functions of the *same*
+inputs, so their taus spread far wider than those nulls allow. studies/lineage_fpr.py measures how often they err.
 
     python seedprint.py A B            # two train.py checkpoints or Hugging Face directories
     python seedprint.py A B C D        # every pair, Holm-adjusted, grouped into lineages
@@ -40,13 +38,11 @@ The studies that calibrate the verdict and reproduce the paper's Tables 4-5 trai
 (studies/__init__.py lists them).
 """
 import dataclasses
-import functools
 import hashlib
 import json
 import math
 import os
 import time
-import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -60,6 +56,8 @@ import hf
 import numpy as np
 import torch
 from scipy import optimize, stats
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 
 ALPHA = 0.01
 # The aligned verdict's floor on a match fit on held-out inputs: fit by studies/aligned_floor.py, whose numbers
@@ -143,18 +141,6 @@ def permutation_test(C: np.ndarray):
     return float(z), float(stats.norm.sf(z))
 
 
-def permutation_p_monte_carlo(C: np.ndarray, draws: int = 20_000, seed: int = 0) -> float:
-    """The permutation test's p by sampling instead of the closed form: (1 + #{pi: T(pi) >= T(id)}) / (1 + draws)
-    over uniformly random permutations pi of C's columns, exact for any C (no normal approximation). For the
-    calibration study: is a false positive's small p_perm the closed form's tail, or the data?"""
-    n, rng, hits = len(C), np.random.default_rng(seed), 0
-    observed = np.trace(C) - 1e-12 * max(1.0, abs(np.trace(C)))       # ties count as at least as large
-    for lo in range(0, draws, 1000):
-        perms = np.argsort(rng.random((min(1000, draws - lo), n)), axis=1)
-        hits += int((C[np.arange(n), perms].sum(axis=1) >= observed).sum())
-    return (1 + hits) / (1 + draws)
-
-
 def overlap_p(overlap: int, d: int, k: int, log: bool = False) -> float:
     """P(|S| >= overlap) when B's k identity dimensions are a uniformly random k-subset of d, as H0's
     exchangeability makes them: hypergeometric. log=True: its logarithm, exact where p underflows."""
@@ -183,9 +169,6 @@ class SeedPrintResult:
     matched_on: str = ""    # ... what the match was fit on: "token table" (trusted: table_gate) or "held-out inputs"
     table_fit: float = float("nan")   # ... the token-table match's mean |r| (nan: no tables)
     shared: str = ""        # what the two models' own records say they share by construction (shared_by_construction)
-    p_z: float = float("nan")   # reference outputs, not the verdict: analytic 2 sf(z) (one-sided at alpha/2),
-    p_t: float = float("nan")   # one-sided t-test and Mann-Whitney U against independent-Gaussian taus
-    p_u: float = float("nan")
 
     def explain(self) -> str:
         """The verdict in one line: which test, on which set, how many dimensions, and what the models' records
@@ -289,8 +272,8 @@ def signs_keep_function(*configs) -> bool:
 
 
 def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = "smallest", set_mode: str = "coset",
-                   temperature: float = 10.0, alpha: float = ALPHA, reference: bool = True,
-                   align=None, signed: bool = True, tables=None) -> SeedPrintResult:
+                   temperature: float = 10.0, alpha: float = ALPHA, align=None, signed: bool = True,
+                   tables=None) -> SeedPrintResult:
     """Steps 2-4 on the fingerprints of two models on the same N inputs. align=(HA_hold, HB_hold): the two models'
     fingerprints on other, held-out inputs, and the aligned verdict: the exact test, and the same test after B's
     coordinates are matched to A's (a signed permutation, or for LayerNorm models, signed=False, a plain one).
@@ -311,7 +294,7 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
     if HA.shape != HB.shape:
         raise ValueError(f"fingerprints differ in shape {HA.shape} vs {HB.shape}: the models must have the same "
                          f"width and see the same N inputs")
-    exact = permutation_verdict(HA, HB, k, rank_by, set_mode, temperature, alpha, reference)
+    exact = permutation_verdict(HA, HB, k, rank_by, set_mode, temperature, alpha)
     if align is None:
         return exact
     if align[0].shape[1] != HA.shape[1] or align[1].shape != align[0].shape:
@@ -325,7 +308,7 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
         on = "token table" if trusted else on
     if on == "held-out inputs":
         match, sign, _ = align_coordinates(*align, signed=signed)
-    matched = permutation_verdict(HA, HB[:, match] * sign, k, rank_by, set_mode, temperature, alpha, False)
+    matched = permutation_verdict(HA, HB[:, match] * sign, k, rank_by, set_mode, temperature, alpha)
     counted = matched.p if on == "token table" or matched.mean_tau >= ALIGNED_TAU_FLOOR else 1.0
     p = min(1.0, 2 * min(exact.p, counted))
     return dataclasses.replace(exact, related=bool(p < alpha), p=p, aligned=True, signed=signed,
@@ -335,10 +318,9 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
 
 
 def permutation_verdict(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = "smallest",
-                        set_mode: str = "coset", temperature: float = 10.0, alpha: float = ALPHA,
-                        reference: bool = True) -> SeedPrintResult:
+                        set_mode: str = "coset", temperature: float = 10.0, alpha: float = ALPHA) -> SeedPrintResult:
     """The exact verdict on two fingerprints in their own coordinates: the permutation test of mean(diag C),
-    combined (Fisher) with the overlap of the identity sets; the reference tests beside it."""
+    combined (Fisher) with the overlap of the identity sets."""
     N, d = HA.shape
     S, k, C = cross_matrix(HA, HB, k, rank_by, set_mode, temperature)
     z, p_perm = permutation_test(C)
@@ -348,18 +330,9 @@ def permutation_verdict(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: s
         log_perm = math.log(p_perm) if p_perm > 0 else float(stats.norm.logsf(z))
         log_over = overlap_p(len(S), d, k, log=True)
         p_over, p = math.exp(log_over), float(stats.chi2.sf(-2 * (log_perm + log_over), 4))
-    taus = np.diag(C)
-    r = SeedPrintResult(related=bool(p < alpha), p=p, p_perm=p_perm, p_overlap=p_over,
-                        mean_tau=float(taus.mean()) if len(S) else 0.0, z_perm=z, n_identity=len(S), k=k, n_inputs=N)
-    if reference and len(S) >= 2:
-        sd = math.sqrt(2 * (2 * N + 5) / (9 * N * (N - 1)))      # std of tau-b under independence
-        null = null_taus(N, d, k=k, rank_by=rank_by, set_mode=set_mode, temperature=temperature)
-        r.p_z = float(min(1.0, 2 * stats.norm.sf(taus.mean() / (sd / math.sqrt(len(S))))))
-        with warnings.catch_warnings():           # identical fingerprints (a model against itself) are legitimate
-            warnings.simplefilter("ignore", RuntimeWarning)
-            r.p_t = float(stats.ttest_ind(taus, null, alternative="greater").pvalue)
-        r.p_u = float(stats.mannwhitneyu(taus, null, alternative="greater").pvalue)
-    return r
+    mean_tau = float(np.diag(C).mean()) if len(S) else 0.0
+    return SeedPrintResult(related=bool(p < alpha), p=p, p_perm=p_perm, p_overlap=p_over, mean_tau=mean_tau,
+                           z_perm=z, n_identity=len(S), k=k, n_inputs=N)
 
 
 def cross_matrix(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = "smallest", set_mode: str = "coset",
@@ -371,21 +344,6 @@ def cross_matrix(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = "s
     return S, k, C
 
 
-@functools.lru_cache(maxsize=16)
-def null_taus(N: int, d: int, trials: int = 10, seed: int = 0, k: int = 400, rank_by: str = "smallest",
-              set_mode: str = "coset", temperature: float = 10.0) -> np.ndarray:
-    """The reference's null: the same pipeline on `trials` pairs of independent randn(N, d) matrices, pooled.
-    Cached on every argument it depends on."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(trials):
-        A, B = rng.standard_normal((N, d)), rng.standard_normal((N, d))
-        S, _ = identity_set(A, B, k, rank_by, set_mode)
-        if len(S) == 0:
-            continue
-        A, B = softmax_rows(A[:, S], temperature), softmax_rows(B[:, S], temperature)
-        out += [stats.kendalltau(A[:, j], B[:, j]).statistic for j in range(len(S))]
-    return np.array(out)
 
 
 
@@ -449,12 +407,6 @@ def weights_identity(path: str) -> list:
     return [[os.path.abspath(f), os.path.getsize(f), os.stat(f).st_mtime_ns] for f in files]
 
 
-def fingerprint_cached(path: str, cache_dir: str = None, device="cpu", dtype: str = None, **options) -> np.ndarray:
-    """fingerprint() of the model at `path`, saved under cache_dir, keyed on the identity of its weights
-    and on every option (device and dtype included): comparing M models costs M forward passes."""
-    return fingerprint_all([path], cache_dir, device, dtype, options)[0][0]
-
-
 def aligned_sets(vocab: int, seed: int) -> list:
     """The two input sets of the aligned verdict: the test's, with token ids from the lower half of the shared
     vocabulary, and the alignment's, other sequences from the upper half. Unrelated models resemble each other
@@ -496,10 +448,10 @@ class Recipe:
 def fingerprint_all(models: list, cache_dir: str = None, device="cpu", dtype: str = None, options: dict = None,
                     sets: list = None) -> list:
     """out[i][j]: the fingerprint of model i on input set j: the options updated by sets[j] (default: one set, the
-    options themselves). A model is a GPT, a path, a Recipe, a callable, or a fingerprint array (one set only). Each
-    model is loaded once;
-    paths and recipes are read from and saved to the cache, but only once every fingerprint is computed: a
-    run that fails on one model (a damaged file, NaN activations) writes nothing."""
+    options themselves). A model is a GPT, a path, a Recipe, a callable, or a fingerprint array (one set only).
+    Each model is loaded once. Paths and recipes are read from the cache under cache_dir, keyed on the identity
+    of their weights and every option (device and dtype included), and saved to it only once every fingerprint
+    is computed: a run that fails on one model (a damaged file, NaN activations) writes nothing."""
     options = dict(options or {})
     sets = [dict(options, **s) for s in (sets or [{}])]
     out, new = [], []
@@ -654,19 +606,10 @@ def holm(ps: list) -> list:
 
 def lineages(n: int, related: list) -> list:
     """Groups of model indices joined by chains of related pairs (connected components), singletons included."""
-    parent = list(range(n))
-
-    def root(i):
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-    for i, j in related:
-        parent[root(i)] = root(j)
-    groups = {}
-    for i in range(n):
-        groups.setdefault(root(i), []).append(i)
-    return sorted(groups.values())
+    edges = np.array(related, dtype=int).reshape(-1, 2)
+    graph = coo_matrix((np.ones(len(edges)), (edges[:, 0], edges[:, 1])), shape=(n, n))
+    _, label = connected_components(graph, directed=False)
+    return sorted([int(i) for i in np.flatnonzero(label == c)] for c in np.unique(label))
 
 
 def model_config(m):
@@ -770,8 +713,7 @@ def main(argv=None):
         seconds = time.time() - t0
         if len(args.models) == 2:
             r = res["results"][(0, 1)]
-            print(f"{r.explain()}\n(reference tests: p_t {r.p_t:.3g}, p_u {r.p_u:.3g}, p_z {r.p_z:.3g}) "
-                  f"[{seconds:.1f} s]")
+            print(f"{r.explain()} [{seconds:.1f} s]")
             results = {"compare": dict(a=args.models[0], b=args.models[1], **dataclasses.asdict(r), seconds=seconds)}
         else:
             results = {"matrix": report_matrix(args.models, args.out, res, seconds)}

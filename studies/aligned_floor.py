@@ -25,7 +25,7 @@ Makes the README's "aligned" calibration row and docs/seedprint.md's "The aligne
     python -m studies.aligned_floor         # about 3.5 h on one core, nearly all training; 7 min once trained
 
 A small run: python -m studies.aligned_floor --conditions gpt2_w64 --fit_seeds 100 101 --test_seeds 103 104
---finetune_steps 50 (about 5 minutes on 2 cores).
+--finetune_steps 50 (14 minutes on 2 cores).
 """
 import dataclasses
 import math
@@ -90,8 +90,7 @@ def condition_pairs(args, name: str, device: str) -> list:
             # the verdict had it had no tables: the match on held-out inputs
             A, B = (lineage.fingerprints(m, meta["vocab_size"]) for m in (a, b))
             match, sign, _ = seedprint.align_coordinates(A[2], B[2], signed=aligned.signed)
-            inputs = seedprint.permutation_verdict(A[1], B[1][:, match] * sign, args.k, args.rank_by, args.set_mode,
-                                                   reference=False)
+            inputs = seedprint.permutation_verdict(A[1], B[1][:, match] * sign, args.k, args.rank_by, args.set_mode)
             rows.append(dict(condition=name, split=split, kind=kind, related=steps is not None,
                              finetune_steps=steps, p_exact=exact.p, tau_exact=exact.mean_tau,
                              p_aligned_test=aligned.p_aligned, tau_aligned=aligned.tau_aligned,

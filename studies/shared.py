@@ -12,12 +12,16 @@ the study's --out, so a second run reuses every model and every fingerprint and 
     fresh_init(cfg, s)             the same, built in memory on demand (a seedprint.Recipe)
     permuted(path, flip)           a model's copy in a permuted (signed) residual basis (a seedprint.Recipe)
     Lineage                        verdicts of pairs from cached fingerprints and token-table rows
+    reference_tests(HA, HB, ...)   the SeedPrint reference implementation's tests, measured beside the verdict
     rate_summary(...)              a false-positive rate with its Clopper-Pearson interval, and the power
     VARIANTS, variant_configs      the sink controls trained side by side (calibration, head-wise RMSNorm, ...)
 """
 import dataclasses
+import functools
 import json
+import math
 import os
+import warnings
 
 from common import (add_config_flags, add_device_flags, config_overrides, load_model, read_model_config,
                     save_checkpoint, seed_int)
@@ -190,16 +194,58 @@ class Lineage:
             return exact, None
         signed = seedprint.signs_keep_function(seedprint.model_config(a), seedprint.model_config(b))
         tables = [self.token_rows(m, vocab // 2, vocab) for m in (a, b)]
-        matched = seedprint.seedprint_test(A[1], B[1], **self.test, reference=False, align=(A[2], B[2]),
-                                           signed=signed, tables=tables)
+        matched = seedprint.seedprint_test(A[1], B[1], **self.test, align=(A[2], B[2]), signed=signed,
+                                           tables=tables)
         return exact, matched
 
     def row(self, a, b, label: str, related: bool = None) -> dict:
         """A table row of the exact verdict of a pair, with the reference tests beside it."""
         r, _ = self.pair(a, b, aligned=False)
+        vocab = self.bound(a, b)
+        reference = reference_tests(self.fingerprints(a, vocab, False)[0], self.fingerprints(b, vocab, False)[0],
+                                    **self.test)
         truth = {None: "-", True: "related", False: "unrelated"}[related]
         return dict(pair=label, truth=truth, verdict="RELATED" if r.related else "unrelated", p=r.p, p_perm=r.p_perm,
-                    p_overlap=r.p_overlap, mean_tau=r.mean_tau, S=r.n_identity, p_t=r.p_t, p_u=r.p_u, p_z=r.p_z)
+                    p_overlap=r.p_overlap, mean_tau=r.mean_tau, S=r.n_identity, **reference)
+
+
+# ----------------------------------------------------------------------------- the reference tests
+
+def reference_tests(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = "smallest", set_mode: str = "coset",
+                    temperature: float = 10.0) -> dict:
+    """The SeedPrint reference implementation's tests on two fingerprints, for the calibration studies that show
+    why they are not seedprint.py's verdict: p_z, the analytic z of mean tau (2 sf(z), as the reference computes
+    it: a one-sided test at alpha/2, not a two-sided p), and p_t, p_u, a one-sided t-test and Mann-Whitney U of
+    the identity dimensions' taus against null_taus. nan where |S| < 2."""
+    S, _, C = seedprint.cross_matrix(HA, HB, k, rank_by, set_mode, temperature)
+    if len(S) < 2:
+        return dict(p_z=float("nan"), p_t=float("nan"), p_u=float("nan"))
+    N, d = HA.shape
+    taus = np.diag(C)
+    sd = math.sqrt(2 * (2 * N + 5) / (9 * N * (N - 1)))          # std of tau-b under independence
+    null = null_taus(N, d, k=k, rank_by=rank_by, set_mode=set_mode, temperature=temperature)
+    with warnings.catch_warnings():               # identical fingerprints (a model against itself) are legitimate
+        warnings.simplefilter("ignore", RuntimeWarning)
+        p_t = float(stats.ttest_ind(taus, null, alternative="greater").pvalue)
+    return dict(p_z=float(min(1.0, 2 * stats.norm.sf(taus.mean() / (sd / math.sqrt(len(S)))))), p_t=p_t,
+                p_u=float(stats.mannwhitneyu(taus, null, alternative="greater").pvalue))
+
+
+@functools.lru_cache(maxsize=16)
+def null_taus(N: int, d: int, trials: int = 10, seed: int = 0, k: int = 400, rank_by: str = "smallest",
+              set_mode: str = "coset", temperature: float = 10.0) -> np.ndarray:
+    """The reference's null: the same pipeline on `trials` pairs of independent randn(N, d) matrices, pooled.
+    Cached on every argument it depends on."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(trials):
+        A, B = rng.standard_normal((N, d)), rng.standard_normal((N, d))
+        S, _ = seedprint.identity_set(A, B, k, rank_by, set_mode)
+        if len(S) == 0:
+            continue
+        A, B = seedprint.softmax_rows(A[:, S], temperature), seedprint.softmax_rows(B[:, S], temperature)
+        out += [stats.kendalltau(A[:, j], B[:, j]).statistic for j in range(len(S))]
+    return np.array(out)
 
 
 # ----------------------------------------------------------------------------- rates

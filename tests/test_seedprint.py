@@ -13,6 +13,7 @@ import train
 from init import build
 from model import get_config
 from studies.edits import add_noise, permute_residual
+from studies.shared import reference_tests
 
 
 # ----------------------------------------------------------------------------- the statistic
@@ -47,22 +48,6 @@ def test_permutation_moments_are_exact_and_the_tail_matches_monte_carlo():
     assert seedprint.permutation_test(C[:1, :1]) == (0.0, 1.0)
 
 
-def test_monte_carlo_permutation_p_against_every_permutation():
-    """The sampled p against the exact permutation distribution, enumerated over all 7! permutations, on a C
-    with ties (rounded) and a diagonal signal; and it never reports less than 1 / (draws + 1)."""
-    import itertools
-    rng = np.random.default_rng(3)
-    n = 7
-    C = np.round(rng.standard_normal((n, n)) * 0.1 + 0.04 * np.eye(n), 2)
-    T = np.array([C[np.arange(n), list(p)].sum() for p in itertools.permutations(range(n))])
-    exact = (T >= np.trace(C) - 1e-12).mean()
-    assert 0.01 < exact < 0.3
-    draws = 40_000
-    p = seedprint.permutation_p_monte_carlo(C, draws=draws, seed=1)
-    assert abs(p - exact) < 4 * math.sqrt(exact * (1 - exact) / draws), (p, exact)
-    assert seedprint.permutation_p_monte_carlo(np.eye(12) * 10, draws=500) == 1 / 501     # 12!: no draw ties it
-
-
 def test_overlap_p_is_the_hypergeometric_tail_of_random_subsets():
     rng = np.random.default_rng(2)
     d, k = 64, 16
@@ -75,12 +60,12 @@ def test_verdict_is_fishers_combination_even_where_p_underflows():
     import warnings
     rng = np.random.default_rng(5)
     HA, HB = rng.standard_normal((2, 300, 40))
-    r = seedprint.seedprint_test(HA, HB, k=10, reference=False)
+    r = seedprint.seedprint_test(HA, HB, k=10)
     assert r.p == pytest.approx(stats.combine_pvalues([r.p_perm, r.p_overlap], method="fisher").pvalue, rel=1e-9)
     with warnings.catch_warnings():
         warnings.simplefilter("error")                    # no log(0) on the way
         wide = rng.standard_normal((300, 200))
-        same = seedprint.seedprint_test(wide, wide, k=100, reference=False)        # z ~ 170: sf underflows
+        same = seedprint.seedprint_test(wide, wide, k=100)        # z ~ 170: sf underflows
     assert same.related and same.p_perm == 0.0 and same.p == 0.0 and same.mean_tau == pytest.approx(1.0)
 
 
@@ -99,12 +84,14 @@ def test_the_verdict_holds_its_rate_where_the_reference_tests_do_not():
     alpha; the analytic z and the pooled t-test reject far more often (the issue they were replaced for)."""
     rng = np.random.default_rng(3)
     Z = rng.standard_normal((300, 6))
-    res = [seedprint.seedprint_test(*_unrelated_pair(rng, Z), k=24) for _ in range(300)]
+    pairs = [_unrelated_pair(rng, Z) for _ in range(300)]
+    res = [seedprint.seedprint_test(HA, HB, k=24) for HA, HB in pairs]
+    reference = [reference_tests(HA, HB, k=24) for HA, HB in pairs]
     p = np.array([r.p for r in res])
     lo, hi = stats.binom.ppf([0.0005, 0.9995], len(res), 0.01)
     assert lo <= (p < 0.01).sum() <= hi
     assert stats.kstest(p, "uniform").pvalue > 1e-3
-    assert np.mean([r.p_z < 0.01 for r in res]) > 0.1 and np.mean([r.p_t < 0.01 for r in res]) > 0.05
+    assert np.mean([r["p_z"] < 0.01 for r in reference]) > 0.1 and np.mean([r["p_t"] < 0.01 for r in reference]) > 0.05
 
 
 def test_a_shared_lineage_is_related_and_a_shared_embedding_breaks_exchangeability():
@@ -118,16 +105,6 @@ def test_a_shared_lineage_is_related_and_a_shared_embedding_breaks_exchangeabili
     # added to both residual streams, as a shared embedding table does) aligns unrelated models
     shared = rng.standard_normal(A.shape) * 2
     assert seedprint.seedprint_test(A + shared, B + shared, k=24).related
-
-
-def test_the_reference_null_and_analytic_variance():
-    N = 60
-    rng = np.random.default_rng(5)
-    taus = [stats.kendalltau(rng.standard_normal(N), rng.standard_normal(N)).statistic for _ in range(4000)]
-    assert np.var(taus) == pytest.approx(2 * (2 * N + 5) / (9 * N * (N - 1)), rel=0.08)
-    a = seedprint.null_taus(100, 32, k=16)
-    assert seedprint.null_taus(100, 32, k=16) is a                        # cached ...
-    assert not np.array_equal(seedprint.null_taus(100, 32, k=8), a)      # ... on every argument
 
 
 def test_identity_dims_and_the_set_modes():
@@ -204,17 +181,20 @@ def test_different_seeds_are_not_related(trained):
 
 def test_fingerprint_cache_is_keyed_on_the_weights_and_every_option(trained, tmp_path):
     cache = str(tmp_path / "cache")
-    H1 = seedprint.fingerprint_cached(trained[1][0], cache, sequences=8, seq_len=4)
+
+    def cached(dtype=None, **options):
+        return seedprint.fingerprint_all([trained[1][0]], cache, "cpu", dtype, dict(sequences=8, **options))[0][0]
+    H1 = cached(seq_len=4)
     assert len(os.listdir(cache)) == 1
-    assert np.array_equal(H1, seedprint.fingerprint_cached(trained[1][0], cache, sequences=8, seq_len=4))
+    assert np.array_equal(H1, cached(seq_len=4))
     assert len(os.listdir(cache)) == 1
-    seedprint.fingerprint_cached(trained[1][0], cache, sequences=8, seq_len=5)
-    seedprint.fingerprint_cached(trained[1][0], cache, dtype="bfloat16", sequences=8, seq_len=4)
+    cached(seq_len=5)
+    cached(dtype="bfloat16", seq_len=4)
     assert len(os.listdir(cache)) == 3
     st = os.stat(trained[1][0])
     os.utime(trained[1][0], ns=(st.st_atime_ns, st.st_mtime_ns + 10 ** 9))   # the weight file changed
     try:
-        seedprint.fingerprint_cached(trained[1][0], cache, sequences=8, seq_len=4)
+        cached(seq_len=4)
         assert len(os.listdir(cache)) == 4
     finally:
         os.utime(trained[1][0], ns=(st.st_atime_ns, st.st_mtime_ns))

@@ -2,6 +2,7 @@
 the rates against closed forms, and each study end to end at a tiny size, through the command a user types,
 checking the direction of its claim (a descendant is related, another seed is not)."""
 import json
+import math
 import os
 
 import numpy as np
@@ -16,7 +17,8 @@ from studies import aligned_floor, fingerprint_speed, fresh_inits, lineage_fpr, 
 from studies.edits import (add_noise, extend_vocab, low_rank_update, merge, permute_mlp, permute_residual, prune,
                            quantize, rotate_residual)
 from studies.seedprint_tables import biased_dims, dimension_correlations, ics, intrinsic, pcs, reef
-from studies.shared import clopper_pearson
+from studies.fresh_inits import permutation_p_monte_carlo
+from studies.shared import clopper_pearson, null_taus
 
 
 def test_clopper_pearson_against_its_closed_forms():
@@ -383,3 +385,29 @@ def test_the_derivatives_study_on_a_hugging_face_model(tmp_path):
             assert r["logit_change"] <= 1e-4
     negated = next(r for r in rows if r["pair"] == "base vs negated, permuted residual basis")
     assert negated["verdict"] == "unrelated" and negated["moved"] > 0
+
+
+def test_monte_carlo_permutation_p_against_every_permutation():
+    """The sampled p against the exact permutation distribution, enumerated over all 7! permutations, on a C
+    with ties (rounded) and a diagonal signal; and it never reports less than 1 / (draws + 1)."""
+    import itertools
+    rng = np.random.default_rng(3)
+    n = 7
+    C = np.round(rng.standard_normal((n, n)) * 0.1 + 0.04 * np.eye(n), 2)
+    T = np.array([C[np.arange(n), list(p)].sum() for p in itertools.permutations(range(n))])
+    exact = (T >= np.trace(C) - 1e-12).mean()
+    assert 0.01 < exact < 0.3
+    draws = 40_000
+    p = permutation_p_monte_carlo(C, draws=draws, seed=1)
+    assert abs(p - exact) < 4 * math.sqrt(exact * (1 - exact) / draws), (p, exact)
+    assert permutation_p_monte_carlo(np.eye(12) * 10, draws=500) == 1 / 501     # 12!: no draw ties it
+
+
+def test_the_reference_null_and_analytic_variance():
+    N = 60
+    rng = np.random.default_rng(5)
+    taus = [stats.kendalltau(rng.standard_normal(N), rng.standard_normal(N)).statistic for _ in range(4000)]
+    assert np.var(taus) == pytest.approx(2 * (2 * N + 5) / (9 * N * (N - 1)), rel=0.08)
+    a = null_taus(100, 32, k=16)
+    assert null_taus(100, 32, k=16) is a                        # cached ...
+    assert not np.array_equal(null_taus(100, 32, k=8), a)      # ... on every argument
