@@ -25,16 +25,15 @@ import os
 import time
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, Progress, add_device_flags, check_file_weights_finite, check_output, load_model,
-                    lock_dir, print_table, read_model_config, resolve_device, run_script, save_checkpoint, seed_int,
-                    update_results)
+from common import (ArgumentParser, Progress, check_file_weights_finite, check_output, load_model, lock_dir,
+                    print_table, read_model_config, resolve_device, run_script, save_checkpoint, update_results)
 import torch
 
 import seedprint
 import train
 from studies.edits import (add_noise, extend_vocab, low_rank_update, merge, permute_mlp, permute_residual, prune,
                            quantize, rotate_residual)
-from studies.shared import Lineage, checkpoints, fresh_init
+from studies.shared import Lineage, add_test_flags, checkpoints, fresh_init
 
 
 def logit_change(a, b, vocab: int, seed: int = 0) -> float:
@@ -69,13 +68,7 @@ def main(argv=None):
                    "(a named corpus of train.py, or a text file)")
     p.add_argument("--corpus2", default="brown", help="the continued training's corpus")
     p.add_argument("--data_from", default=None, help="offline: a directory holding the corpora (train.py --from)")
-    p.add_argument("--sequences", type=int, default=2000, help="random input sequences N")
-    p.add_argument("--seq_len", type=int, default=64, help="tokens per input")
-    p.add_argument("--input_seed", type=seed_int, default=0)
-    p.add_argument("--k", type=int, default=400, help="identity dimensions per model (capped at half the width)")
-    p.add_argument("--rank_by", choices=("smallest", "largest", "abs"), default="smallest")
-    p.add_argument("--set_mode", choices=("coset", "base"), default="coset")
-    add_device_flags(p, "the models' dtype for their fingerprints (default: as saved)")
+    add_test_flags(p)
     p.add_argument("--out", default="out/lineage", help="results.json, and every model and fingerprint made")
     args = p.parse_args(argv)
     if args.deriv_steps < 1 or args.sequences < 10 or args.seq_len < 1:

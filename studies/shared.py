@@ -56,6 +56,12 @@ def add_lineage_flags(parser, out: str, training: bool = True, steps: int = 200,
         g.add_argument("--ckpt_every", type=int, default=50, help="checkpoint interval (every checkpoint is kept)")
         g.add_argument("--batch_size", type=int, default=batch_size, help="sequences per training step")
         g.add_argument("--lr", type=float, default=1e-3)
+    add_test_flags(parser)
+    parser.add_argument("--out", default=out, help="results.json, figures, and every model and fingerprint made")
+
+
+def add_test_flags(parser) -> None:
+    """seedprint.py's flags for the test of each pair, and the device and dtype its fingerprints are made in."""
     g = parser.add_argument_group("the test (seedprint.py's flags)")
     g.add_argument("--sequences", type=int, default=2000, help="random input sequences N")
     g.add_argument("--seq_len", type=int, default=64, help="tokens per input")
@@ -64,7 +70,6 @@ def add_lineage_flags(parser, out: str, training: bool = True, steps: int = 200,
     g.add_argument("--rank_by", choices=("smallest", "largest", "abs"), default="smallest")
     g.add_argument("--set_mode", choices=("coset", "base"), default="coset")
     add_device_flags(parser, "load the models in this dtype for their fingerprints (default: as saved)")
-    parser.add_argument("--out", default=out, help="results.json, figures, and every model and fingerprint made")
 
 
 def check_lineage_flags(parser, args) -> GPTConfig:
