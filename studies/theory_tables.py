@@ -13,7 +13,7 @@ theory.py holds the forms; this study puts them side by side in tables and figur
 
 Makes the README's and docs/theory.md's numbers and figures (theory_fig5.png, theory_fig8.png):
 
-    python -m studies.theory_tables          # 27 s on 2 cores
+    python -m studies.theory_tables          # 40 s on 2 cores
     python -m studies.theory_tables --quick  # smaller Monte Carlo, no GPT-2 check: a few seconds
 """
 import math
