@@ -37,11 +37,14 @@ forward pass computes what transformers computes, within float32 rounding, witho
 
 Needs model.py and the safetensors package (pip install safetensors); copy the two files together.
 """
+import argparse
+import dataclasses
 import itertools
 import json
 import math
 import os
 import re
+import sys
 from typing import Optional
 
 import torch
@@ -69,10 +72,16 @@ def load(path: str, device="cpu", dtype: Optional[torch.dtype] = None) -> GPT:
 def read_config(path: str) -> GPTConfig:
     """The GPTConfig of a directory, without reading a weight: its tensors' names, shapes and dtypes are
     checked against it (a model built on the meta device), so a damaged directory is refused here."""
+    return planned(path)[0]
+
+
+def planned(path: str):
+    """(GPTConfig, architecture, the GPT on the meta device, plan_weights' plan) of a directory: every check the
+    loader makes before it reads a weight, and no weight read."""
     config, arch, headers = read_dir(path)
     with torch.device("meta"):
-        plan_weights(GPT(config), headers, arch, path)
-    return config
+        model = GPT(config)
+    return config, arch, model, plan_weights(model, headers, arch, path)
 
 
 def tensors(path: str):
@@ -85,9 +94,7 @@ def tensors(path: str):
 
 def token_rows(path: str, lo: int, hi: int):
     """Rows [lo, hi) of the token embedding table, float32 numpy (rows x width): one slice of one tensor."""
-    config, arch, headers = read_dir(path)
-    with torch.device("meta"):
-        plan = plan_weights(GPT(config), headers, arch, path)
+    plan = planned(path)[3]
     file, name = next((file, name) for file, name, pieces in plan if pieces[0][0] == "transformer.wte.weight")
     with safetensors_library().safe_open(file, framework="pt") as f:
         return f.get_slice(name)[lo:hi].float().numpy()
@@ -699,3 +706,30 @@ def load_weights(model: GPT, headers: dict, arch: str, where: str) -> None:
             dest = params[param] if rows is None else params[param][rows]
             src = t if read is None else t[read]
             dest.copy_(src.T if transpose else src)
+
+
+# ----------------------------------------------------------------------------- command line
+
+def main(argv=None) -> None:
+    """python hf.py DIR [DIR ...]: what each directory becomes here -- its architecture, the knobs it sets apart
+    from GPTConfig's defaults, its parameter count -- after every check the loader makes, no weight read. A
+    directory that would not load is one line on stderr and exit code 2, before anything is printed."""
+    parser = argparse.ArgumentParser(prog="hf.py", description="What a Hugging Face directory maps onto in model.py: "
+                                     "its family, the GPTConfig knobs it sets, its parameters. No weight is read.")
+    parser.add_argument("dirs", nargs="+", metavar="DIR", help="Hugging Face directories (config.json + "
+                        "*.safetensors)")
+    args = parser.parse_args(argv)
+    try:
+        found = [(path, *planned(path)[:3]) for path in args.dirs]
+    except (ValueError, FileNotFoundError, ImportError) as e:
+        sys.stderr.write(f"hf.py: error: {e}\n")
+        sys.exit(2)
+    default = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
+    for path, config, arch, model in found:
+        knobs = {k: v for k, v in dataclasses.asdict(config).items() if v != default[k]}
+        print(f"{path}: {arch}, {model.num_params():,} parameters")
+        print("  GPTConfig(" + ", ".join(f"{k}={v!r}" for k, v in knobs.items()) + ")")
+
+
+if __name__ == "__main__":
+    main()

@@ -130,6 +130,10 @@ CASES = [
     ("studies.load_cost", ["{hf_types}"], "num_hidden_layers must be an integer >= 1, got '2'"),
     ("studies.load_cost", ["{hf_nan}"], "mlp.c_fc.weight holds 1 NaN/inf"),
     ("studies.load_cost", ["{hf}", "--dtype", "float64"], "invalid choice: 'float64'"),
+    ("hf", ["{missing}"], "missing.pt' is not a Hugging Face model directory"),
+    ("hf", ["{hf}", "{hf_cut}"], "model-00001-of-00001.safetensors is not a valid .safetensors file"),
+    ("hf", ["{hf_list}"], "config.json: must hold a JSON object"),
+    ("hf", ["{hf_types}"], "num_hidden_layers must be an integer >= 1, got '2'"),
     ("init", ["--model", "nope"], "unknown preset 'nope'"),
     ("init", ["--model", "tiny", "--n_layer", "0"], "n_layer must be an integer >= 1"),
     ("init", ["--model", "tiny", "--norm_eps=-1e-5"], "norm_eps must be a finite number > 0"),
@@ -242,7 +246,7 @@ def test_bad_input_is_refused_in_one_line_and_writes_nothing(files, tmp_path, sc
     out = tmp_path / "out"
     paths = dict({k: str(v) for k, v in files.items()}, missing=str(files["root"] / "missing.pt"))
     argv = [str(out) if a == "OUT" else a.format(**paths) for a in argv]
-    if script != "train" and "--out" not in argv:
+    if script not in ("train", "hf") and "--out" not in argv:          # hf.py writes nothing at all
         argv += ["--out", str(out)]
     before = snapshot(files["root"])
     name = script if script.startswith("studies.") else f"{script}.py"
@@ -409,10 +413,9 @@ STUDIES = sorted(p for p in (ROOT / "studies").glob("*.py") if p.stem not in ("_
 
 
 def test_the_files_without_a_command_line_say_where_their_command_went(tmp_path):
-    """model.py and hf.py are libraries (no command line at all); theory.py's tables moved to a study, and running
-    it says so in one line (kept for one release)."""
-    for lib in ("model.py", "hf.py"):
-        assert "__main__" not in (ROOT / lib).read_text(), lib
+    """model.py is a library (no command line at all); theory.py's tables moved to a study, and running it says
+    so in one line (kept for one release)."""
+    assert "__main__" not in (ROOT / "model.py").read_text()
     run = subprocess.run([sys.executable, str(ROOT / "theory.py")], capture_output=True, text=True, cwd=tmp_path)
     lines = run.stderr.splitlines()
     assert run.returncode == 2 and len(lines) == 1 and "python -m studies.theory_tables" in lines[0], lines

@@ -4,6 +4,8 @@ Each test writes a tiny HF-format directory itself (HF tensor names and layouts,
 index, config.json in the transformers 4.x or 5.x spelling) and compares hf.load with a
 float64 forward pass written from the family's definition, head by head: logits and the final
 hidden state, relative error <= 1e-5 in fp32."""
+import contextlib
+import io
 import json
 import math
 import os
@@ -17,6 +19,7 @@ import torch.nn.functional as F
 
 from conftest import assert_matches, llama_family, naive_llama_family, write_hf
 import hf
+from model import GPTConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 torch.set_num_threads(2)
@@ -436,6 +439,12 @@ def test_each_family_through_every_script(tmp_path, case):
     hf_families.write_checkpoint(base, cfg, t)
     g = torch.Generator().manual_seed(9)
     hf_families.write_checkpoint(copy, cfg, {k: v + 0.01 * torch.randn(v.shape, generator=g) for k, v in t.items()})
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        hf.main([str(base)])                   # what the directory maps onto: its parameters, from the files
+    head, knobs = printed.getvalue().splitlines()
+    assert head == f"{base}: {cfg['architectures'][0]}, {sum(v.numel() for v in t.values()):,} parameters"
+    assert eval(knobs.strip(), {"GPTConfig": GPTConfig}) == hf.read_config(str(base))
     probe.main(["--model", str(base), "--exp", "table1", "contraction", "dims", "--sequences", "16", "--seq_len", "12",
                 "--batch_size", "8", "--device", "cpu", "--out", str(tmp_path / "probe")])
     res = json.loads((tmp_path / "probe" / "results.json").read_text())
