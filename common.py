@@ -1,29 +1,33 @@
 """
 common.py: the conventions every script and study of this project shares. Not an idea of the paper: the
-paper's ideas live in model.py, init.py, theory.py, probe.py, seedprint.py and sink.py (hf.py brings the
-released models to them); this file is how they behave as command-line programs, the same way in each, so
-that each script's first screen is its idea.
+paper's ideas live in model.py, init.py, theory.py, probe.py, seedprint.py and sink.py (data.py feeds them
+inputs, hf.py brings models from disk); this file is how they behave as command-line programs, the same way
+in each, so that each script's first screen is its idea.
 
-  errors     bad input refused before any work, one line on stderr, exit 2; a bug: one line, exit 1
-  flags      --model plus one flag per GPTConfig knob, --device and --dtype, seeds, on|off
+  errors     bad input refused before any work, one line on stderr, exit 2; a bug: one line, exit 1;
+             a command that moved, refused in one line naming the command that runs it now
+  flags      settings: a dataclass field carries its flag's help and its range, checked once (setting);
+             seeds, lists of distinct seeds, on|off, --device and --dtype, output directories
   outputs    a run locks its output directory; every file is written whole or not at all
-  results    results.json entries that record how they were made (command, commit, machine)
+  results    results.json entries that record how they were made (command, commit, machine); never NaN
   reporting  progress lines, aligned tables, figures (matplotlib, Agg)
-  inputs     random token or Gaussian batches, the same on every device
   GPUs       torchrun ranks and process groups, the bf16 peak behind MFU
 
-The one idiom for requirements: every script and study imports this file before any third-party package,
+It imports no file of the project. The one idiom for requirements: every script and study imports this file
+before any third-party package,
 
     from common import ...      # first: checks the requirements before torch is imported
 
 and importing it checks them, so `python SCRIPT.py --help` answers even without them, and a run without
-them is refused in one line. model.py, hf.py and theory.py have no command line and need none of it.
+them is refused in one line. model.py, hf.py and theory.py are libraries and need none of it.
 """
 import argparse
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
+import math
 import os
 import platform
 import re
@@ -76,10 +80,6 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-import hf
-from model import (CHOICES, GPT, PRESETS, GPTConfig, check_model_weights_finite, get_config, load_checkpoint,
-                   nonfinite_weight, read_checkpoint, write_checkpoint)
-
 
 # ----------------------------------------------------------------------------- errors: one line, exit code 2
 # Bad input is refused before any work, in one line on stderr that says what is wrong and what to do,
@@ -101,10 +101,41 @@ class ArgumentParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+# Commands that moved, each refused in one line naming the command that runs it now (the old one is not run):
+# (script, its first word or an --exp it was given) -> the command now.
+MOVED = {("train.py", "prepare"): "python data.py",
+         ("probe.py", "--exp bench"): "python -m studies.probe_bench",
+         **{("seedprint.py", f"--exp {name}"): "python -m studies.seedprint_tables"
+            for name in ("table4a", "table4b", "table4c", "table5", "fig11", "baselines", "all")},
+         ("seedprint.py", "--exp fpr"): "python -m studies.lineage_fpr",
+         ("seedprint.py", "--exp inits"): "python -m studies.fresh_inits",
+         ("seedprint.py", "--exp aligned"): "python -m studies.aligned_floor",
+         ("seedprint.py", "--exp derivatives"): "python -m studies.derivatives",
+         ("seedprint.py", "--exp speed"): "python -m studies.fingerprint_speed",
+         ("sink.py", "--exp testbed"): "python -m studies.sink_testbed",
+         ("sink.py", "--exp calibration"): "python -m studies.sink_calibration"}
+
+
+def moved_command(name: str, argv: list) -> Optional[str]:
+    """Where what `name argv` asked for went, as one sentence (MOVED); None where nothing moved."""
+    asked = argv[:1]
+    for i, word in enumerate(argv):
+        if word.startswith("--exp="):
+            asked.append(f"--exp {word.split('=', 1)[1]}")
+        elif word == "--exp":
+            asked += [f"--exp {value}" for value in itertools.takewhile(lambda v: not v.startswith("-"), argv[i + 1:])]
+    word = next((word for word in asked if (name, word) in MOVED), None)
+    return f"{name} {word} moved: run {MOVED[(name, word)]} (see its --help)" if word else None
+
+
 def run_script(main_fn, name: str, argv=None):
     """Run a script's main under the convention above."""
     debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
     out_of_memory = "not enough memory ({}); use a smaller model, fewer or shorter sequences, or another --device"
+    moved = moved_command(name, list(sys.argv[1:] if argv is None else argv))
+    if moved:
+        sys.stderr.write(f"{name}: error: {moved}\n")
+        sys.exit(2)
     try:
         return main_fn(argv)
     except KeyboardInterrupt:
@@ -124,40 +155,14 @@ def run_script(main_fn, name: str, argv=None):
         sys.exit(2)
 
 
-# ----------------------------------------------------------------------------- flags
-
-def refuse_moved(argv, moved: dict) -> None:
-    """An --exp that moved to a study is refused in one line that names its new command, whatever other flags
-    the old command line carried (kept for one release; the study is not run from here). moved: the old
-    experiment's name -> the command that runs it now."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    asked = []
-    for i, word in enumerate(argv):
-        if word.startswith("--exp="):
-            asked.append(word.split("=", 1)[1])
-        elif word == "--exp":
-            for value in argv[i + 1:]:
-                if value.startswith("-"):
-                    break
-                asked.append(value)
-    for name in asked:
-        if name in moved:
-            raise ValueError(f"--exp {name} is a study now: run {moved[name]} (see its --help)")
-
-
+# ----------------------------------------------------------------------------- flags: settings with their ranges
+# A setting is a dataclass field that carries its flag's help and its range (setting()). The flag is generated
+# from the field (add_settings_flags), and the range is checked once, by the dataclass itself (check_settings in
+# its __post_init__), whether the value came from the command line or from code; the flag's type is the same
+# check, so a bad value on the command line is refused as it is parsed. Flags that are no dataclass's take their
+# type from the same table (flag_type), lists of seeds must be distinct (Distinct).
 
 SEED_LIMIT = 2 ** 63            # seeds lie in [0, 2^63): numpy and torch take no other
-
-
-def seed_int(s: str) -> int:
-    """An argparse type for seeds: an integer in [0, SEED_LIMIT)."""
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a seed is an integer, got {s!r}") from None
-    if not 0 <= v < SEED_LIMIT:
-        raise argparse.ArgumentTypeError(f"a seed lies in [0, 2^63), got {v}")
-    return v
 
 
 def parse_bool(s: str) -> bool:
@@ -167,6 +172,116 @@ def parse_bool(s: str) -> bool:
     if low in ("0", "false", "off", "no"):
         return False
     raise argparse.ArgumentTypeError(f"expected on/off, got {s!r}")
+
+
+F32_MAX = 3.4e38                # a larger number overflows the float32 state it ends up in (optimizer, weights)
+
+
+def _integer(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _real(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and abs(v) < F32_MAX
+
+
+def range_rule(check: str):
+    """(test, what a value must be) of a range: "int>=N" (an integer, at least N), "seed", "float>0",
+    "float>=0", "[0,1)" or "(0,1)" (numbers), "seeds" (a list of distinct seeds)."""
+    if check.startswith("int>="):
+        low = int(check[5:])
+        return (lambda v: _integer(v) and v >= low), f"an integer >= {low}"
+    rules = {"seed": (lambda v: _integer(v) and 0 <= v < SEED_LIMIT, "an integer in [0, 2^63)"),
+             "float>0": (lambda v: _real(v) and v > 0, "a finite number > 0"),
+             "float>=0": (lambda v: _real(v) and v >= 0, "a finite number >= 0"),
+             "[0,1)": (lambda v: _real(v) and 0 <= v < 1, "a number in [0, 1)"),
+             "(0,1)": (lambda v: _real(v) and 0 < v < 1, "a number in (0, 1)"),
+             "seeds": (lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and len(set(v)) == len(v)
+                       and all(_integer(x) and 0 <= x < SEED_LIMIT for x in v), "a list of distinct seeds")}
+    if check not in rules:
+        raise KeyError(f"unknown range {check!r}")
+    return rules[check]
+
+
+def flag_type(check: str):
+    """An argparse type that parses a number and checks it against range_rule(check) ("seeds": each seed)."""
+    test, what = range_rule("seed" if check == "seeds" else check)
+    kind = int if check.startswith("int") or check.startswith("seed") else float
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if not test(value):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text}")
+        return value
+    return parse
+
+
+seed_int = flag_type("seed")          # the argparse type of a seed
+
+
+class Distinct(argparse.Action):
+    """A list flag whose values must differ: a repeated seed would be one model counted twice (a model compared
+    with itself is no unrelated pair, one run twice gives an interval of zero width)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        repeated = sorted({v for v in values if values.count(v) > 1})
+        if repeated:
+            parser.error(f"{option_string} lists {repeated[0]} more than once: each value names one model or run; "
+                         f"give distinct values")
+        setattr(namespace, self.dest, values)
+
+
+def setting(default, help: str, check: Optional[str] = None, choices: tuple = None):
+    """A dataclass field with its flag's help and its range (range_rule), or its choices."""
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata=dict(help=help, check=check))
+    return dataclasses.field(default=default, metadata=dict(help=help, check=check, choices=choices))
+
+
+def check_settings(obj) -> None:
+    """Every setting of the dataclass instance `obj` in its range, each refusal naming its flag. None passes where
+    the field's type allows it (Optional)."""
+    for f in dataclasses.fields(obj):
+        value, check, choices = getattr(obj, f.name), f.metadata.get("check"), f.metadata.get("choices")
+        if value is None and "Optional" in str(f.type):
+            continue
+        if choices is not None and value not in choices:
+            raise ValueError(f"--{f.name} must be one of {', '.join(map(str, choices))}, got {value!r}")
+        if check is not None:
+            test, what = range_rule(check)
+            if not test(value):
+                raise ValueError(f"--{f.name} must be {what}, got {value!r}")
+
+
+def add_settings_flags(parser, template, names=None) -> None:
+    """One flag per setting of the dataclass instance `template` (or of those in `names`), its value the flag's
+    default: a study passes its own template, with its own defaults, and never declares the flag again."""
+    for f in dataclasses.fields(template):
+        if "help" not in f.metadata or (names is not None and f.name not in names):
+            continue
+        default, check, choices = getattr(template, f.name), f.metadata.get("check"), f.metadata.get("choices")
+        extra = dict(choices=choices) if choices else {}
+        if f.type is bool:                   # --resume alone is on; --compile off
+            extra = dict(type=parse_bool, nargs="?", const=True, metavar="on|off")
+        elif check == "seeds":
+            extra = dict(type=flag_type(check), nargs="+", action=Distinct, metavar="SEED")
+        elif check is not None:
+            extra = dict(type=flag_type(check), metavar="INT" if check.startswith(("int", "seed")) else "FLOAT")
+        elif "float" in str(f.type):
+            extra = dict(type=float, metavar="FLOAT")
+        elif "int" in str(f.type):
+            extra = dict(type=int, metavar="INT")
+        shown = "" if default is None or isinstance(default, bool) else f" (default {default})"
+        parser.add_argument(f"--{f.name}", default=default, help=f.metadata["help"] + shown, **extra)
+
+
+def settings_given(args: argparse.Namespace, cls, names=None) -> dict:
+    """The settings of the dataclass `cls` (or those in `names`) found in parsed flags (add_settings_flags)."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+            if "help" in f.metadata and hasattr(args, f.name) and (names is None or f.name in names)}
 
 
 def check_output(path: str, flag: str = "--out") -> str:
@@ -183,44 +298,15 @@ def check_output(path: str, flag: str = "--out") -> str:
     return path
 
 
-def add_config_flags(parser: argparse.ArgumentParser, default_model: Optional[str] = "gpt2-nano",
-                     or_model: bool = False) -> None:
-    """--model PRESET plus one flag per GPTConfig knob (--n_layer 4, --calibration attenuate, ...).
-    Knobs left unset are None, so a caller can tell which ones were given. or_model: --model may also name a
-    model (a train.py checkpoint or a Hugging Face directory), which brings its own config."""
-    also = "; or a train.py checkpoint or Hugging Face directory (its own config)" if or_model else ""
-    parser.add_argument("--model", default=default_model, help=f"preset: {', '.join(PRESETS)}{also}")
-    group = parser.add_argument_group("config knobs (override the preset)")
-    for f in dataclasses.fields(GPTConfig):
-        if f.name in CHOICES:
-            group.add_argument(f"--{f.name}", choices=CHOICES[f.name], default=None)
-        elif f.type is bool:
-            group.add_argument(f"--{f.name}", type=parse_bool, default=None, metavar="on|off")
-        elif f.type is Optional[tuple]:                 # a list of numbers (LongRoPE's factors)
-            group.add_argument(f"--{f.name}", type=float, nargs="+", default=None, metavar="FLOAT")
-        elif f.type is Optional[str]:
-            group.add_argument(f"--{f.name}", default=None, metavar="STR")
-        else:
-            kind = float if f.type in (float, Optional[float]) else int
-            group.add_argument(f"--{f.name}", type=kind, default=None, metavar=kind.__name__.upper())
-
-
-def config_overrides(args: argparse.Namespace) -> dict:
-    """The config knobs given on the command line (those not None)."""
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(GPTConfig)
-            if getattr(args, f.name, None) is not None}
-
-
-def config_from_flags(args: argparse.Namespace) -> GPTConfig:
-    return get_config(args.model, **config_overrides(args))
-
-
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+DEVICE_HELP = "auto (cuda if available, else cpu), cpu, cuda, cuda:N, mps"
 
 
 def add_device_flags(parser: argparse.ArgumentParser, dtype_help: str, dtype_default: Optional[str] = None) -> None:
     """--device and --dtype with one vocabulary in every script."""
-    parser.add_argument("--device", default="auto", help="auto (cuda if available, else cpu), cpu, cuda, cuda:N, mps")
+    parser.add_argument("--device", default="auto", help=DEVICE_HELP)
     parser.add_argument("--dtype", choices=tuple(DTYPES), default=dtype_default, help=dtype_help)
 
 
@@ -257,49 +343,6 @@ def check_dtype_runs(device: torch.device, dtype: torch.dtype) -> None:
     except (RuntimeError, TypeError) as e:
         raise ValueError(f"{device} cannot run {str(dtype).replace('torch.', '')} ({one_line(e)[:100]}); "
                          f"choose another --dtype") from None
-
-
-# ----------------------------------------------------------------------------- models named on the command line
-# Wherever a script takes a model, it takes a train.py checkpoint or a Hugging Face directory, and checks every
-# model it is given before the work on any begins.
-
-def load_model(path, device="cpu", dtype: Optional[torch.dtype] = None) -> GPT:
-    """Any model this project reads: a train.py checkpoint file or a Hugging Face directory, on a device that is
-    there (resolve_device: an absent one is refused in one line)."""
-    path, device = os.fspath(path), resolve_device(str(device))
-    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
-        raise ValueError(f"a model loads in a floating-point dtype (float32, bfloat16, float16), not {dtype}")
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no model at {path!r}: give a train.py checkpoint (.pt) or a Hugging Face directory")
-    if os.path.isdir(path):
-        return hf.load(path, device=device, dtype=dtype)
-    model = load_checkpoint(path, device=device)                  # checked finite as stored ...
-    if dtype is None:
-        return model
-    return check_model_weights_finite(model.to(dtype), path)     # ... and as cast
-
-
-def read_model_config(path) -> GPTConfig:
-    """The GPTConfig of any model this project reads, without reading its weights: for the checks a
-    script makes before any work (context length, vocabulary, layer indices). The weight files are checked
-    as far as that costs nothing: a Hugging Face directory's tensor names, shapes and dtypes against its
-    config.json; a checkpoint's file structure (memory-mapped)."""
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no model at {path!r}: give a train.py checkpoint (.pt) or a Hugging Face directory")
-    if os.path.isdir(path):
-        return hf.read_config(path)
-    return GPTConfig(**read_checkpoint(path, mmap=True)["config"])
-
-
-def check_file_weights_finite(path: str) -> None:
-    """Stream every weight of the model at `path` once, tensor by tensor (memory: the largest tensor), and
-    refuse one that holds NaN or inf, naming it. For scripts that read several models: all are checked
-    before the work on any begins."""
-    tensors = hf.tensors(path) if os.path.isdir(path) else read_checkpoint(path, mmap=True)["model"].items()
-    for name, t in tensors:
-        if t.is_floating_point() and not torch.isfinite(t).all():
-            raise nonfinite_weight(path, name, t)
 
 
 # ----------------------------------------------------------------------------- outputs: locked, written whole
@@ -380,13 +423,6 @@ def read_json(path: str, what: str = "JSON"):
             return json.load(fh)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{path} is not valid {what} ({e})") from None
-
-
-def save_checkpoint(path: str, model, step: int = 0, **meta) -> None:
-    """model.write_checkpoint as every script saves one: atomically (a run killed mid-write leaves the old
-    file or the new one) and with the provenance of the run that made it."""
-    p = next(model.parameters())
-    atomic_write(path, lambda tmp: write_checkpoint(tmp, model, step, provenance=provenance(p.device, p.dtype), **meta))
 
 
 # ----------------------------------------------------------------------------- results with provenance
@@ -507,31 +543,13 @@ def save_figure(fig, path: str) -> None:
     print(f"wrote {path}")
 
 
-# ----------------------------------------------------------------------------- random inputs, one way for every script
+# ----------------------------------------------------------------------------- seeds
 
 def seed_of(*parts) -> int:
     """A 63-bit seed from any parts (a seed and a name, a seed and an index), the same in every process:
     sha256, not hash(), which Python salts per process. Generators seeded this way are independent."""
     digest = hashlib.sha256("/".join(str(p) for p in parts).encode()).digest()
     return int.from_bytes(digest[:8], "little") >> 1
-
-
-def random_batches(kind: str, n: int, T: int, batch_size: int, seed: int, vocab: int = None, width: int = None,
-                   mean: float = 0.0, std: float = 1.0, low: int = 0):
-    """n random input sequences of T positions, in CPU batches of batch_size, the same whatever the batch size
-    and whatever device they are moved to. kind="tokens": ids uniform in [low, vocab), all drawn at once from one
-    seeded CPU generator, (b, T) int64. kind="gaussian": vectors N(mean, std^2) of `width` (Section 4.1's stand-in
-    for tokens, without repeats), each sequence from its own CPU generator seeded by (seed, its index),
-    (b, T, width)."""
-    if kind == "tokens":
-        ids = torch.randint(low, vocab, (n, T), generator=torch.Generator().manual_seed(seed))
-        yield from ids.split(batch_size)
-    elif kind == "gaussian":
-        for start in range(0, n, batch_size):
-            yield torch.stack([torch.randn(T, width, generator=torch.Generator().manual_seed(seed_of(seed, i)))
-                               for i in range(start, min(start + batch_size, n))]) * std + mean
-    else:
-        raise ValueError(f"unknown input kind {kind!r}: choose 'tokens' or 'gaussian'")
 
 
 # ----------------------------------------------------------------------------- GPUs: torchrun and MFU

@@ -1,6 +1,6 @@
 """
-hf.py: Hugging Face checkpoints, loaded exactly into model.py's GPT -- the released models whose birth
-bias, lineage and sinks the paper's questions are asked of.
+hf.py: models on disk, loaded exactly -- the released models whose birth bias, lineage and sinks the paper's
+questions are asked of, and the project's own checkpoints, through one door: load(path).
 
 A Hugging Face directory holds config.json (an architecture in transformers' field names) and
 *.safetensors files (its weights in transformers' tensor names). Each family here is mapped field by
@@ -29,11 +29,16 @@ forward pass computes what transformers computes, within float32 rounding, witho
     architecture not carried: each is one error naming it, before any weight is read. Nothing is
     approximated in silence.
 
-    load(dir)              -> a GPT in the checkpoint's dtype, filled tensor by tensor
-    read_config(dir)       -> its GPTConfig, the weight files' headers checked against it, no weight read
-    config_from_json(dict) -> the GPTConfig of a config.json
-    tensors(dir)           -> (name, tensor), one at a time: to check a model's weights before any work
-    token_rows(dir, lo, hi)-> rows lo..hi of the token table alone
+A model here is a path: a Hugging Face directory, or a train.py checkpoint file (model.py's format). Every
+script that takes a model reads it through these five, whichever it is:
+
+    load(path)               -> a GPT, in the checkpoint's dtype, its weights checked finite
+    read_config(path)        -> its GPTConfig, the weight files checked against it, no weight read
+    check_weights_finite(path) -> every weight streamed once, one that holds NaN/inf refused by name
+    token_rows(path, lo, hi) -> rows lo..hi of the token table alone
+    tensors(path)            -> (name, tensor), one at a time
+    main([path, ...])        -> hf.py's command line: what each model maps onto (its family, the knobs it sets,
+                                its parameters), nothing loaded
 
 Needs model.py and the safetensors package (pip install safetensors); copy the two files together.
 """
@@ -49,17 +54,25 @@ from typing import Optional
 
 import torch
 
-from model import GPT, GPTConfig, check_model_weights_finite, qkv_sizes
+from model import (GPT, GPTConfig, check_model_weights_finite, load_checkpoint, nonfinite_weight, qkv_sizes,
+                   read_checkpoint)
 
 LLAMA_LIKE = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Olmo2ForCausalLM",
               "GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM")
 FAMILIES = (*LLAMA_LIKE, "GPT2LMHeadModel", "GPTNeoXForCausalLM", "Gemma3ForConditionalGeneration")
 
 
-def load(path: str, device="cpu", dtype: Optional[torch.dtype] = None) -> GPT:
-    """The model of a Hugging Face directory (config.json + *.safetensors) of a supported family. It is built
-    in the checkpoint's dtype (bf16 stays bf16; `dtype` overrides) and filled tensor by tensor, so loading
-    peaks near the checkpoint's own size. Weights that hold NaN or inf are refused."""
+def load(path, device="cpu", dtype: Optional[torch.dtype] = None) -> GPT:
+    """The model at `path`: a Hugging Face directory (config.json + *.safetensors) of a supported family, or a
+    train.py checkpoint file. It is built in its stored dtype (bf16 stays bf16; `dtype` overrides) and filled
+    tensor by tensor, so loading peaks near the checkpoint's own size. Weights that hold NaN or inf, as stored
+    or as cast to `dtype`, are refused."""
+    path = checked_path(path)
+    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+        raise ValueError(f"a model loads in a floating-point dtype (float32, bfloat16, float16), not {dtype}")
+    if os.path.isfile(path):
+        model = load_checkpoint(path, device=device)               # checked finite as stored ...
+        return model if dtype is None else check_model_weights_finite(model.to(dtype), path)    # ... and as cast
     config, arch, headers = read_dir(path)
     found = {kind for header in headers.values() for kind, _ in header.values()}
     dtype = dtype or next((SAFETENSORS_FLOATS[k] for k in SAFETENSORS_FLOATS if k in found), torch.float32)
@@ -69,9 +82,22 @@ def load(path: str, device="cpu", dtype: Optional[torch.dtype] = None) -> GPT:
     return check_model_weights_finite(model, path)
 
 
-def read_config(path: str) -> GPTConfig:
-    """The GPTConfig of a directory, without reading a weight: its tensors' names, shapes and dtypes are
-    checked against it (a model built on the meta device), so a damaged directory is refused here."""
+def checked_path(path) -> str:
+    """`path` as a string, refused in one line where nothing is there."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no model at {path!r}: give a train.py checkpoint (.pt) or a Hugging Face directory")
+    return path
+
+
+def read_config(path) -> GPTConfig:
+    """The GPTConfig of the model at `path`, without reading a weight: for the checks a script makes before any
+    work (context length, vocabulary, layer indices). The weight files are checked as far as that costs
+    nothing: a Hugging Face directory's tensor names, shapes and dtypes against its config.json (a model built
+    on the meta device); a checkpoint's file structure (memory-mapped)."""
+    path = checked_path(path)
+    if os.path.isfile(path):
+        return GPTConfig(**read_checkpoint(path, mmap=True)["config"])
     return planned(path)[0]
 
 
@@ -84,16 +110,33 @@ def planned(path: str):
     return config, arch, model, plan_weights(model, headers, arch, path)
 
 
-def tensors(path: str):
-    """(name, tensor) of every floating-point tensor of a directory, one at a time (memory: the largest)."""
+def tensors(path):
+    """(name, tensor) of every floating-point tensor of the model at `path`, one at a time (memory: the largest;
+    a checkpoint is memory-mapped)."""
+    path = checked_path(path)
+    if os.path.isfile(path):
+        yield from ((name, t) for name, t in read_checkpoint(path, mmap=True)["model"].items() if t.is_floating_point())
+        return
     for file, header in read_dir(path)[2].items():
         for name, (kind, _) in header.items():
             if kind in SAFETENSORS_FLOATS:
                 yield name, read_tensor(file, name)
 
 
-def token_rows(path: str, lo: int, hi: int):
-    """Rows [lo, hi) of the token embedding table, float32 numpy (rows x width): one slice of one tensor."""
+def check_weights_finite(path) -> None:
+    """Stream every weight of the model at `path` once, tensor by tensor, and refuse one that holds NaN or inf,
+    naming it. For scripts that read several models: all are checked before the work on any begins."""
+    for name, t in tensors(path):
+        if not torch.isfinite(t).all():
+            raise nonfinite_weight(path, name, t)
+
+
+def token_rows(path, lo: int, hi: int):
+    """Rows [lo, hi) of the token embedding table, float32 numpy (rows x width): one slice of one tensor (a
+    checkpoint memory-mapped)."""
+    path = checked_path(path)
+    if os.path.isfile(path):
+        return read_checkpoint(path, mmap=True)["model"]["transformer.wte.weight"][lo:hi].float().numpy()
     plan = planned(path)[3]
     file, name = next((file, name) for file, name, pieces in plan if pieces[0][0] == "transformer.wte.weight")
     with safetensors_library().safe_open(file, framework="pt") as f:
@@ -503,7 +546,7 @@ def _gemma3_rope(f: dict, max_pos: int, head_dim: int, defaults: dict, sliding: 
 
 # ----------------------------------------------------------------------------- the directory and its files
 
-def read_json(path: str, what: str):
+def json_file(path: str, what: str):
     """config.json and the shard index: a malformed file is one error naming it."""
     try:
         with open(path, encoding="utf-8") as fh:
@@ -519,13 +562,13 @@ def read_dir(path: str):
     if not os.path.isfile(cfg_path):
         why = "no config.json" if os.path.isdir(path) else "a file" if os.path.isfile(path) else "no such directory"
         raise FileNotFoundError(f"{path!r} is not a Hugging Face model directory (config.json + *.safetensors): {why}")
-    hf = read_json(cfg_path, "config.json")
+    hf = json_file(cfg_path, "config.json")
     try:
         config = config_from_json(hf)
     except ValueError as e:
         raise ValueError(f"{cfg_path}: {str(e).removeprefix('config.json ')}") from None
     if os.path.exists(index):
-        weight_map = read_json(index, "safetensors index")
+        weight_map = json_file(index, "safetensors index")
         weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
         if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
             raise ValueError(f"{index} has no weight_map object of tensor name -> shard file")
@@ -711,23 +754,28 @@ def load_weights(model: GPT, headers: dict, arch: str, where: str) -> None:
 # ----------------------------------------------------------------------------- command line
 
 def main(argv=None) -> None:
-    """python hf.py DIR [DIR ...]: what each directory becomes here -- its architecture, the knobs it sets apart
-    from GPTConfig's defaults, its parameter count -- after every check the loader makes, no weight read. A
-    directory that would not load is one line on stderr and exit code 2, before anything is printed."""
-    parser = argparse.ArgumentParser(prog="hf.py", description="What a Hugging Face directory maps onto in model.py: "
-                                     "its family, the GPTConfig knobs it sets, its parameters. No weight is read.")
-    parser.add_argument("dirs", nargs="+", metavar="DIR", help="Hugging Face directories (config.json + "
-                        "*.safetensors)")
+    """python hf.py PATH [PATH ...]: what each model becomes here -- its family, the knobs it sets apart from
+    GPTConfig's defaults, its parameter count -- after every check the loader makes, no weight read. A model
+    that would not load is one line on stderr and exit code 2, before anything is printed."""
+    parser = argparse.ArgumentParser(prog="hf.py", description="What a model on disk maps onto in model.py: its "
+                                     "family, the GPTConfig knobs it sets, its parameters. No weight is read.")
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="Hugging Face directories (config.json + "
+                        "*.safetensors) or train.py checkpoints")
     args = parser.parse_args(argv)
+    found = []
     try:
-        found = [(path, *planned(path)[:3]) for path in args.dirs]
+        for path in args.paths:
+            path = checked_path(path)
+            config, arch = (read_config(path), "train.py checkpoint") if os.path.isfile(path) else planned(path)[:2]
+            with torch.device("meta"):
+                found.append((path, config, arch, GPT(config).num_params()))
     except (ValueError, FileNotFoundError, ImportError) as e:
-        sys.stderr.write(f"hf.py: error: {e}\n")
+        sys.stderr.write(f"hf.py: error: {' '.join(str(e).split())}\n")
         sys.exit(2)
     default = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
-    for path, config, arch, model in found:
+    for path, config, arch, params in found:
         knobs = {k: v for k, v in dataclasses.asdict(config).items() if v != default[k]}
-        print(f"{path}: {arch}, {model.num_params():,} parameters")
+        print(f"{path}: {arch}, {params:,} parameters")
         print("  GPTConfig(" + ", ".join(f"{k}={v!r}" for k, v in knobs.items()) + ")")
 
 

@@ -1,5 +1,6 @@
 """
-Seeded GPT-2 initialization (paper Appendix B.1): two models differ only where you say.
+init.py: a model at birth -- seeded GPT-2 initialization (paper Appendix B.1), so two models differ only where
+you say, and the architecture a command line names (a preset and its knobs).
 
 The paper's bias is a property of the random draw, so the draw must be reproducible and
 controllable. Two seeds split the model (footnote 2, Appendix B.2):
@@ -8,16 +9,24 @@ controllable. Two seeds split the model (footnote 2, Appendix B.2):
 so models of one architecture with different `seed` still share token identities and
 their top-1 token ids can be compared.
 
+A script names an architecture as --model PRESET plus one flag per GPTConfig knob (--n_layer 4,
+--calibration attenuate, ...): add_config_flags and config_from_flags, here because every script that takes
+them builds its model with build().
+
     python init.py --model gpt2-nano --seed 42      # per-group std table -> out/init/init_stats.json
+
+Imports model.py and common.py (the scripts' conventions).
 """
+import argparse
 import dataclasses
 import math
 import os
+from typing import Optional
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, add_config_flags, check_output, config_from_flags, lock_dir, print_table,
-                    provenance, run_script, seed_int, seed_of, write_json)
-from model import GPT, GPTConfig
+from common import (ArgumentParser, check_output, lock_dir, parse_bool, print_table, provenance, run_script, seed_int,
+                    seed_of, write_json)
+from model import CHOICES, GPT, PRESETS, GPTConfig, get_config
 import torch
 
 
@@ -85,6 +94,42 @@ def build(config: GPTConfig, seed: int, embed_seed: int = 0, device="cpu", dtype
     model = model.to_empty(device=device)
     return init_weights(model, seed, embed_seed)
 
+
+# ----------------------------------------------------------------------------- the architecture on the command line
+
+def add_config_flags(parser: argparse.ArgumentParser, default_model: Optional[str] = "gpt2-nano",
+                     or_model: bool = False) -> None:
+    """--model PRESET plus one flag per GPTConfig knob (--n_layer 4, --calibration attenuate, ...).
+    Knobs left unset are None, so a caller can tell which ones were given. or_model: --model may also name a
+    model (a train.py checkpoint or a Hugging Face directory), which brings its own config."""
+    also = "; or a train.py checkpoint or Hugging Face directory (its own config)" if or_model else ""
+    parser.add_argument("--model", default=default_model, help=f"preset: {', '.join(PRESETS)}{also}")
+    group = parser.add_argument_group("config knobs (override the preset)")
+    for f in dataclasses.fields(GPTConfig):
+        if f.name in CHOICES:
+            group.add_argument(f"--{f.name}", choices=CHOICES[f.name], default=None)
+        elif f.type is bool:
+            group.add_argument(f"--{f.name}", type=parse_bool, default=None, metavar="on|off")
+        elif f.type is Optional[tuple]:                 # a list of numbers (LongRoPE's factors)
+            group.add_argument(f"--{f.name}", type=float, nargs="+", default=None, metavar="FLOAT")
+        elif f.type is Optional[str]:
+            group.add_argument(f"--{f.name}", default=None, metavar="STR")
+        else:
+            kind = float if f.type in (float, Optional[float]) else int
+            group.add_argument(f"--{f.name}", type=kind, default=None, metavar=kind.__name__.upper())
+
+
+def config_overrides(args: argparse.Namespace) -> dict:
+    """The config knobs given on the command line (those not None)."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(GPTConfig)
+            if getattr(args, f.name, None) is not None}
+
+
+def config_from_flags(args: argparse.Namespace) -> GPTConfig:
+    return get_config(args.model, **config_overrides(args))
+
+
+# ----------------------------------------------------------------------------- the weights' stds, as a script
 
 def weight_stats(model: GPT) -> dict:
     """Empirical std of each parameter beside its GPT-2 target (for the table and the tests)."""

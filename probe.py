@@ -20,6 +20,9 @@ All of it comes from one pass per model, accumulated batch by batch in memory in
     python probe.py --exp all            # every table and figure (minutes on a CPU)
     python probe.py --sequences 10000 --seq_len 64 256 1024 --device cuda         # the paper's size
     torchrun --nproc_per_node 8 probe.py --exp direction --models 100 --sequences 2000 --seq_len 1024
+
+Imports model.py, init.py (fresh inits), data.py (the random inputs), theory.py (the closed forms beside each
+probe), hf.py (a model given by path) and common.py.
 """
 import contextlib
 import dataclasses
@@ -29,11 +32,9 @@ import time
 from typing import Optional
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, DTYPES, Progress, add_config_flags, add_device_flags, check_dtype_runs,
-                    check_output, config_from_flags, config_overrides, figure, join_process_group,
-                    leave_process_group, load_model, lock_dir, parse_bool, peak_flops, print_table, random_batches,
-                    rank_device, read_model_config, refuse_moved, resolve_device, run_script, save_figure, seed_int,
-                    torchrun_rank, update_results)
+from common import (ArgumentParser, DTYPES, Progress, add_device_flags, check_dtype_runs, check_output, figure,
+                    join_process_group, leave_process_group, lock_dir, parse_bool, peak_flops, print_table,
+                    rank_device, resolve_device, run_script, save_figure, seed_int, torchrun_rank, update_results)
 from model import GPT, PRESETS, GPTConfig, forward_flops
 import numpy as np
 import torch
@@ -41,8 +42,10 @@ import torch.distributed as dist
 from scipy.special import logsumexp
 from scipy.stats import binom
 
+import hf
 import theory
-from init import build
+from data import random_inputs
+from init import add_config_flags, build, config_from_flags, config_overrides
 
 
 # ----------------------------------------------------------------------------- one pass over a model
@@ -74,11 +77,11 @@ def probe(model: GPT, kind: str = "tokens", sequences: int = 512, seq_len: int =
         trace = torch.compile(model.trace, dynamic=False)
         for n in {min(batch_size, sequences), sequences % batch_size} - {0}:
             with autocast:
-                trace(**next(model_inputs(model, kind, n, seq_len, batch_size, data_seed)), hidden="last",
+                trace(**next(random_inputs(model, kind, n, seq_len, batch_size, data_seed)), hidden="last",
                       logits=True)
     sync()
     t0 = time.time()
-    for inputs in model_inputs(model, kind, sequences, seq_len, batch_size, data_seed):
+    for inputs in random_inputs(model, kind, sequences, seq_len, batch_size, data_seed):
         with autocast:
             out = trace(**inputs, hidden="last", logits=True)
         counts += torch.bincount(out["logits"].float().argmax(dim=-1), minlength=cfg.vocab_size)
@@ -170,20 +173,6 @@ class PairwiseCosine:
         return self.sum / self.n
 
 
-def model_inputs(model: GPT, kind: str, sequences: int, seq_len: int, batch_size: int, seed: int):
-    """Keyword arguments for model.trace, batch by batch (common.random_batches, moved to the model's device):
-    {"idx": uniform token ids} or {"embeds": iid N(mean, std) vectors with the scalar mean and std of the
-    model's own token embedding table (times its embed_scale) -- Section 4.1's stand-in for random tokens,
-    without repeats}.
-    The same arguments give the same inputs on every device, so two models see identical sequences."""
-    w = model.transformer.wte.weight
-    scale = model.config.embed_scale                  # the table's rows as the model sees them (Gemma: x sqrt(d))
-    mean, std = scale * w.float().mean().item(), scale * w.float().std().item()
-    for x in random_batches(kind, sequences, seq_len, batch_size, seed, vocab=model.config.vocab_size,
-                            width=model.config.n_embd, mean=mean, std=std):
-        yield {"idx": x.to(w.device)} if kind == "tokens" else {"embeds": x.to(w.device, w.dtype)}
-
-
 @torch.no_grad()
 def position_variance(model: GPT, inputs: torch.Tensor, batch_size: int = 32) -> np.ndarray:
     """Variance of each head's aggregated output (what W_O sees, after calibration and head_norm), per
@@ -241,7 +230,7 @@ def given_model(args) -> Optional[str]:
 def _build(args, config, seed, **overrides):
     """A fresh init of `config` (with overrides) from block seed `seed`; with --model DIR, the model given."""
     if given_model(args):
-        return load_model(args.model, args.device, getattr(torch, args.dtype)).eval()
+        return hf.load(args.model, args.device, getattr(torch, args.dtype)).eval()
     cfg = dataclasses.replace(config, **overrides)
     return build(cfg, seed, args.embed_seed, device=args.device, dtype=getattr(torch, args.dtype)).eval()
 
@@ -475,7 +464,7 @@ def exp_variance(args, config):
     Gaussian inputs, against std(t=1) / sqrt(t) (Eq. 2)."""
     T = max(args.seq_len)
     model = _build(args, config, args.seeds[0], **DERIVED["variance"]["one block"])
-    inputs = torch.cat([b["embeds"] for b in model_inputs(model, "gaussian", args.sequences, T, args.batch_size,
+    inputs = torch.cat([b["embeds"] for b in random_inputs(model, "gaussian", args.sequences, T, args.batch_size,
                                                            args.data_seed)])
     std = np.sqrt(position_variance(model, inputs, args.batch_size)[0])
     t = np.arange(1, T + 1)
@@ -551,7 +540,6 @@ EXPERIMENTS = tuple(PER_SEED) + tuple(WHOLE)
 
 
 def main(argv=None):
-    refuse_moved(argv, {"bench": "python -m studies.probe_bench"})     # an old --exp names its study
     parser = ArgumentParser(prog="probe.py", description="What a transformer is born with: token preference and "
                                                  "contraction on random inputs (paper Sections 3-5).")
     add_config_flags(parser, or_model=True)
@@ -569,7 +557,7 @@ def main(argv=None):
     add_device_flags(parser, "dtype of the weights (bfloat16: the paper's GPU setting)", dtype_default="float32")
     parser.add_argument("--out", default="out/probe")
     args = parser.parse_args(argv)
-    config = model_config(args)                            # a bad preset, knob or model is one line, before any work
+    config = architecture(args)                            # a bad preset, knob or model is one line, before any work
     check_args(args, config)
     device = rank_device(resolve_device(args.device))      # under torchrun: this rank's GPU
     check_dtype_runs(device, DTYPES[args.dtype])
@@ -583,13 +571,13 @@ def main(argv=None):
     leave_process_group()
 
 
-def model_config(args) -> GPTConfig:
+def architecture(args) -> GPTConfig:
     """The config of --model: a preset with the knob flags on top, or a given model's own (no knob flags)."""
     if given_model(args):
         if config_overrides(args):
             raise ValueError(f"--model {args.model} is a model with its own config: drop the knob flags "
                              f"({', '.join('--' + k for k in config_overrides(args))})")
-        return read_model_config(args.model)
+        return hf.read_config(args.model)
     if args.model not in PRESETS:
         raise ValueError(f"--model {args.model!r} is no preset ({', '.join(PRESETS)}) and no checkpoint or Hugging "
                          f"Face directory")

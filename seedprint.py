@@ -35,7 +35,8 @@ inputs, so their taus spread far wider than those nulls allow. studies/lineage_f
     python seedprint.py A B --align on # the aligned verdict: sees through a permuted residual basis
 
 The studies that calibrate the verdict and reproduce the paper's Tables 4-5 train their models in studies/
-(studies/__init__.py lists them).
+(studies/__init__.py lists them). Imports model.py, hf.py (models by path), data.py (the random inputs) and
+common.py.
 """
 import dataclasses
 import hashlib
@@ -47,12 +48,12 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, DTYPES, Progress, add_device_flags, atomic_write, check_dtype_runs,
-                    check_file_weights_finite, check_output, figure, load_model, lock_dir, parse_bool, print_table,
-                    random_batches, read_model_config, refuse_moved, resolve_device, run_script, save_figure,
-                    seed_int, update_results)
+from common import (ArgumentParser, DTYPES, Progress, add_device_flags, add_settings_flags, atomic_write,
+                    check_dtype_runs, check_output, check_settings, figure, lock_dir, parse_bool, print_table,
+                    resolve_device, run_script, save_figure, setting, settings_given, update_results)
 from model import GPT, GPTConfig, read_checkpoint
 import hf
+from data import random_batches
 import numpy as np
 import torch
 from scipy import optimize, stats
@@ -66,12 +67,6 @@ ALIGNED_TAU_FLOOR = 0.06
 # The mean |r| from which a (whitened) token-table match is trusted: chosen and tested in studies/aligned_floor.py
 # (docs/seedprint.md, "The aligned verdict": descendants' and unrelated models' values).
 TABLE_MATCH_R = 0.5
-# Where each old `--exp` went; refused in one line naming it (kept for one release).
-MOVED = {**dict.fromkeys(("table4a", "table4b", "table4c", "table5", "fig11", "baselines", "all"),
-                         "python -m studies.seedprint_tables"),
-         "fpr": "python -m studies.lineage_fpr", "inits": "python -m studies.fresh_inits",
-         "aligned": "python -m studies.aligned_floor", "derivatives": "python -m studies.derivatives",
-         "speed": "python -m studies.fingerprint_speed"}
 
 # ----------------------------------------------------------------------------- 2-4. the statistic
 # numpy and scipy only: seedprint_test runs on fingerprints saved anywhere, by anything.
@@ -197,15 +192,35 @@ class SeedPrintResult:
         return line + (f". By construction, {self.shared}" if self.shared else "")
 
 
+@dataclass(frozen=True)
+class Options:
+    """What fixes a verdict: the random inputs every model sees and the statistic on their fingerprints. Each field
+    is a flag of seedprint.py and of every lineage study, its range checked here."""
+    sequences: int = setting(2000, "random input sequences N", "int>=10")
+    seq_len: int = setting(64, "tokens per input (the paper: 1024)", "int>=1")
+    input_seed: int = setting(0, "seed of the random inputs", "seed")
+    k: int = setting(400, "identity dimensions per model (capped at half the width)", "int>=2")
+    rank_by: str = setting("smallest", "the identity dimensions: the k of smallest, largest or largest |mean output|",
+                           choices=("smallest", "largest", "abs"))
+    set_mode: str = setting("coset", "coset: A's identity set intersected with B's; base: A's alone",
+                            choices=("coset", "base"))
+
+    def __post_init__(self):
+        check_settings(self)
+
+    def inputs(self) -> dict:
+        """The fingerprint's options these fix (fingerprint's keyword arguments)."""
+        return dict(sequences=self.sequences, seq_len=self.seq_len, seed=self.input_seed)
+
+    def test(self) -> dict:
+        """The statistic's options these fix (seedprint_test's keyword arguments)."""
+        return dict(k=self.k, rank_by=self.rank_by, set_mode=self.set_mode)
+
+
 def check_options(k: int = 400, rank_by: str = "smallest", set_mode: str = "coset", temperature: float = 10.0,
                   alpha: float = ALPHA) -> None:
-    """Every statistic option, checked before any model is run."""
-    if int(k) < 2:
-        raise ValueError(f"k (identity dimensions per model) must be at least 2, got {k}")
-    if rank_by not in ("smallest", "largest", "abs"):
-        raise ValueError(f"rank_by must be smallest, largest or abs, got {rank_by!r}")
-    if set_mode not in ("coset", "base"):
-        raise ValueError(f"set_mode must be 'coset' or 'base', got {set_mode!r}")
+    """Every statistic option, checked before any model is run (Options' ranges, and the two that are no flag)."""
+    Options(k=k, rank_by=rank_by, set_mode=set_mode)
     if not temperature > 0 or not 0 < alpha < 1:
         raise ValueError(f"need temperature > 0 and 0 < alpha < 1, got {temperature}, {alpha}")
 
@@ -423,17 +438,14 @@ def held_out_rows(m, vocab: int):
 
 
 def token_rows(m, lo: int, hi: int):
-    """Rows [lo, hi) of a model's token table (see held_out_rows). The table alone is read: a checkpoint
-    memory-mapped, the rows of one tensor of a Hugging Face directory."""
+    """Rows [lo, hi) of a model's token table, float32 (rows x d); None for a model whose weights are not at hand.
+    A model on disk: the table alone is read (hf.token_rows)."""
+    if isinstance(m, str):
+        return hf.token_rows(m, lo, hi)
     if isinstance(m, (GPT, Recipe)):
         table = (m if isinstance(m, GPT) else m.build()).transformer.wte.weight
-    elif isinstance(m, str) and os.path.isfile(m):
-        table = read_checkpoint(m, mmap=True)["model"]["transformer.wte.weight"]
-    elif isinstance(m, str):
-        return hf.token_rows(m, lo, hi)
-    else:
-        return None
-    return table[lo:hi].detach().float().cpu().numpy()
+        return table[lo:hi].detach().float().cpu().numpy()
+    return None
 
 
 @dataclass
@@ -480,7 +492,7 @@ def fingerprint_all(models: list, cache_dir: str = None, device="cpu", dtype: st
                 row.append(np.load(file)["H"])
                 continue
             if model is None:
-                model = m.build().to(device) if isinstance(m, Recipe) else load_model(
+                model = m.build().to(device) if isinstance(m, Recipe) else hf.load(
                     m, device, getattr(torch, dtype) if dtype else None)
                 model.eval()
             name = m if isinstance(m, str) else m.key if isinstance(m, Recipe) else "model"
@@ -521,7 +533,7 @@ def compare_many(models: list, k: int = 400, rank_by: str = "smallest", set_mode
     lineages, i.e. the models joined by a chain of related pairs}."""
     check_options(k, rank_by, set_mode, temperature, alpha)
     opts = dict(fingerprint_options)
-    every = [model_config(m) for m in models]               # configs only: no weights (None: unknown)
+    every = [config_of(m) for m in models]               # configs only: no weights (None: unknown)
     configs = [c for c in every if c is not None]
     check_seq_len(opts.get("seq_len", 64), every, models)
     if len({c.n_embd for c in configs}) > 1:
@@ -612,13 +624,13 @@ def lineages(n: int, related: list) -> list:
     return sorted([int(i) for i in np.flatnonzero(label == c)] for c in np.unique(label))
 
 
-def model_config(m):
+def config_of(m):
     """The config of a GPT, a model path (also refuses an unsupported family, before any work) or a Recipe that
     names it; None for a callable, a fingerprint array or a Recipe that does not."""
     if isinstance(m, (GPT, Recipe)):
         return m.config
     if isinstance(m, str):
-        return read_model_config(m)
+        return hf.read_config(m)
     return None
 
 
@@ -673,18 +685,12 @@ def report_matrix(models: list, out: str, res: dict, seconds: float) -> dict:
 # ----------------------------------------------------------------------------- command line
 
 def main(argv=None):
-    refuse_moved(argv, MOVED)                      # an old --exp names the study that runs it now
     p = ArgumentParser(prog="seedprint.py", description="SeedPrint: do two or more models share an "
                        "initialization? Each pair gets the exact verdict (or, with --align on, the aligned one); "
                        "with more than two models, every pair is Holm-adjusted and the models grouped by lineage.")
     p.add_argument("models", nargs="+", help="two or more train.py checkpoints or Hugging Face directories (base "
                    "first)")
-    p.add_argument("--sequences", type=int, default=2000, help="random input sequences N")
-    p.add_argument("--seq_len", type=int, default=64, help="tokens per input (the paper: 1024)")
-    p.add_argument("--input_seed", type=seed_int, default=0, help="seed of the random inputs")
-    p.add_argument("--k", type=int, default=400, help="identity dimensions per model (capped at half the width)")
-    p.add_argument("--rank_by", choices=("smallest", "largest", "abs"), default="smallest")
-    p.add_argument("--set_mode", choices=("coset", "base"), default="coset")
+    add_settings_flags(p.add_argument_group("the test"), Options())
     p.add_argument("--align", type=parse_bool, default=False, metavar="on|off",
                    help="the aligned verdict: also match B's coordinates to A's (a signed permutation), by the "
                    "token tables' rows of held-out tokens where that match is trusted, else on held-out inputs, "
@@ -693,23 +699,20 @@ def main(argv=None):
     add_device_flags(p, "load the models in this dtype (default: each checkpoint's own; float32 on CPU is exact)")
     p.add_argument("--out", default="out/seedprint", help="results.json, matrix.png and the fingerprint cache")
     args = p.parse_args(argv)
-    check_options(args.k, args.rank_by, args.set_mode)          # before any model is read
+    options = Options(**settings_given(args, Options))          # every range, before any model is read
     if len(args.models) < 2:
         p.error("give two or more models (base first)")
-    if args.sequences < 10 or args.seq_len < 1:
-        p.error("--sequences must be at least 10 and --seq_len at least 1")
     check_output(args.out)
     device = resolve_device(args.device)
     if args.dtype:
         check_dtype_runs(device, DTYPES[args.dtype])
-    check_seq_len(args.seq_len, [read_model_config(path) for path in args.models], args.models)
+    check_seq_len(args.seq_len, [hf.read_config(path) for path in args.models], args.models)
     for path in args.models:                                   # every refusal before any work
-        check_file_weights_finite(path)
+        hf.check_weights_finite(path)
     with lock_dir(args.out):
         t0 = time.time()
-        res = compare_many(args.models, k=args.k, rank_by=args.rank_by, set_mode=args.set_mode,
-                           cache_dir=os.path.join(args.out, "fingerprints"), device=str(device), dtype=args.dtype,
-                           align=args.align, sequences=args.sequences, seq_len=args.seq_len, seed=args.input_seed)
+        res = compare_many(args.models, **options.test(), cache_dir=os.path.join(args.out, "fingerprints"),
+                           device=str(device), dtype=args.dtype, align=args.align, **options.inputs())
         seconds = time.time() - t0
         if len(args.models) == 2:
             r = res["results"][(0, 1)]

@@ -21,25 +21,24 @@ triples that are sink heads. Uniform attention gives alpha_1 = H_T / T (0.074 at
 
 Models trained to see a sink form, with and without each intervention, are studies:
 studies/sink_testbed.py (a sink grown on a CPU) and studies/sink_calibration.py (Fig 12 on natural text).
+Imports model.py, hf.py (the model given), data.py (its inputs), probe.py (position_variance) and common.py.
 """
 import math
 import os
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, DTYPES, Progress, add_device_flags, check_dtype_runs, check_output, figure,
-                    load_model, lock_dir, one_line, parse_bool, print_table, random_batches, read_json,
-                    read_model_config, refuse_moved, resolve_device, run_script, save_figure, seed_int,
-                    update_results)
+from common import (ArgumentParser, DTYPES, Distinct, Progress, add_device_flags, check_dtype_runs, check_output,
+                    figure, flag_type, lock_dir, parse_bool, print_table, read_json, resolve_device, run_script,
+                    save_figure, seed_int, update_results)
 from model import GPT, allowed_keys, read_checkpoint
 import numpy as np
 import torch
 
-import train
+import hf
+from data import check_token_ids, random_tokens, read_ids, tokenize_text, windows
 from probe import position_variance
 
 EPS = 0.3
-# Where each old `--exp` went; refused in one line naming it (kept for one release).
-MOVED = {"testbed": "python -m studies.sink_testbed", "calibration": "python -m studies.sink_calibration"}
 
 
 # ----------------------------------------------------------------------------- the metric
@@ -217,56 +216,7 @@ def amplify_hook(k: int, lam: float, mu: str = "batch"):
 
 # ----------------------------------------------------------------------------- inputs
 
-def random_tokens(vocab: int, n: int, T: int, seed: int = 0, bos=None) -> torch.Tensor:
-    """Gu et al.'s "random" setting: n sequences of T uniform token ids (a BOS id in front, if given)."""
-    return _with_bos(next(random_batches("tokens", n, T - (bos is not None), n, seed, vocab=vocab)), bos)
-
-
-def windows(ids: np.ndarray, T: int, n: int, seed: int = 0, bos=None, name: str = "the input") -> torch.Tensor:
-    """n windows of T tokens at random non-overlapping offsets of a token stream ("100 randomly selected
-    sequences"); with a BOS id, BOS + T - 1 tokens. A stream too short for n windows is refused."""
-    width = T - (bos is not None)
-    slots = len(ids) // width
-    if slots < n:
-        raise ValueError(f"{name} holds {len(ids)} tokens: {slots} windows of {width}, fewer than the {n} sequences "
-                         f"asked for; lower --sequences or the lengths, or give more text")
-    pick = np.sort(np.random.default_rng(seed).choice(slots, size=min(n, slots), replace=False))
-    return _with_bos(torch.from_numpy(np.stack([ids[s * width:(s + 1) * width] for s in pick]).astype(np.int64)), bos)
-
-
-def _with_bos(ids, bos):
-    return ids if bos is None else torch.cat([torch.full((len(ids), 1), bos, dtype=ids.dtype), ids], 1)
-
-
-def read_ids(path: str) -> np.ndarray:
-    """A file of token ids: .npy (any integer array, flattened to a stream) or a train.py .bin (uint16)."""
-    if not os.path.isfile(path):
-        kind = "is a directory, not a token-id file" if os.path.isdir(path) else "no token-id file"
-        raise FileNotFoundError(f"{path}: {kind} (.npy, or a train.py .bin)")
-    if path.endswith(".npy"):
-        try:
-            ids = np.load(path, allow_pickle=False)      # a pickle could run code: refused
-        except (ValueError, OSError, EOFError) as e:
-            raise ValueError(f"{path} is not a readable .npy array ({one_line(e)[:100]})") from None
-        if not np.issubdtype(ids.dtype, np.integer):
-            raise ValueError(f"{path} holds {ids.dtype}, not integer token ids")
-        return ids.reshape(-1).astype(np.int64)
-    if path.endswith(".bin"):
-        if os.path.getsize(path) % 2:
-            raise ValueError(f"{path} has an odd number of bytes: not a train.py .bin of uint16 token ids")
-        return np.fromfile(path, dtype=np.uint16).astype(np.int64)
-    raise ValueError(f"{path}: token ids are read from .npy or train.py .bin files")
-
-
-
-def check_token_ids(idx: torch.Tensor, vocab_size: int, where: str = "the input") -> torch.Tensor:
-    """Token ids must index the embedding table; checked once where data enters (one host sync)."""
-    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= vocab_size):
-        raise ValueError(f"token ids of {where} must lie in [0, {vocab_size}); got min {int(idx.min())}, max "
-                         f"{int(idx.max())} -- is it tokenized for this model's vocabulary?")
-    return idx
-
-def model_inputs(args, model: GPT, stream, T: int) -> torch.Tensor:
+def input_tokens(args, model: GPT, stream, T: int) -> torch.Tensor:
     """The sequences of the command line: random tokens (default), or windows of `stream` (--text through the
     model's own tokenizer, or --ids: input_stream); --bos on prepends the model's bos_token_id. Range-checked
     once, here."""
@@ -282,22 +232,10 @@ def input_stream(args):
     """The token stream of --text (through the model's own tokenizer, or --tokenizer) or --ids, read once per
     run; None for random tokens."""
     if args.text:
-        encode = train.get_tokenizer(args.tokenizer or model_tokenizer(args.model_path))[0]
-        return np.array(encode(train.read_text(text_file(args.text, args.data_from))), dtype=np.int64)
+        return tokenize_text(args.text, args.tokenizer or model_tokenizer(args.model_path), args.data_from)
     if args.ids:
         return read_ids(args.ids)
     return None
-
-
-def text_file(name: str, from_dir: str = None) -> str:
-    """A text file's path, or a named corpus of train.py (wikitext2, shakespeare, brown), fetched on first use
-    (offline: from --data_from)."""
-    if os.path.isfile(name):
-        return name
-    if name in train.CORPORA:
-        return train.corpus_file(name, source=from_dir)
-    raise FileNotFoundError(f"no text file {name!r} ({'a directory' if os.path.isdir(name) else 'no such file'}); "
-                            f"give a UTF-8 file, or a corpus name: {', '.join(train.CORPORA)}")
 
 
 def model_tokenizer(path: str) -> str:
@@ -324,21 +262,26 @@ def bos_token_id(path: str) -> int:
 
 # ----------------------------------------------------------------------------- measuring a model
 
+def loaded(args) -> GPT:
+    """The model of the command line, in --dtype (default: its own), in eval mode."""
+    return hf.load(args.model_path, args.device, DTYPES[args.dtype] if args.dtype else None).eval()
+
+
 def measure(args, stream) -> dict:
     """`python sink.py MODEL`: the sink rate (overall and per layer) at each length, then at the first
     length the first token's dimension disparity, the massive activations and the super neurons."""
-    model = load_model(args.model_path, args.device, getattr(torch, args.dtype) if args.dtype else None).eval()
+    model = loaded(args)
     res = dict(model=args.model_path, inputs=_describe(args), rates={})
     lengths = args.lengths
     for T in lengths:
-        tokens = model_inputs(args, model, stream, T)
+        tokens = input_tokens(args, model, stream, T)
         alpha = key_scores(model, tokens)
         res["rates"][T] = dict(**sink_rates(alpha[..., 0], args.eps), mean_alpha_1=alpha[..., 0].mean().item(),
                                uniform_alpha_1=sum(1 / t for t in range(1, T + 1)) / T)
         r = res["rates"][T]
         print(f"T={T:>4}: sink rate {r['rate']:5.1f}% (mean alpha_1 {r['mean_alpha_1']:.3f}, uniform "
               f"{r['uniform_alpha_1']:.3f}); per layer " + " ".join(f"{x:.0f}" for x in r["per_layer"]))
-    tokens = model_inputs(args, model, stream, lengths[0])[:16]
+    tokens = input_tokens(args, model, stream, lengths[0])[:16]
     res["massive_activations"] = massive_activations(model, tokens)
     res["super_neurons"] = super_neurons(model, tokens)
     print_table([{k: r[k] for k in ("state", "top", "median", "ratio", "top_position", "disparity_first",
@@ -359,9 +302,9 @@ def exp_interventions(args, stream) -> dict:
     only to itself in every layer; (ii) variance amplification of token k's aggregated attention output at
     layer --layer, o'_k = mu + lam (o_k - mu), against plain scaling lam o_k. alpha_k per layer, for each k
     and lam, beside its baseline."""
-    model = load_model(args.model_path, args.device, getattr(torch, args.dtype) if args.dtype else None).eval()
+    model = loaded(args)
     T = args.lengths[0]
-    tokens = model_inputs(args, model, stream, T)
+    tokens = input_tokens(args, model, stream, T)
     ks = args.k or [T // 8, T // 4, T // 2]
     w_o = model.transformer.h[args.layer].attn.c_proj
     base = key_scores(model, tokens)
@@ -412,13 +355,13 @@ def _plot_interventions(args, res):
     save_figure(fig, os.path.join(args.out, "interventions.png"))
 
 
-def exp_variance(args, stream) -> dict:
+def variance_by_layer(args, stream) -> dict:
     """Eq. 2 on a real model: the variance, across inputs, of each head's aggregated attention output (what
     W_O sees) by position, per layer, beside the layer's sink rate. Is position 1 the outlier, and in which
     layers, compared with where the sinks start?"""
-    model = load_model(args.model_path, args.device, DTYPES[args.dtype] if args.dtype else None).eval()
+    model = loaded(args)
     T = args.lengths[0]
-    tokens = model_inputs(args, model, stream, T)
+    tokens = input_tokens(args, model, stream, T)
     var = position_variance(model, tokens)                              # (L, T)
     rates = sink_rates(key_scores(model, tokens)[..., 0], args.eps)["per_layer"]
     rows = [dict(layer=l + 1, var_first=float(v[0]), var_rest_median=float(np.median(v[1:])),
@@ -439,24 +382,21 @@ def exp_variance(args, stream) -> dict:
 # ----------------------------------------------------------------------------- command line
 
 def main(argv=None):
-    refuse_moved(argv, MOVED)                      # an old --exp names the study that runs it now
     p = ArgumentParser(prog="sink.py", description="Attention sinks on a given model: the metric, the first "
                        "position's variance by layer, and the causal interventions.")
     p.add_argument("model_path", metavar="MODEL", help="a train.py checkpoint or Hugging Face directory")
     p.add_argument("--exp", choices=("interventions", "variance"), default=None,
                    help="default: the sink rate, massive activations and super neurons")
     g = p.add_argument_group("inputs (Gu et al.: 100 sequences of 64, eps 0.3)")
+    add_measure_flags(g)
     g.add_argument("--text", default=None, help="text file or corpus name (wikitext2, ...), tokenized by the model's "
                    "own tokenizer; default: random tokens")
-    g.add_argument("--ids", default=None, help="a file of token ids (.npy or train.py .bin) instead of text")
+    g.add_argument("--ids", default=None, help="a file of token ids (.npy or a data.py .bin) instead of text")
     g.add_argument("--tokenizer", default=None, help="override the tokenizer: bytes, gpt2, or a tokenizer.json dir")
     g.add_argument("--bos", type=parse_bool, default=False, metavar="on|off",
                    help="prepend the model's bos_token_id (config.json)")
-    g.add_argument("--sequences", type=int, default=100)
-    g.add_argument("--lengths", type=int, nargs="+", default=[64], help="sequence lengths T")
-    g.add_argument("--eps", type=float, default=EPS)
     g.add_argument("--data_seed", type=seed_int, default=1234, help="seed of the random tokens or windows")
-    g.add_argument("--data_from", default=None, help="offline: a directory holding the corpora (train.py --from)")
+    g.add_argument("--data_from", default=None, help="offline: a directory holding the corpora (data.py --from)")
     add_device_flags(g, "load the model in this dtype (default: its own); the metric is float32 either way")
     g = p.add_argument_group("--exp interventions")
     g.add_argument("--k", type=int, nargs="+", default=None, help="1-indexed positions (default T/8, T/4, T/2)")
@@ -472,20 +412,28 @@ def main(argv=None):
         check_dtype_runs(device, DTYPES[args.dtype])
     args.device = str(device)
     with lock_dir(args.out):
-        run = dict(interventions=exp_interventions, variance=exp_variance).get(args.exp, measure)
+        run = dict(interventions=exp_interventions, variance=variance_by_layer).get(args.exp, measure)
         results = {args.exp or "measure": run(args, stream)}
         update_results(os.path.join(args.out, "results.json"), results, args.device, args.dtype)
+
+
+def add_measure_flags(group, lengths=(64,)) -> None:
+    """The measurement's flags, sink.py's and the sink studies' (Gu et al.: 100 sequences of 64, eps 0.3), each
+    range checked as it is parsed. lengths=None: the study's context."""
+    group.add_argument("--sequences", type=flag_type("int>=1"), default=100, help="sequences measured")
+    group.add_argument("--lengths", type=flag_type("int>=2"), nargs="+", action=Distinct,
+                       default=list(lengths) if lengths else None,
+                       help="sequence lengths T" + ("" if lengths else " (default: the context)"))
+    group.add_argument("--eps", type=flag_type("(0,1)"), default=EPS, help="a sink head: alpha_1 > eps")
 
 
 def check_args(p, args):
     """Every count, range and file of the command line, against the model it will run on (its config only),
     before any work. Returns the token stream of --text or --ids (None: random tokens), read once."""
-    if args.sequences < 1 or min(args.lengths) < 2 or not 0 < args.eps < 1:
-        p.error("need --sequences >= 1, --lengths >= 2 and 0 < --eps < 1")
     if args.text and args.ids:
         p.error("give --text or --ids, not both")
     check_output(args.out)
-    cfg = read_model_config(args.model_path)
+    cfg = hf.read_config(args.model_path)
     if cfg.sublayers == "mlp":
         raise ValueError(f"{args.model_path} has no attention layers (sublayers=mlp): no sink to measure")
     too_long = [T for T in args.lengths if T > cfg.block_size]

@@ -20,7 +20,6 @@ Needs numpy and scipy only: copy it anywhere. The tables that put every closed f
 twin are a study, python -m studies.theory_tables; the probes run the same forms on real model blocks.
 """
 import math
-import sys
 
 import numpy as np
 from scipy import integrate
@@ -269,9 +268,3 @@ def gelu_mlp0_cosine_mc(std: float, width: int = 2048, n_pairs: int = 2000, seed
     u, v = (gelu(std * rng.standard_normal((n_pairs, width))) for _ in range(2))
     c = _cosines(u, v)
     return float(c.mean()), float(c.std(ddof=1) / math.sqrt(n_pairs))
-
-
-if __name__ == "__main__":     # the tables moved to a study; kept for one release
-    sys.stderr.write("theory.py: error: theory.py is a library now; its tables are a study: "
-                     "python -m studies.theory_tables (see its --help)\n")
-    sys.exit(2)

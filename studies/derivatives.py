@@ -25,15 +25,18 @@ import os
 import time
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, Progress, check_file_weights_finite, check_output, load_model, lock_dir,
-                    print_table, read_model_config, resolve_device, run_script, save_checkpoint, update_results)
+from common import (ArgumentParser, Progress, atomic_write, check_output, flag_type, lock_dir, print_table, provenance,
+                    resolve_device, run_script, update_results)
+from model import write_checkpoint
 import torch
 
+import data
+import hf
 import seedprint
 import train
 from studies.edits import (add_noise, extend_vocab, low_rank_update, merge, permute_mlp, permute_residual, prune,
                            quantize, rotate_residual)
-from studies.shared import Lineage, add_test_flags, checkpoints, fresh_init
+from studies.lineage import Lineage, add_test_flags, checkpoints, fresh_init, test_options
 
 
 def logit_change(a, b, vocab: int, seed: int = 0) -> float:
@@ -44,14 +47,14 @@ def logit_change(a, b, vocab: int, seed: int = 0) -> float:
     return float((lb - la).abs().max() / la.abs().max())
 
 
-def short_run(args, out: str, name: str, data: str, device: str, init_from: str = None, seed: int = 0,
+def short_run(args, out: str, name: str, text: str, device: str, init_from: str = None, seed: int = 0,
               lr: float = 1e-4) -> str:
     """The last checkpoint of a short training run of the base's architecture, on the base's tokenizer:
     continued from the base (init_from) or from scratch (a fresh init of seed `seed`)."""
-    cfg = read_model_config(args.base)
+    cfg = hf.read_config(args.base)
     out_dir = os.path.join(out, "runs", name)
     train.ensure(train.TrainConfig(
-        data=data, out_dir=out_dir, init_from=init_from, model=None if init_from else "tiny",
+        data=text, out_dir=out_dir, init_from=init_from, model=None if init_from else "tiny",
         knobs={} if init_from else dataclasses.asdict(cfg), init_seed=seed, embed_seed=seed, batch_size=8,
         seq_len=min(128, cfg.block_size), max_steps=args.deriv_steps, lr=lr, warmup=min(10, args.deriv_steps // 5),
         ckpt_every=args.deriv_steps, eval_every=0, log_every=10, device=device))
@@ -63,39 +66,38 @@ def main(argv=None):
                        "reparametrizations and unrelated controls.")
     p.add_argument("--base", required=True, help="a Hugging Face directory (config.json, *.safetensors, "
                    "tokenizer.json)")
-    p.add_argument("--deriv_steps", type=int, default=40, help="steps of each short training run")
+    p.add_argument("--deriv_steps", type=flag_type("int>=1"), default=40, help="steps of each short training run")
     p.add_argument("--corpus", default="shakespeare", help="the fine-tune's and the from-scratch runs' corpus "
-                   "(a named corpus of train.py, or a text file)")
+                   "(a named corpus of data.py, or a text file)")
     p.add_argument("--corpus2", default="brown", help="the continued training's corpus")
-    p.add_argument("--data_from", default=None, help="offline: a directory holding the corpora (train.py --from)")
+    p.add_argument("--data_from", default=None, help="offline: a directory holding the corpora (data.py --from)")
     add_test_flags(p)
     p.add_argument("--out", default="out/lineage", help="results.json, and every model and fingerprint made")
     args = p.parse_args(argv)
-    if args.deriv_steps < 1 or args.sequences < 10 or args.seq_len < 1:
-        p.error("need --deriv_steps >= 1, --sequences >= 10 and --seq_len >= 1")
-    seedprint.check_options(args.k, args.rank_by, args.set_mode)
+    test_options(args)
     if not os.path.isdir(args.base):
         raise FileNotFoundError(f"--base {args.base}: a Hugging Face directory is wanted (config.json, "
                                 f"*.safetensors, tokenizer.json)")
-    seedprint.check_seq_len(args.seq_len, [read_model_config(args.base)], [args.base])
-    train.get_tokenizer(args.base)                 # its corpora are tokenized by the base's own tokenizer
-    check_file_weights_finite(args.base)
+    seedprint.check_seq_len(args.seq_len, [hf.read_config(args.base)], [args.base])
+    data.get_tokenizer(args.base)                  # its corpora are tokenized by the base's own tokenizer
+    hf.check_weights_finite(args.base)
     check_output(args.out)
     device = str(resolve_device(args.device))
     out = os.path.join(args.out, "derivatives")
     with lock_dir(args.out):
-        base = load_model(args.base, dtype=torch.float32).eval()
+        base = hf.load(args.base, dtype=torch.float32).eval()
         base_ckpt = os.path.join(out, "base.pt")        # a checkpoint file that train.py can --init_from
         if not os.path.isfile(base_ckpt):
-            save_checkpoint(base_ckpt, base, tokenizer=args.base)
+            atomic_write(base_ckpt, lambda tmp: write_checkpoint(tmp, base, tokenizer=args.base,
+                                                                 provenance=provenance()))
         cfg, V = base.config, base.config.vocab_size
         key = "base:" + json.dumps(seedprint.weights_identity(args.base))
-        data = {c: train.prepared([c], os.path.join(out, f"data_{train.corpus_label(c)}"), args.base, args.data_from)
-                for c in (args.corpus, args.corpus2)}
-        label = {c: train.corpus_label(c) for c in (args.corpus, args.corpus2)}
-        fine_tune = short_run(args, out, f"finetune_{label[args.corpus]}", data[args.corpus], device,
+        texts = {c: data.prepared([c], os.path.join(out, f"data_{data.corpus_label(c)}"), args.base, args.data_from)
+                 for c in (args.corpus, args.corpus2)}
+        label = {c: data.corpus_label(c) for c in (args.corpus, args.corpus2)}
+        fine_tune = short_run(args, out, f"finetune_{label[args.corpus]}", texts[args.corpus], device,
                               init_from=base_ckpt)
-        continued = short_run(args, out, f"continued_{label[args.corpus2]}", data[args.corpus2], device,
+        continued = short_run(args, out, f"continued_{label[args.corpus2]}", texts[args.corpus2], device,
                               init_from=base_ckpt)
         R = lambda name, make: seedprint.Recipe(f"{key}|{name}", make)
         cases = [  # (name, truth, model, is the function supposed to be unchanged)
@@ -103,7 +105,7 @@ def main(argv=None):
             ("int4 round trip (groups of 32)", True, R("int4g32", lambda: quantize(base, 4, 32)), False),
             ("magnitude pruning 30%", True, R("prune30", lambda: prune(base, 0.3)), False),
             ("magnitude pruning 50%", True, R("prune50", lambda: prune(base, 0.5)), False),
-            ("merge 50/50 with a fine-tune", True, R("merge", lambda: merge(base, load_model(fine_tune), 0.5)), False),
+            ("merge 50/50 with a fine-tune", True, R("merge", lambda: merge(base, hf.load(fine_tune), 0.5)), False),
             ("low-rank update (rank 16, 10% of |W|)", True, R("lowrank", lambda: low_rank_update(base, 16, 0.1)),
              False),
             *[(f"Gaussian noise {r:g} x std(W)", True, R(f"noise{r}", lambda r=r: add_noise(base, r)), False)
@@ -119,7 +121,7 @@ def main(argv=None):
             ("rotated residual stream (QuaRot)", True, R("rotate", lambda: rotate_residual(base, 1)), True),
             *[(f"fresh init, seed {s}", False, fresh_init(cfg, s), False) for s in (1, 2, 3)],
             *[(f"from scratch, seed {s} ({args.deriv_steps} steps)", False,
-               short_run(args, out, f"scratch_seed{s}", data[args.corpus], device, seed=s, lr=1e-3), False)
+               short_run(args, out, f"scratch_seed{s}", texts[args.corpus], device, seed=s, lr=1e-3), False)
               for s in (1, 2)],
         ]
         lineage = Lineage(args, args.out, device, vocab=V)    # every model sees ids below the base's vocabulary

@@ -18,13 +18,12 @@ import os
 import time
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, DTYPES, add_config_flags, add_device_flags, check_dtype_runs, check_output,
-                    config_from_flags, lock_dir, peak_flops, print_table, resolve_device, run_script, seed_int,
-                    update_results)
+from common import (ArgumentParser, DTYPES, add_device_flags, check_dtype_runs, check_output, lock_dir, peak_flops,
+                    print_table, resolve_device, run_script, seed_int, update_results)
 import torch
 
 import seedprint
-from init import build
+from init import add_config_flags, build, config_from_flags
 from model import forward_flops
 
 

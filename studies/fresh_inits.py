@@ -23,12 +23,14 @@ import math
 import os
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, Progress, check_output, config_overrides, lock_dir, parse_bool, print_table,
-                    read_model_config, resolve_device, run_script, seed_int, update_results)
+from common import (ArgumentParser, Progress, check_output, flag_type, lock_dir, parse_bool, print_table,
+                    resolve_device, run_script, seed_int, update_results)
 import numpy as np
 
+import hf
 import seedprint
-from studies.shared import Lineage, add_lineage_flags, architecture, check_lineage_flags, fresh_init, rate_summary
+from init import config_overrides
+from studies.lineage import Lineage, add_lineage_flags, architecture, check_lineage_flags, fresh_init, rate_summary
 
 
 def permutation_p_monte_carlo(C: np.ndarray, draws: int = 20_000, seed: int = 0) -> float:
@@ -59,21 +61,19 @@ def made_by(r: dict) -> str:
 def main(argv=None):
     p = ArgumentParser(prog="studies.fresh_inits", description="SeedPrint's false-positive rate on fresh inits of "
                        "one architecture: every pair is unrelated by construction.")
-    p.add_argument("--fpr_inits", type=int, default=12, help="fresh inits (seeds from --fpr_seed0)")
+    p.add_argument("--fpr_inits", type=flag_type("int>=2"), default=12, help="fresh inits (seeds from --fpr_seed0)")
     p.add_argument("--fpr_seed0", type=seed_int, default=100)
     p.add_argument("--base", default=None, help="a Hugging Face directory whose architecture is initialized "
                    "(default: the model flags, LLaMA-style blocks)")
     p.add_argument("--align", type=parse_bool, default=False, metavar="on|off", help="also the aligned verdict")
-    add_lineage_flags(p, out="out/lineage", training=False)
+    add_lineage_flags(p, out="out/lineage", template=None)
     args = p.parse_args(argv)
-    check_lineage_flags(p, args)
-    if args.fpr_inits < 2:
-        p.error("need --fpr_inits >= 2: the pairs are between inits")
+    check_lineage_flags(args)
     if args.base and (config_overrides(args) or args.model != "tiny"):
         p.error("--base gives the architecture: drop --model and the knob flags")
     check_output(args.out)
     device = str(resolve_device(args.device))
-    config = read_model_config(args.base) if args.base else architecture(args)
+    config = hf.read_config(args.base) if args.base else architecture(args)
     seedprint.check_seq_len(args.seq_len, [config], [args.base])
     seeds = list(range(args.fpr_seed0, args.fpr_seed0 + args.fpr_inits))
     with lock_dir(args.out):
@@ -88,8 +88,8 @@ def main(argv=None):
             for j in range(i + 1, len(models)):
                 r, aligned = lineage.pair(models[i], models[j], args.align)
                 row = dict(a=seeds[i], b=seeds[j], S=r.n_identity, mean_tau=r.mean_tau, z_perm=r.z_perm, p=r.p,
-                           p_perm=r.p_perm, p_overlap=r.p_overlap, p_aligned=aligned.p if aligned else math.nan,
-                           table_fit=aligned.table_fit if aligned else math.nan,
+                           p_perm=r.p_perm, p_overlap=r.p_overlap, p_aligned=aligned.p if aligned else None,
+                           table_fit=aligned.table_fit if aligned and not math.isnan(aligned.table_fit) else None,
                            matched_on=aligned.matched_on if aligned else "")
                 results.append(dict(row, made_by=made_by(row)))
         tests = ("p", "p_perm", "p_overlap") + (("p_aligned",) if args.align else ())
@@ -101,7 +101,7 @@ def main(argv=None):
         z = np.array([r["z_perm"] for r in results])
         print(f"z of the permutation test over the {len(z)} pairs: mean {z.mean():+.3f}, sd {z.std():.3f} "
               f"(its null: 0, 1)")
-        fits = [r["table_fit"] for r in results if not math.isnan(r["table_fit"])]
+        fits = [r["table_fit"] for r in results if r["table_fit"] is not None]
         if fits:
             print(f"token-table match: mean |r| {min(fits):.3f}-{max(fits):.3f} over the pairs, trusted in "
                   f"{sum(r['matched_on'] == 'token table' for r in results)}")

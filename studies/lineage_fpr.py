@@ -3,7 +3,7 @@ studies/lineage_fpr.py: how often does SeedPrint call unrelated models related, 
 true lineage? (paper Section 6.1; the calibration behind seedprint.py's verdicts)
 
 Models: --fpr_inits fresh inits (seeds from --fpr_seed0) of LLaMA-style `tiny` models; the first --fpr_trained of
-them trained --steps on --corpus, all in one data order; the first --fpr_descendants of those continued on
+them trained --max_steps on --corpus, all in one data order; the first --fpr_descendants of those continued on
 --corpus2. Pairs, each with seedprint.py's exact and aligned verdicts and the reference tests beside them:
 
     unrelated   init vs init; trained vs trained (same data and order); trained vs another seed's init
@@ -23,13 +23,13 @@ The default (12 inits, 4 trained 200 steps, tiny at width 64, bytes) takes 12 mi
 import os
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, Progress, check_output, figure, lock_dir, print_table, resolve_device,
+from common import (ArgumentParser, Progress, check_output, figure, flag_type, lock_dir, print_table, resolve_device,
                     run_script, save_figure, seed_int, update_results)
 import numpy as np
 
+import data
 import seedprint
-import train
-from studies.shared import (Lineage, add_lineage_flags, architecture, check_lineage_flags, checkpoints, corpus,
+from studies.lineage import (Lineage, add_lineage_flags, architecture, check_lineage_flags, checkpoints, corpus,
                             init_checkpoint, permuted, rate_summary, reference_tests, sign_flip, trained, training)
 
 TESTS = ("p", "p_perm", "p_overlap", "p_base", "p_t", "p_u", "p_z", "p_aligned")
@@ -54,28 +54,28 @@ def qq_plot(results: list, path: str) -> None:
 def main(argv=None):
     p = ArgumentParser(prog="studies.lineage_fpr", description="SeedPrint's false-positive rate on unrelated pairs "
                        "and its power on related ones, over models trained here from known seeds.")
-    p.add_argument("--fpr_inits", type=int, default=12, help="fresh inits (seeds from --fpr_seed0)")
-    p.add_argument("--fpr_trained", type=int, default=4, help="how many of them are trained")
-    p.add_argument("--fpr_descendants", type=int, default=None,
+    p.add_argument("--fpr_inits", type=flag_type("int>=2"), default=12, help="fresh inits (seeds from --fpr_seed0)")
+    p.add_argument("--fpr_trained", type=flag_type("int>=0"), default=4, help="how many of them are trained")
+    p.add_argument("--fpr_descendants", type=flag_type("int>=0"), default=None,
                    help="how many trained models get a continuation on --corpus2 (default: all)")
     p.add_argument("--fpr_seed0", type=seed_int, default=100)
     add_lineage_flags(p, out="out/lineage")
     args = p.parse_args(argv)
-    check_lineage_flags(p, args)
-    if not 2 <= args.fpr_inits or not 0 <= args.fpr_trained <= args.fpr_inits:
-        p.error("need --fpr_inits >= 2 and 0 <= --fpr_trained <= --fpr_inits")
+    check_lineage_flags(args)
+    if args.fpr_trained > args.fpr_inits:
+        p.error(f"--fpr_trained {args.fpr_trained} is more than the --fpr_inits {args.fpr_inits} there are to train")
     check_output(args.out)
     device = str(resolve_device(args.device))
     seeds = list(range(args.fpr_seed0, args.fpr_seed0 + args.fpr_inits))
     trained_seeds = seeds[:args.fpr_trained]
     with lock_dir(args.out):
         # the models
-        data, data2 = (corpus(args.out, c, args.tokenizer, args.data_from) for c in (args.corpus, args.corpus2))
-        label2 = train.corpus_label(args.corpus2)      # a corpus as one path component
-        meta = train.load_data(data)["meta"]
+        text, text2 = (corpus(args.out, c, args.tokenizer, args.data_from) for c in (args.corpus, args.corpus2))
+        label2 = data.corpus_label(args.corpus2)       # a corpus as one path component
+        meta = data.load_data(text)["meta"]
         config, template = architecture(args, vocab_size=meta["vocab_size"]), training(args, device)
         inits = {s: init_checkpoint(args.out, config, s, meta["tokenizer"]) for s in seeds}
-        runs = {s: trained(template, args.out, f"seed{s}", s, data) for s in trained_seeds}
+        runs = {s: trained(template, args.out, f"seed{s}", s, text) for s in trained_seeds}
         final = {s: checkpoints(runs[s])[-1][1] for s in trained_seeds}
 
         # the pairs: (A, B, kind, related)
@@ -88,8 +88,8 @@ def main(argv=None):
             pairs += [(checkpoints(runs[s])[0][1], c, "init vs its checkpoint", True)
                       for _, c in checkpoints(runs[s])[1:]]
         for s in trained_seeds[:args.fpr_descendants]:
-            child = checkpoints(trained(template, args.out, f"seed{s}_on_{label2}", s, data2,
-                                        steps=args.steps // 2 or 1, init_from=final[s]))[-1][1]
+            child = checkpoints(trained(template, args.out, f"seed{s}_on_{label2}", s, text2,
+                                        steps=args.max_steps // 2 or 1, init_from=final[s]))[-1][1]
             pairs += [(final[s], child, "base vs continual descendant", True),
                       (inits[s], child, "init vs continual descendant", True)]
         flip = sign_flip(inits[seeds[0]])

@@ -21,8 +21,10 @@ import sys
 import time
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, DTYPES, check_dtype_runs, check_output, load_model, lock_dir, resolve_device,
-                    run_script, update_results)
+from common import (ArgumentParser, DTYPES, check_dtype_runs, check_output, lock_dir, resolve_device, run_script,
+                    update_results)
+
+import hf
 
 
 def peak_rss() -> int:
@@ -53,7 +55,7 @@ def main(argv=None):
     size = sum(os.path.getsize(f) for f in weight_files(args.model))
     with lock_dir(args.out):
         before, t0 = peak_rss(), time.time()
-        model = load_model(args.model, dtype=DTYPES[args.dtype] if args.dtype else None)  # refuses a non-model
+        model = hf.load(args.model, dtype=DTYPES[args.dtype] if args.dtype else None)  # refuses a non-model
         seconds, grown = time.time() - t0, peak_rss() - before
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         res = dict(model=args.model, params=model.num_params(), dtype=dtype, seconds=seconds, file_bytes=size,

@@ -15,12 +15,12 @@ import os
 import time
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, DTYPES, add_config_flags, add_device_flags, check_dtype_runs, check_output,
-                    config_from_flags, lock_dir, parse_bool, resolve_device, run_script, seed_int, update_results)
+from common import (ArgumentParser, DTYPES, add_device_flags, check_dtype_runs, check_output, lock_dir, parse_bool,
+                    resolve_device, run_script, seed_int, update_results)
 from model import GPT
 import torch
 
-from init import build
+from init import add_config_flags, build, config_from_flags
 from probe import probe
 
 

@@ -2,7 +2,7 @@
 studies/seedprint_tables.py: the paper's SeedPrint tables on models trained here from known seeds (Section 6.1:
 Tables 4a-4c and 5, Fig 11, and the baselines beside them).
 
-Models: LLaMA-style `tiny` ones (a preset and knob flags), each init seed trained for --steps on --corpus in one
+Models: LLaMA-style `tiny` ones (a preset and knob flags), each init seed trained for --max_steps on --corpus in one
 data order; Table 5's base continued on --corpus2, and a distractor (the second seed, another data order,
 continued on --corpus2 too). Every pair gets seedprint.py's exact verdict:
 
@@ -26,15 +26,17 @@ of it training.
 import os
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, check_output, figure, load_model, lock_dir, print_table, random_batches,
-                    resolve_device, run_script, save_figure, seed_int, update_results)
+from common import (ArgumentParser, Distinct, check_output, figure, flag_type, lock_dir, print_table, resolve_device,
+                    run_script, save_figure, seed_int, update_results)
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-import train
+import data
+import hf
+from data import random_batches
 from model import qkv_sizes
-from studies.shared import (Lineage, add_lineage_flags, architecture, check_lineage_flags, checkpoints, corpus,
+from studies.lineage import (Lineage, add_lineage_flags, architecture, check_lineage_flags, checkpoints, corpus,
                             init_checkpoint, trained, training)
 
 TABLES = ("table4a", "table4b", "table4c", "table5", "fig11", "baselines")
@@ -129,36 +131,36 @@ def main(argv=None):
     p = ArgumentParser(prog="studies.seedprint_tables", description="The paper's SeedPrint Tables 4a-4c and 5, "
                        "Fig 11 and the baselines, on small models trained here from known seeds.")
     p.add_argument("--exp", nargs="+", choices=TABLES + ("all",), default=["all"], help="which tables (default all)")
-    p.add_argument("--seeds", type=seed_int, nargs="+", default=[42, 123, 1000, 2000],
+    p.add_argument("--seeds", type=seed_int, nargs="+", action=Distinct, default=[42, 123, 1000, 2000],
                    help="init seeds (the paper's); Table 5 and Fig 11 use the first two")
-    p.add_argument("--top", type=int, default=16, help="Fig 11: the most biased dimensions followed")
+    p.add_argument("--top", type=flag_type("int>=1"), default=16, help="Fig 11: the most biased dimensions followed")
     add_lineage_flags(p, out="out/lineage")
     args = p.parse_args(argv)
-    check_lineage_flags(p, args)
-    if len(set(args.seeds)) < 2 or args.top < 1:
-        p.error("need at least two distinct --seeds and --top >= 1")
+    check_lineage_flags(args)
+    if len(args.seeds) < 2:
+        p.error("need at least two --seeds: the pairs are between them")
     check_output(args.out)
     device = str(resolve_device(args.device))
     tables = TABLES if "all" in args.exp else [t for t in TABLES if t in args.exp]
     a, b = args.seeds[0], args.seeds[1]
     with lock_dir(args.out):
         # the models: each made once under --out, and reused by the next study that asks for them
-        data, data2 = corpus(args.out, args.corpus, args.tokenizer, args.data_from), None
-        meta = train.load_data(data)["meta"]
+        text = corpus(args.out, args.corpus, args.tokenizer, args.data_from)
+        meta = data.load_data(text)["meta"]
         template = training(args, device)
         config = architecture(args, vocab_size=meta["vocab_size"])
         inits = {s: init_checkpoint(args.out, config, s, meta["tokenizer"]) for s in args.seeds}
-        runs = {s: trained(template, args.out, f"seed{s}", s, data) for s in args.seeds}
+        runs = {s: trained(template, args.out, f"seed{s}", s, text) for s in args.seeds}
         final = {s: checkpoints(runs[s])[-1][1] for s in args.seeds}
         if {"table5", "baselines"} & set(tables):
-            data2 = corpus(args.out, args.corpus2, args.tokenizer, args.data_from)
-            label2 = train.corpus_label(args.corpus2)     # a corpus as one path component
-            other = checkpoints(trained(template, args.out, f"seed{b}_order2", b, data,
+            text2 = corpus(args.out, args.corpus2, args.tokenizer, args.data_from)
+            label2 = data.corpus_label(args.corpus2)      # a corpus as one path component
+            other = checkpoints(trained(template, args.out, f"seed{b}_order2", b, text,
                                         data_seed=args.data_seed + 1))[-1][1]
-            child = checkpoints(trained(template, args.out, f"seed{a}_on_{label2}", a, data2,
-                                        steps=args.steps // 2 or 1, init_from=final[a]))[-1][1]
-            distractor = checkpoints(trained(template, args.out, f"seed{b}_order2_on_{label2}", b, data2,
-                                             steps=args.steps // 2 or 1, init_from=other))[-1][1]
+            child = checkpoints(trained(template, args.out, f"seed{a}_on_{label2}", a, text2,
+                                        steps=args.max_steps // 2 or 1, init_from=final[a]))[-1][1]
+            distractor = checkpoints(trained(template, args.out, f"seed{b}_order2_on_{label2}", b, text2,
+                                             steps=args.max_steps // 2 or 1, init_from=other))[-1][1]
         lineage = Lineage(args, args.out, device)
         cross = [(x, y) for i, x in enumerate(args.seeds) for y in args.seeds[i + 1:]]
         results = {}
@@ -210,7 +212,7 @@ def main(argv=None):
                      (final[a], child, table5[0]["pair"], True), (final[a], distractor, table5[1]["pair"], False)]
             rows = []
             for pa, pb, label, truth in pairs:
-                ma, mb = load_model(pa).eval(), load_model(pb).eval()
+                ma, mb = hf.load(pa).eval(), hf.load(pb).eval()
                 scores = {name: round(f(ma, mb), 3) for name, f in BASELINES.items()}
                 rows.append(dict(pair=label, truth="related" if truth else "unrelated", **scores,
                                  SeedPrint=lineage.row(pa, pb, label)["verdict"]))

@@ -10,30 +10,38 @@ tokenizer) at each of --lengths, beside its perplexity there. Draws the sink rat
 The README's pilot (seed 0 only: a bounded pilot; 25 min on one core; 10.2M tokens of bytes, no BOS):
 
     python -m studies.sink_calibration --variants baseline --position rope --n_layer 4 --n_head 4 --n_embd 128 \
-        --block_size 128 --lr 2e-3 --weight_decay 0.5 --steps 5000 --batch_size 16 --lengths 32 64 128
+        --block_size 128 --lr 2e-3 --weight_decay 0.5 --max_steps 5000 --batch_size 16 --lengths 32 64 128
 
 and the same with --position none (20 min). The paper-scale command (about 60M parameters, 1B tokens) is in
 docs/sinks.md and needs a GPU. The default (tiny, 600 steps, baseline only) takes 4 minutes on 2 cores.
 """
+import dataclasses
 import math
 import os
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, add_config_flags, check_output, config_overrides, figure, load_model, lock_dir,
-                    parse_bool, resolve_device, run_script, save_figure, seed_int, update_results)
+from common import (DEVICE_HELP, ArgumentParser, check_output, figure, lock_dir, resolve_device, run_script,
+                    save_figure, seed_int, update_results)
 from model import LLAMA_KNOBS
 import numpy as np
 import torch
 
+import data
+import hf
 import train
-from sink import EPS, read_ids, sink_rate, text_file, windows
-from studies.shared import VARIANTS, variant_configs
+from data import read_ids, tokenize_text, windows
+from init import add_config_flags, config_overrides
+from sink import add_measure_flags, sink_rate
+from studies.sink_variants import VARIANTS, add_variant_flags, training, variant_configs
+
+# How each variant is trained: train.py's recipe, its flags' defaults here (--max_steps, --batch_size, ...).
+TRAINING = train.TrainConfig(max_steps=600, batch_size=32, lr=3e-3, log_every=50)
 
 
 def prepared_meta(train_text: str):
-    """meta.json of --train_text when it is a directory that train.py prepare wrote, else None (a corpus name or
-    a text file)."""
-    return train.load_data(train_text)["meta"] if os.path.isdir(train_text) else None
+    """meta.json of --train_text when it is a directory that data.py wrote, else None (a corpus name or a text
+    file)."""
+    return data.load_data(train_text)["meta"] if os.path.isdir(train_text) else None
 
 
 def evaluation_ids(args, tokenizer: str) -> np.ndarray:
@@ -41,51 +49,37 @@ def evaluation_ids(args, tokenizer: str) -> np.ndarray:
     tokenized (checked to lie inside the models' vocabulary)."""
     if args.ids:           # the vocabulary of prepared data is in its meta.json: no tokenizer to load
         meta = prepared_meta(args.train_text)
-        vocab = meta["vocab_size"] if meta else train.get_tokenizer(tokenizer)[2]
+        vocab = meta["vocab_size"] if meta else data.get_tokenizer(tokenizer)[2]
         ids = read_ids(args.ids)
         if len(ids) and (ids.min() < 0 or ids.max() >= vocab):
             raise ValueError(f"--ids {args.ids} holds ids in [{ids.min()}, {ids.max()}], outside the "
                              f"{tokenizer} vocabulary of {vocab} the models are trained on")
         return ids
-    encode = train.get_tokenizer(tokenizer)[0]
-    return np.array(encode(train.read_text(text_file(args.text or "wikitext2", args.data_from))), dtype=np.int64)
+    return tokenize_text(args.text or "wikitext2", tokenizer, args.data_from)
 
 
 def main(argv=None):
     p = ArgumentParser(prog="studies.sink_calibration", description="Fig 12 / Table 7 at the scale the flags set: "
                        "the sink controls trained from one init on natural text, their sink rate and perplexity.")
     add_config_flags(p, default_model="tiny")
-    g = p.add_argument_group("training")
-    g.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=["baseline"],
-                   help="mechanisms trained side by side from one init")
+    add_variant_flags(p, TRAINING)
+    g = p.add_argument_group("data")
     g.add_argument("--seed", type=seed_int, default=0, help="the init seed of every variant")
-    g.add_argument("--train_text", default="shakespeare", help="training corpus (train.py name, a text file, or a "
-                   "directory that train.py prepare wrote)")
+    g.add_argument("--train_text", default="shakespeare", help="training corpus (data.py's name, a text file, or a "
+                   "directory that data.py wrote)")
     g.add_argument("--tokenizer", default=None, help="bytes (default), gpt2, or a tokenizer.json dir; a prepared "
                    "--train_text brings its own")
-    g.add_argument("--steps", type=int, default=600)
-    g.add_argument("--batch_size", type=int, default=32)
-    g.add_argument("--micro_batch", type=int, default=None, help="sequences per forward (default --batch_size)")
-    g.add_argument("--lr", type=float, default=3e-3)
-    g.add_argument("--weight_decay", type=float, default=0.1)
-    g.add_argument("--data_seed", type=seed_int, default=1234, help="seed of the batch order and the windows")
-    g.add_argument("--compile", type=parse_bool, default=False, metavar="on|off", help="torch.compile the training")
-    g.add_argument("--data_from", default=None, help="offline: a directory holding the corpora (train.py --from)")
+    g.add_argument("--data_from", default=None, help="offline: a directory holding the corpora (data.py --from)")
     g = p.add_argument_group("the measurement (sink.py's metric)")
     g.add_argument("--text", default=None, help="evaluation text file or corpus name (default wikitext2)")
-    g.add_argument("--ids", default=None, help="evaluation token ids (.npy or train.py .bin) instead of --text")
-    g.add_argument("--sequences", type=int, default=100)
-    g.add_argument("--lengths", type=int, nargs="+", default=[64], help="sequence lengths T")
-    g.add_argument("--eps", type=float, default=EPS)
-    p.add_argument("--device", default="auto", help="auto (cuda if available, else cpu), cpu, cuda, cuda:N, mps")
+    g.add_argument("--ids", default=None, help="evaluation token ids (.npy or a data.py .bin) instead of --text")
+    add_measure_flags(g)
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--out", default="out/sink_calibration")
     args = p.parse_args(argv)
-    if args.sequences < 1 or min(args.lengths) < 2 or not 0 < args.eps < 1:
-        p.error("need --sequences >= 1, --lengths >= 2 and 0 < --eps < 1")
     if args.text and args.ids:
         p.error("give --text or --ids, not both")
-    if args.micro_batch is not None and (args.micro_batch < 1 or args.batch_size % args.micro_batch):
-        p.error(f"--micro_batch must divide --batch_size {args.batch_size}, got {args.micro_batch}")
+    template = training(args, TRAINING, init_seed=args.seed)       # every training setting checked here
     knobs = {**LLAMA_KNOBS, **config_overrides(args)}
     configs = variant_configs(args.model, knobs, args.variants)
     block = min(c.block_size for c in configs.values())
@@ -98,23 +92,20 @@ def main(argv=None):
     tokenizer = meta["tokenizer"] if meta else args.tokenizer or "bytes"
     stream = evaluation_ids(args, tokenizer)          # read once, checked before any training
     windows(stream, max(args.lengths), args.sequences, 0, name=args.text or args.ids or "wikitext2")
-    train.TrainConfig(batch_size=args.batch_size, max_steps=args.steps, lr=args.lr, weight_decay=args.weight_decay)
     check_output(args.out)
     device = str(resolve_device(args.device))
     with lock_dir(args.out):
-        label = f"{train.corpus_label(args.train_text)}_{tokenizer}"
-        data = args.train_text if meta else train.prepared([args.train_text], os.path.join(args.out, label),
-                                                           tokenizer, args.data_from)
+        label = f"{data.corpus_label(args.train_text)}_{tokenizer}"
+        text = args.train_text if meta else data.prepared([args.train_text], os.path.join(args.out, label),
+                                                          tokenizer, args.data_from)
         res = {}
         for name in args.variants:
             out_dir = os.path.join(args.out, name)
-            train.ensure(train.TrainConfig(
-                data=data, out_dir=out_dir, model=args.model, knobs={**knobs, **VARIANTS[name]}, init_seed=args.seed,
-                data_seed=args.data_seed, batch_size=args.batch_size, max_steps=args.steps, lr=args.lr,
-                weight_decay=args.weight_decay, ckpt_every=args.steps, eval_every=args.steps, log_every=50,
-                device=device, micro_batch=args.micro_batch, compile=args.compile))
+            train.ensure(dataclasses.replace(
+                template, data=text, out_dir=out_dir, model=args.model, knobs={**knobs, **VARIANTS[name]},
+                ckpt_every=template.max_steps, eval_every=template.max_steps, device=device))
             path = train.list_checkpoints(out_dir)[-1][1]
-            model = load_model(path, device=device).eval()
+            model = hf.load(path, device=device).eval()
             rates = {T: sink_rate(model, windows(stream, T, args.sequences, args.data_seed), args.eps)
                      for T in args.lengths}
             T = max(rates)

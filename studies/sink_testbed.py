@@ -31,22 +31,28 @@ import math
 import os
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, add_config_flags, check_output, config_overrides, figure, load_model, lock_dir,
-                    parse_bool, print_table, read_json, resolve_device, run_script, save_figure, seed_int,
-                    update_results, write_json)
+from common import (DEVICE_HELP, ArgumentParser, Distinct, check_output, figure, flag_type, lock_dir, parse_bool,
+                    print_table, read_json, resolve_device, run_script, save_figure, seed_int, update_results,
+                    write_json)
 from model import GPT, LLAMA_KNOBS
 import numpy as np
 import torch
 from scipy import stats
 
+import data
+import hf
 import train
+from data import windows
+from init import add_config_flags, config_overrides
 from probe import position_variance
-from sink import EPS, attention_mass, key_scores, massive_activations, sink_rate, sink_rates, windows
-from studies.shared import VARIANTS, variant_configs
+from sink import EPS, add_measure_flags, attention_mass, key_scores, massive_activations, sink_rate, sink_rates
+from studies.sink_variants import VARIANTS, add_variant_flags, training, variant_configs
 
 # The testbed's recipe (docs/sinks.md: the search that found it): no BOS, Bigram-Backcopy on iid tokens, learned
 # positions, 2 layers of 1 head, context 16, weight decay 0.5 -- its baseline forms a first-position sink.
 TESTBED_KNOBS = dict(position="learned", n_layer=2, n_head=1, block_size=16)
+# How each variant is trained: train.py's recipe, its flags' defaults here (--max_steps, --batch_size, ...).
+TRAINING = train.TrainConfig(max_steps=3000, batch_size=64, lr=1e-3, weight_decay=0.5, eval_sequences=64)
 
 
 # ----------------------------------------------------------------------------- the emergence testbed
@@ -117,17 +123,17 @@ def testbed_data(args, T: int) -> tuple:
     first positions see less, so without BOS the reachable floor is slightly higher)."""
     name = (f"data_v{args.testbed_vocab}_s{args.successors}_r{args.recall}_bos{int(args.bos)}_T{T}_"
             f"seed{args.data_seed}_{args.testbed_tokens}")
-    data = os.path.join(args.out, name)
-    if not os.path.isfile(os.path.join(data, "meta.json")):
+    directory = os.path.join(args.out, name)
+    if not os.path.isfile(os.path.join(directory, "meta.json")):
         n = args.testbed_tokens // (T + 1) * T if args.bos else args.testbed_tokens
         x, logp = bigram_backcopy(n, args.testbed_vocab, successors=args.successors, seed=args.data_seed,
                                   recall=args.recall, doc_len=T if args.bos else 0)
         if args.bos:
             x = np.concatenate([np.full((n // T, 1), args.testbed_vocab), x.reshape(-1, T)], axis=1).reshape(-1)
-        write_json(os.path.join(data, "floor.json"), dict(loss_floor=-float(np.mean(logp))))
-        train.save_tokens(x, data, "bigram-backcopy", args.testbed_vocab + args.bos, ["bigram_backcopy"], 0.02,
+        write_json(os.path.join(directory, "floor.json"), dict(loss_floor=-float(np.mean(logp))))
+        data.save_tokens(x, directory, "bigram-backcopy", args.testbed_vocab + args.bos, ["bigram_backcopy"], 0.02,
                           doc_len=T + 1 if args.bos else 0)                   # meta.json last: complete
-    return data, read_json(os.path.join(data, "floor.json"), "floor.json")["loss_floor"]
+    return directory, read_json(os.path.join(directory, "floor.json"), "floor.json")["loss_floor"]
 
 
 
@@ -224,7 +230,7 @@ def paired(base: list, other: list, level: float = 0.95, power: float = 0.8) -> 
 
 
 
-def run_testbed(args, knobs: dict, lengths: list, device: str) -> dict:
+def run_testbed(args, template: train.TrainConfig, knobs: dict, lengths: list) -> dict:
     """Does a first-position sink form, what is it, and what does each mechanism do to it? Bigram-Backcopy (on iid
     tokens by default, or with a bigram chain, or its induction variant; with or without BOS documents;
     LLaMA-style blocks, TESTBED_KNOBS unless flags say otherwise), each variant trained from the same init (shared
@@ -234,31 +240,27 @@ def run_testbed(args, knobs: dict, lengths: list, device: str) -> dict:
     (position_table_probes with learned positions, token_probes always); for every other variant: the paired
     difference from the baseline, seed by seed."""
     T = knobs["block_size"]
-    data, floor = testbed_data(args, T)
-    val = np.asarray(train.load_data(data)["val"], dtype=np.int64)
+    directory, floor = testbed_data(args, T)
+    val = np.asarray(data.load_data(directory)["val"], dtype=np.int64)
     if args.bos:                                       # BOS and the first T - 1 tokens of each document
         tokens = torch.from_numpy(val.reshape(-1, T + 1)[:args.sequences, :T].copy())
     else:
         tokens = windows(val, T, args.sequences, 0)
-    res = dict(knobs=knobs, bos=args.bos, successors=args.successors, recall=args.recall, steps=args.steps,
-               lr=args.lr, weight_decay=args.weight_decay, loss_floor=floor, threads=torch.get_num_threads(),
+    steps = template.max_steps
+    res = dict(knobs=knobs, bos=args.bos, successors=args.successors, recall=args.recall, steps=steps,
+               lr=template.lr, weight_decay=template.weight_decay, loss_floor=floor, threads=torch.get_num_threads(),
                variants={})
     for name in args.variants:
         runs = []
         for seed in args.seeds:
-            cfg = train.TrainConfig(data=data, out_dir="", model=args.model, knobs={**knobs, **VARIANTS[name]},
-                                    init_seed=seed, embed_seed=seed, data_seed=args.data_seed,
-                                    batch_size=args.batch_size, max_steps=args.steps, lr=args.lr,
-                                    weight_decay=args.weight_decay, warmup=min(100, args.steps // 10),
-                                    ckpt_every=args.steps, eval_every=args.steps, eval_sequences=64,
-                                    log_every=max(args.steps // 4, 1), device=device,
-                                    micro_batch=args.micro_batch, compile=args.compile)
+            cfg = dataclasses.replace(template, data=directory, model=args.model, knobs={**knobs, **VARIANTS[name]},
+                                      init_seed=seed, embed_seed=seed)
             # a run's directory is named by everything that defines it, so runs of any two settings never mix
-            defining = {k: getattr(cfg, k) for k in (*train.RUN_DEFINING, "model", "knobs")}
+            defining = {k: getattr(cfg.resolved(), k) for k in (*train.RUN_DEFINING, "model", "knobs")}
             key = hashlib.sha256(json.dumps(defining, sort_keys=True).encode()).hexdigest()[:10]
             out_dir = os.path.join(args.out, f"{name}_seed{seed}_{key}")
             log = train.ensure(dataclasses.replace(cfg, out_dir=out_dir))
-            model = load_model(train.list_checkpoints(out_dir)[-1][1], device=device).eval()
+            model = hf.load(train.list_checkpoints(out_dir)[-1][1], device=template.device).eval()
             run = dict(seed=seed, **sink_profile(model, tokens, args.eps), val_loss=log["val"][-1]["val_loss"],
                        rate_by_length={L: sink_rate(model, tokens[:, :L], args.eps) for L in lengths})
             if name == "baseline":
@@ -327,30 +329,22 @@ def main(argv=None):
                        "learned positions, no BOS), find where it lives, and pair each intervention against it seed "
                        "by seed.")
     add_config_flags(p, default_model="tiny")
+    add_variant_flags(p, TRAINING)
     g = p.add_argument_group("the testbed")
-    g.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=["baseline"],
-                   help="mechanisms trained side by side, each paired against the baseline seed by seed")
-    g.add_argument("--seeds", type=seed_int, nargs="+", default=list(range(10)), help="default 0 ... 9")
-    g.add_argument("--steps", type=int, default=3000)
-    g.add_argument("--batch_size", type=int, default=64)
-    g.add_argument("--micro_batch", type=int, default=None, help="sequences per forward (default --batch_size)")
-    g.add_argument("--lr", type=float, default=1e-3)
-    g.add_argument("--weight_decay", type=float, default=0.5)
-    g.add_argument("--testbed_tokens", type=int, default=2_000_000)
-    g.add_argument("--testbed_vocab", type=int, default=64, help="the task's tokens (4 of them triggers)")
-    g.add_argument("--successors", type=int, default=0, help="likely successors of each token (Guo et al.: a few); "
-                   "0: iid tokens, only the copy is predictable")
-    g.add_argument("--recall", type=int, default=0, help="0: Bigram-Backcopy; > 0: its induction variant (see "
-                   "bigram_backcopy)")
+    g.add_argument("--seeds", type=seed_int, nargs="+", action=Distinct, default=list(range(10)),
+                   help="init seeds, each paired across the variants (default 0 ... 9; two or more for an interval)")
+    g.add_argument("--testbed_tokens", type=flag_type("int>=1"), default=2_000_000)
+    g.add_argument("--testbed_vocab", type=flag_type("int>=8"), default=64, help="the task's tokens (4 of them "
+                   "triggers)")
+    g.add_argument("--successors", type=flag_type("int>=0"), default=0, help="likely successors of each token (Guo "
+                   "et al.: a few); 0: iid tokens, only the copy is predictable")
+    g.add_argument("--recall", type=flag_type("int>=0"), default=0, help="0: Bigram-Backcopy; > 0: its induction "
+                   "variant (see bigram_backcopy)")
     g.add_argument("--bos", type=parse_bool, default=False, metavar="on|off",
                    help="train on documents that open with a BOS token")
-    g.add_argument("--data_seed", type=seed_int, default=1234, help="seed of the task's stream and batch order")
-    g.add_argument("--compile", type=parse_bool, default=False, metavar="on|off", help="torch.compile the training")
     g = p.add_argument_group("the measurement (sink.py's metric)")
-    g.add_argument("--sequences", type=int, default=100, help="held-out sequences measured")
-    g.add_argument("--lengths", type=int, nargs="+", default=None, help="sequence lengths T (default: the context)")
-    g.add_argument("--eps", type=float, default=EPS)
-    p.add_argument("--device", default="auto", help="auto (cuda if available, else cpu), cpu, cuda, cuda:N, mps")
+    add_measure_flags(g, lengths=None)
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--out", default="out/sink_testbed")
     args = p.parse_args(argv)
     knobs = {**LLAMA_KNOBS, **TESTBED_KNOBS, **config_overrides(args)}
@@ -359,29 +353,22 @@ def main(argv=None):
     knobs["vocab_size"] = args.testbed_vocab + args.bos
     T = knobs["block_size"]
     lengths = args.lengths or [T]
-    for name in ("steps", "batch_size", "testbed_tokens", "sequences"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
-    if min(lengths) < 2 or max(lengths) > T or not 0 < args.eps < 1:
-        p.error(f"need --lengths in [2, the testbed's context {T}] and 0 < --eps < 1")
-    if args.micro_batch is not None and (args.micro_batch < 1 or args.batch_size % args.micro_batch):
-        p.error(f"--micro_batch must divide --batch_size {args.batch_size}, got {args.micro_batch}")
-    if not math.isfinite(args.lr) or args.lr <= 0 or args.recall < 0:
-        p.error("need --lr > 0 and --recall >= 0")
-    if not math.isfinite(args.weight_decay) or args.weight_decay < 0:
-        p.error(f"--weight_decay must be >= 0, got {args.weight_decay}")
-    if args.testbed_vocab < 8 or not 0 <= args.successors <= args.testbed_vocab - 4:
-        p.error("need --testbed_vocab >= 8 (4 ids are triggers) and 0 <= --successors <= --testbed_vocab - 4")
+    if max(lengths) > T:
+        p.error(f"--lengths {max(lengths)} exceeds the testbed's context {T}")
+    if args.successors > args.testbed_vocab - 4:
+        p.error(f"--successors {args.successors} exceeds the --testbed_vocab {args.testbed_vocab} less its 4 triggers")
+    steps = args.max_steps
+    template = training(args, TRAINING, warmup=min(100, steps // 10), ckpt_every=steps, eval_every=steps,
+                        log_every=max(steps // 4, 1), device=str(resolve_device(args.device)))
     variant_configs(args.model, knobs, args.variants)   # every variant's model can be built, before any trains
     val_windows = int(args.testbed_tokens * 0.02) // (T + 1)
     if val_windows < max(64, args.sequences):
         p.error(f"--testbed_tokens {args.testbed_tokens} leave {val_windows} held-out sequences; "
                 f"{max(64, args.sequences)} are needed")
     check_output(args.out)
-    device = str(resolve_device(args.device))
     with lock_dir(args.out):
-        res = run_testbed(args, knobs, lengths, device)
-        update_results(os.path.join(args.out, "results.json"), {"testbed": res}, device, None)
+        res = run_testbed(args, template, knobs, lengths)
+        update_results(os.path.join(args.out, "results.json"), {"testbed": res}, template.device, None)
 
 
 if __name__ == "__main__":

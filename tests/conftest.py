@@ -35,7 +35,7 @@ def cli_error(main, name: str, argv: list, code: int = 2) -> str:
 
 # gloo, on a loaded 2-core machine, now and then aborts a rank as it tears down after the job's work is done
 # ("terminate called without an active exception", SIGABRT), its results already written. Counted under load
-# with probe.py's two-process test: 2 of 12 runs before model.leave_process_group's barrier, 1 of 76 after it;
+# with probe.py's two-process test: 2 of 12 runs before common.leave_process_group's barrier, 1 of 76 after it;
 # 0 of 30 for a bare init / all_gather / barrier / destroy script.
 GLOO_TEARDOWN_ABORT = "terminate called without an active exception"
 

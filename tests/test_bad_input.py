@@ -16,11 +16,13 @@ import numpy as np
 import pytest
 import torch
 
+import data
 import train
 from conftest import assert_matches, cli_error, llama_family, naive_llama_family, write_hf
 from init import build
 import hf
 from model import get_config, load_checkpoint, read_checkpoint, write_checkpoint
+from studies import HELPERS
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--n_layer", "2", "--n_embd", "32", "--n_head", "2", "--block_size", "64"]
@@ -34,7 +36,7 @@ def files(tmp_path_factory):
     (root / "text.txt").write_text("the cat sat on the mat. " * 300)
     f["text"] = root / "text.txt"
     f["data"] = root / "data"
-    train.prepare([str(f["text"])], str(f["data"]), tokenizer="bytes")
+    data.prepare([str(f["text"])], str(f["data"]), tokenizer="bytes")
     run = root / "run"
     train.train(train.parse_args(["--data", str(f["data"]), "--out_dir", str(run), *TINY, "--max_steps", "1",
                                   "--eval_every", "0", "--log_every", "0", "--device", "cpu"]))
@@ -130,7 +132,7 @@ CASES = [
     ("studies.load_cost", ["{hf_types}"], "num_hidden_layers must be an integer >= 1, got '2'"),
     ("studies.load_cost", ["{hf_nan}"], "mlp.c_fc.weight holds 1 NaN/inf"),
     ("studies.load_cost", ["{hf}", "--dtype", "float64"], "invalid choice: 'float64'"),
-    ("hf", ["{missing}"], "missing.pt' is not a Hugging Face model directory"),
+    ("hf", ["{missing}"], "no model at"),
     ("hf", ["{hf}", "{hf_cut}"], "model-00001-of-00001.safetensors is not a valid .safetensors file"),
     ("hf", ["{hf_list}"], "config.json: must hold a JSON object"),
     ("hf", ["{hf_types}"], "num_hidden_layers must be an integer >= 1, got '2'"),
@@ -146,7 +148,7 @@ CASES = [
     ("studies.theory_tables", ["--width", "1"], "--width must lie in [2, 4096]"),
     ("studies.theory_tables", ["--width", "1000000000"], "--width must lie in [2, 4096]"),
     ("studies.theory_tables", ["--width", "wide"], "invalid int value"),
-    ("studies.theory_tables", ["--seed", "-1"], "a seed lies in [0, 2^63)"),
+    ("studies.theory_tables", ["--seed", "-1"], "must be an integer in [0, 2^63)"),
     ("probe", ["--model", "tiny", "--rope_theta", "0"], "rope_theta must be a finite number > 0"),
     ("probe", ["--model", "tiny", "--seq_len", "4096"], "--seq_len 4096 is outside [1, the model's block_size 256]"),
     ("probe", ["--model", "tiny", "--sequences", "1"], "--sequences must be at least 2"),
@@ -159,12 +161,12 @@ CASES = [
     ("probe", ["--model", "tiny", "--exp", "variance", "--sublayers", "mlp"], "needs attention layers"),
     ("probe", ["--model", "tiny", "--exp", "table1", "intra", "--attn_sink", "on"], "--exp intra builds a model"),
     ("probe", ["--model", "tiny", "--device", "cpu:1"], "unsupported device 'cpu:1'"),
-    ("probe", ["--model", "tiny", "--data_seed", "99999999999999999999999"], "a seed lies in [0, 2^63)"),
+    ("probe", ["--model", "tiny", "--data_seed", "99999999999999999999999"], "must be an integer in [0, 2^63)"),
     ("probe", ["--model", "{hf}", "--exp", "table1", "ablation"], "--exp ablation builds fresh inits from seeds"),
     ("probe", ["--model", "{hf}", "--n_layer", "2"], "drop the knob flags (--n_layer)"),
     ("probe", ["--model", "nope"], "no preset"),
     ("probe", ["--model", "{hf_moe}"], "unsupported architecture 'PhimoeForCausalLM'"),
-    ("seedprint", ["{ckpt}", "{ckpt}", "--k", "0"], "at least 2"),
+    ("seedprint", ["{ckpt}", "{ckpt}", "--k", "0"], "--k: must be an integer >= 2, got 0"),
     ("seedprint", ["{ckpt}"], "give two or more models"),
     ("seedprint", ["{missing}", "{ckpt}"], "no model at"),
     ("seedprint", ["{hf_moe}", "{hf}"], "unsupported architecture 'PhimoeForCausalLM'"),
@@ -174,7 +176,7 @@ CASES = [
     ("seedprint", ["{ckpt}", "{ckpt}", "--device", "tpu"], "unknown device 'tpu'"),
     ("studies.lineage_fpr", ["--fpr_trained", "99"], "--fpr_trained"),
     ("seedprint", ["{ckpt}", "{wide}"], "the models differ in width"),
-    ("studies.seedprint_tables", ["--exp", "table4b", "--lr", "nan"], "--lr must be a finite number > 0"),
+    ("studies.seedprint_tables", ["--exp", "table4b", "--lr", "nan"], "--lr: must be a finite number > 0, got nan"),
     ("studies.derivatives", ["--base", "{hf}"], "no tokenizer"),
     ("seedprint", ["{hf_huge}", "{hf}"], "non-finite activations (NaN/inf), first in block 1"),
     ("sink", ["{missing}"], "no model at"),
@@ -183,20 +185,20 @@ CASES = [
     ("sink", ["{ckpt}", "--text", "nowhere"], "no text file 'nowhere'"),
     ("sink", ["{ckpt}", "--text", "wikitext2", "--data_from", "{a_dir}"], "holds no wikitext2_test.txt"),
     ("studies.sink_calibration", ["--text", "{text}", "--sequences", "500"], "fewer than the 500 sequences"),
-    ("studies.lineage_fpr", ["--steps", "0"], "--steps must be at least 1"),
-    ("sink", ["{ckpt}", "--ids", "{text}"], ".npy or train.py .bin"),
+    ("studies.lineage_fpr", ["--max_steps", "0"], "--max_steps: must be an integer >= 1, got 0"),
+    ("sink", ["{ckpt}", "--ids", "{text}"], ".npy or data.py .bin"),
     ("sink", ["{ckpt}", "--ids", "{a_dir}"], "is a directory, not a token-id file"),
     ("sink", ["{ckpt}", "--ids", "{bad_npy}"], "ids.npy is not a readable .npy array"),
     ("sink", ["{ckpt}", "--ids", "{odd_bin}"], "odd.bin has an odd number of bytes"),
     ("sink", ["{ckpt}", "--lengths", "4096"], "--lengths 4096 exceeds the context"),
-    ("sink", ["{ckpt}", "--eps", "1.5"], "0 < --eps < 1"),
+    ("sink", ["{ckpt}", "--eps", "1.5"], "--eps: must be a number in (0, 1), got 1.5"),
     ("sink", ["{hf}", "--text", "{text}"], "no tokenizer"),
     ("sink", ["{nan_ckpt}"], "NaN/inf"),
     ("sink", ["{ckpt}", "--exp", "interventions", "--lengths", "16", "--k", "1"],
      "--k positions must lie in [2, T=16]"),
     ("sink", ["{ckpt}", "--exp", "interventions", "--lengths", "16", "--layer", "7"], "--layer must index"),
     ("sink", ["{ckpt}", "--exp", "interventions", "--lengths", "16", "--lambdas", "nan"], "--lambdas must be finite"),
-    ("studies.sink_testbed", ["--steps", "0"], "--steps must be at least 1"),
+    ("studies.sink_testbed", ["--max_steps", "0"], "--max_steps: must be an integer >= 1, got 0"),
     ("sink", ["{mlp_only}"], "no attention layers"),
     ("sink", ["{ckpt}", "--ids", "{short_npy}", "--sequences", "4", "--lengths", "16", "30"], "short.npy holds 20"),
     ("studies.sink_calibration", ["--text", "{missing}.txt"], "no text file"),
@@ -205,7 +207,8 @@ CASES = [
     ("studies.sink_calibration", ["--train_text", "{data}", "--tokenizer", "gpt2"],
      "holds bytes tokens; drop --tokenizer gpt2"),
     ("studies.sink_calibration", ["--ids", "{big_ids}/train.bin"], "outside the bytes vocabulary of 256"),
-    ("studies.sink_calibration", ["--micro_batch", "5"], "--micro_batch must divide --batch_size 32"),
+    ("studies.sink_calibration", ["--micro_batch", "5"],
+     "--batch_size 32 (sequences per step) must be a multiple of --micro_batch 5"),
     ("sink", ["{ckpt}", "--compile", "on"], "unrecognized arguments: --compile on"),
     # an --exp that moved to a study names its new command, whatever the rest of the old command line
     ("seedprint", ["--exp", "fpr", "--n_embd", "128", "--fpr_inits", "20"], "run python -m studies.lineage_fpr"),
@@ -217,26 +220,27 @@ CASES = [
     ("train", ["--data", "{broken_meta}", "--out_dir", "OUT"], "meta.json lacks valid vocab_size"),
     ("train", ["--data", "{data}", "--out_dir", "{text}"], "--out_dir"),
     ("train", ["--data", "{data}", "--out_dir", "{resume_empty}", "--resume"], "holds no checkpoint to resume"),
-    ("train", ["--data", "{data}", "--out_dir", "OUT", "--lr", "0"], "--lr must be a finite number > 0"),
-    ("train", ["--data", "{data}", "--out_dir", "OUT", "--beta2", "1"], "--beta2 must be a number in [0, 1)"),
+    ("train", ["--data", "{data}", "--out_dir", "OUT", "--lr", "0"], "--lr: must be a finite number > 0, got 0"),
+    ("train", ["--data", "{data}", "--out_dir", "OUT", "--beta2", "1"], "--beta2: must be a number in [0, 1), got 1"),
     ("train", ["--data", "{data}", "--out_dir", "OUT", "--init_from", "{a_dir}"], "no checkpoint file"),
     ("train", ["--data", "{data}", "--out_dir", "OUT", "--init_from", "{empty_pt}"],
      "not a readable train.py checkpoint"),
     ("train", ["--data", "{data}", "--out_dir", "OUT", "--eval_sequences", "100000"], "--eval_sequences 100000"),
     ("train", ["--data", "{data}", "--out_dir", "OUT", "--n_layer", "-1"], "n_layer must be an integer >= 1"),
     ("train", ["--data", "{data}", "--out_dir", "OUT", "--dtype", "fp8"], "invalid choice: 'fp8'"),
-    ("train", ["--data", "{data}", "--out_dir", "OUT", "--lr", "1e300"], "--lr must be a finite number > 0"),
-    ("train", ["--data", "{data}", "--out_dir", "OUT", "--data_seed", "-1"], "a seed lies in [0, 2^63)"),
+    ("train", ["--data", "{data}", "--out_dir", "OUT", "--lr", "1e300"], "--lr: must be a finite number > 0"),
+    ("train", ["--data", "{data}", "--out_dir", "OUT", "--data_seed", "-1"], "must be an integer in [0, 2^63)"),
     ("train", ["--data", "{data}", "--out_dir", "OUT", "--init_from", "{nan_ckpt}"], "NaN/inf"),
     ("train", ["--data", "{big_ids}", "--out_dir", "OUT"], "holds token id 300"),
     ("train", ["--data", "{data}", "--out_dir", "{resume_bad}", *TINY, "--eval_every", "0", "--resume"],
      "lacks the optimizer"),
-    ("train", ["prepare", "{text}", "--tokenizer", "bytes", "--out", "OUT", "--val_fraction", "0.0001"], "too few"),
+    ("data", ["{text}", "--tokenizer", "bytes", "--out", "OUT", "--val_fraction", "0.0001"], "too few"),
+    ("train", ["prepare", "{text}", "--tokenizer", "bytes"], "train.py prepare moved: run python data.py"),
     pytest.param("train", ["--data", "{data}", "--out_dir", "OUT", "--device", "cuda"], "no CUDA device",
                  marks=NO_CUDA),
-    ("train", ["prepare", "{a_dir}", "--out", "OUT"], "is a directory, not a text file"),
-    ("train", ["prepare", "{latin1}", "--tokenizer", "bytes", "--out", "OUT"], "latin1.txt is not UTF-8 text"),
-    ("train", ["prepare", "{text}", "--tokenizer", "bytes", "--out", "OUT", "--val_fraction", "1.5"], "--val_fraction"),
+    ("data", ["{a_dir}", "--out", "OUT"], "is a directory, not a text file"),
+    ("data", ["{latin1}", "--tokenizer", "bytes", "--out", "OUT"], "latin1.txt is not UTF-8 text"),
+    ("data", ["{text}", "--tokenizer", "bytes", "--out", "OUT", "--val_fraction", "1.5"], "--val_fraction"),
 ]
 
 
@@ -246,7 +250,7 @@ def test_bad_input_is_refused_in_one_line_and_writes_nothing(files, tmp_path, sc
     out = tmp_path / "out"
     paths = dict({k: str(v) for k, v in files.items()}, missing=str(files["root"] / "missing.pt"))
     argv = [str(out) if a == "OUT" else a.format(**paths) for a in argv]
-    if script not in ("train", "hf") and "--out" not in argv:          # hf.py writes nothing at all
+    if script not in ("train", "hf", "data") and "--out" not in argv:          # hf.py writes nothing at all
         argv += ["--out", str(out)]
     before = snapshot(files["root"])
     name = script if script.startswith("studies.") else f"{script}.py"
@@ -408,18 +412,14 @@ def test_scripts_without_the_requirements_answer_help_and_refuse_in_one_line(tmp
         assert sorted(os.listdir(tmp_path)) == ["bare"], name          # nothing written
 
 
-SCRIPTS = ("init.py", "probe.py", "train.py", "seedprint.py", "sink.py")           # the top level's command lines
-STUDIES = sorted(p for p in (ROOT / "studies").glob("*.py") if p.stem not in ("__init__", "shared", "edits"))
+SCRIPTS = ("init.py", "probe.py", "train.py", "seedprint.py", "sink.py", "data.py")   # the top level's command lines
+STUDIES = sorted(p for p in (ROOT / "studies").glob("*.py") if p.stem not in ("__init__", *HELPERS))
 
 
-def test_the_files_without_a_command_line_say_where_their_command_went(tmp_path):
-    """model.py is a library (no command line at all); theory.py's tables moved to a study, and running it says
-    so in one line (kept for one release)."""
-    assert "__main__" not in (ROOT / "model.py").read_text()
-    run = subprocess.run([sys.executable, str(ROOT / "theory.py")], capture_output=True, text=True, cwd=tmp_path)
-    lines = run.stderr.splitlines()
-    assert run.returncode == 2 and len(lines) == 1 and "python -m studies.theory_tables" in lines[0], lines
-    assert os.listdir(tmp_path) == []
+def test_the_libraries_have_no_command_line():
+    """model.py and theory.py are libraries: copied alone, they run nothing."""
+    for lib in ("model.py", "theory.py"):
+        assert "__main__" not in (ROOT / lib).read_text(), lib
 
 
 def ast_docstring(path) -> str:

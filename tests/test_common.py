@@ -1,17 +1,86 @@
-"""common.py, the scripts' conventions: config flags, random inputs, provenance of results and checkpoints,
-torchrun ranks and process groups, each against what it promises."""
+"""common.py, the scripts' conventions: settings and their flags, moved commands, provenance of results and
+checkpoints, torchrun ranks and process groups, each against what it promises."""
 import argparse
+import dataclasses
 import shutil
+from typing import Optional
 
 import pytest
 import torch
 
-from common import (STARTED, add_config_flags, config_from_flags, leave_process_group, provenance, random_batches,
-                    rank_device, save_checkpoint, torchrun_rank, update_results)
-from init import build
-from model import PRESETS, get_config, read_checkpoint
+from common import (STARTED, Distinct, SEED_LIMIT, add_settings_flags, atomic_write, check_settings, flag_type,
+                    leave_process_group, moved_command, provenance, rank_device, setting, settings_given,
+                    torchrun_rank, update_results)
+from init import add_config_flags, build, config_from_flags
+from model import PRESETS, get_config, read_checkpoint, write_checkpoint
 
 torch.set_num_threads(2)
+
+
+@dataclasses.dataclass
+class Settings:
+    """A dataclass of settings as TrainConfig and seedprint.Options are made."""
+    count: int = setting(3, "a count", "int>=1")
+    seed: int = setting(0, "a seed", "seed")
+    rate: float = setting(0.5, "a rate", "(0,1)")
+    decay: float = setting(0.0, "a decay", "float>=0")
+    beta: float = setting(0.9, "a beta", "[0,1)")
+    width: Optional[int] = setting(None, "a width", "int>=2")
+    seeds: list = setting([1, 2], "some seeds", "seeds")
+    mode: str = setting("a", "a mode", choices=("a", "b"))
+    flag: bool = setting(False, "a switch")
+
+    def __post_init__(self):
+        check_settings(self)
+
+
+@pytest.mark.parametrize("field, bad, what", [
+    ("count", 0, "an integer >= 1"), ("count", 2.5, "an integer >= 1"), ("count", True, "an integer >= 1"),
+    ("seed", -1, "an integer in [0, 2^63)"), ("seed", SEED_LIMIT, "an integer in [0, 2^63)"),
+    ("rate", 1.0, "a number in (0, 1)"), ("rate", float("nan"), "a number in (0, 1)"),
+    ("decay", float("inf"), "a finite number >= 0"), ("decay", -0.1, "a finite number >= 0"),
+    ("beta", 1.0, "a number in [0, 1)"), ("width", 1, "an integer >= 2"),
+    ("seeds", [1, 1], "a list of distinct seeds"), ("seeds", [], "a list of distinct seeds"),
+    ("mode", "c", "one of a, b")])
+def test_a_setting_out_of_range_is_refused_by_its_flag_from_code_and_from_the_command_line(field, bad, what):
+    """One range per field, checked where the dataclass is made (from code) and where the flag is parsed: the same
+    words, naming the flag."""
+    with pytest.raises(ValueError, match=rf"--{field} must be {__import__('re').escape(what)}"):
+        Settings(**{field: bad})
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_settings_flags(parser, Settings())
+    text = [str(v) for v in bad] if isinstance(bad, list) else [str(bad)]
+    if field == "seeds" and not bad:
+        return                                         # an empty list is no command line
+    with pytest.raises((argparse.ArgumentError, SystemExit)):
+        parser.parse_args([f"--{field}", *text])
+
+
+def test_settings_flags_carry_the_templates_defaults_and_parse_back_into_the_dataclass():
+    parser = argparse.ArgumentParser()
+    add_settings_flags(parser, Settings(count=7, seeds=[4, 5, 6]))
+    args = parser.parse_args(["--rate", "0.25", "--flag", "--width", "3"])
+    got = Settings(**settings_given(args, Settings))
+    assert got == Settings(count=7, rate=0.25, flag=True, width=3, seeds=[4, 5, 6])
+    assert settings_given(args, Settings, ("count",)) == dict(count=7)
+    assert parser.parse_args(["--flag", "off"]).flag is False
+
+
+def test_a_list_flag_refuses_a_value_given_twice():
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    parser.add_argument("--seeds", type=flag_type("seed"), nargs="+", action=Distinct)
+    assert parser.parse_args(["--seeds", "1", "2"]).seeds == [1, 2]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--seeds", "1", "2", "1"])
+
+
+def test_a_moved_command_is_named_wherever_its_words_stand():
+    moved = "train.py prepare moved: run python data.py (see its --help)"
+    assert moved_command("train.py", ["prepare", "x.txt"]) == moved
+    assert "python -m studies.probe_bench" in moved_command("probe.py", ["--model", "tiny", "--exp", "table1", "bench"])
+    assert "studies.seedprint_tables" in moved_command("seedprint.py", ["a", "b", "--exp=table4a"])
+    assert moved_command("train.py", ["--data", "prepare"]) is None          # a value, not the command's first word
+    assert moved_command("probe.py", ["--exp", "table1"]) is None
 
 
 def test_config_flags_round_trip():
@@ -26,32 +95,6 @@ def test_config_flags_round_trip():
         parser.parse_args(["--calibration", "loud"])
 
 
-def test_random_inputs_are_the_same_whatever_the_batch_size_and_the_script():
-    import probe
-    import seedprint
-    import sink
-    for kind, kw in (("tokens", dict(vocab=50)), ("gaussian", dict(width=8, mean=0.5, std=2.0))):
-        whole = torch.cat(list(random_batches(kind, 23, 6, 23, seed=4, **kw)))
-        for b in (1, 5, 64):
-            assert torch.equal(torch.cat(list(random_batches(kind, 23, 6, b, seed=4, **kw))), whole)
-        assert not torch.equal(torch.cat(list(random_batches(kind, 23, 6, 23, seed=5, **kw))), whole)
-    g = torch.cat(list(random_batches("gaussian", 4000, 2, 4000, seed=0, width=4, mean=0.5, std=2.0)))
-    assert g.mean().item() == pytest.approx(0.5, abs=0.05) and g.std().item() == pytest.approx(2.0, rel=0.03)
-    model = build(get_config("tiny", n_layer=1, vocab_size=50), 0).eval()
-    seen = []
-    record = lambda ids: seen.append(ids) or model.trace(ids, hidden="last")["hidden"][-1]
-    seedprint.fingerprint(record, sequences=23, seq_len=6, vocab=50, seed=4, batch_size=5)
-    probe_ids = torch.cat([b["idx"] for b in probe.model_inputs(model, "tokens", 23, 6, 7, seed=4)])
-    assert torch.equal(torch.cat(seen), probe_ids) and torch.equal(sink.random_tokens(50, 23, 6, seed=4), probe_ids)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_random_inputs_are_identical_on_cpu_and_cuda():
-    for kind, kw in (("tokens", dict(vocab=50)), ("gaussian", dict(width=8))):
-        cpu = torch.cat(list(random_batches(kind, 9, 4, 3, seed=1, **kw)))
-        assert torch.equal(torch.cat([x.cuda() for x in random_batches(kind, 9, 4, 4, seed=1, **kw)]).cpu(), cpu)
-
-
 def test_every_result_and_checkpoint_records_how_it_was_made(tmp_path):
     import json
     import sys
@@ -63,7 +106,9 @@ def test_every_result_and_checkpoint_records_how_it_was_made(tmp_path):
     assert how["command"].split()[1:] == sys.argv[1:] and how["dtype"] == "float32" and how["device"] == "cpu"
     assert how["torch"] == torch.__version__ and how["threads"] == torch.get_num_threads() and how["wall_seconds"] >= 0
     assert how["git"] is None or (len(how["git"]["commit"]) == 40 and isinstance(how["git"]["dirty"], bool))
-    save_checkpoint(str(tmp_path / "c.pt"), build(get_config("tiny", n_layer=1), 0), step=3)
+    model = build(get_config("tiny", n_layer=1), 0)
+    atomic_write(str(tmp_path / "c.pt"), lambda tmp: write_checkpoint(tmp, model, 3, provenance=provenance("cpu",
+                                                                                                  torch.float32)))
     ckpt = read_checkpoint(str(tmp_path / "c.pt"))
     assert ckpt["step"] == 3 and ckpt["provenance"]["dtype"] == "float32"
     import time

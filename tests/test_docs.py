@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pytest
 
-import common
+from studies import HELPERS
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FILES = sorted([*ROOT.glob("*.py"), *(ROOT / "studies").glob("*.py")])         # their docstrings show commands too
 SCRIPTS = {p.name for p in ROOT.glob("*.py")}
-STUDIES = {f"studies.{p.stem}" for p in (ROOT / "studies").glob("*.py")} - {"studies.__init__", "studies.shared",
-                                                                             "studies.edits"}
+STUDIES = {f"studies.{p.stem}" for p in (ROOT / "studies").glob("*.py") if p.stem not in ("__init__", *HELPERS)}
 
 
 def commands(text: str) -> list:
@@ -65,12 +64,13 @@ def page_text(page: Path) -> str:
 
 @pytest.mark.parametrize("page", PAGES + FILES, ids=lambda p: p.name)
 def test_every_command_on_the_page_parses(page, monkeypatch):
+    import argparse
     import importlib
-    parse = common.ArgumentParser.parse_args
+    parse = argparse.ArgumentParser.parse_args      # the scripts' parser (common.ArgumentParser) and hf.py's
 
     def parse_only(self, args=None, namespace=None):
         raise Parsed(parse(self, args, namespace))
-    monkeypatch.setattr(common.ArgumentParser, "parse_args", parse_only)
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_only)
     cmds = commands(page_text(page))
     for script, argv in cmds:
         main = importlib.import_module(script).main

@@ -4,13 +4,14 @@ Each GPU path is held against a second path that the CPU suite already trusts:
   - bf16 autocast, as probe.py, seedprint.py and train.py run on CUDA, against float32 on the CPU;
   - torch.compile against eager: the forward pass, one training step's gradients, probe.py's pass;
   - train.py under torchrun on NCCL, one process (the DDP path), against one plain process;
-  - random inputs identical on CPU and CUDA: tests/test_common.py; seeded inits: tests/test_init.py.
+  - random inputs identical on CPU and CUDA: tests/test_data.py; seeded inits: tests/test_init.py.
 """
 from pathlib import Path
 
 import pytest
 import torch
 
+import data
 import probe
 import seedprint
 import train
@@ -113,9 +114,9 @@ def test_one_process_nccl_ddp_trains_the_plain_runs_weights(tmp_path):
     weights after 3 steps equal one plain process's (both float32 with TF32 on, as train.py runs; only the
     order of CUDA atomics may differ)."""
     (tmp_path / "text.txt").write_text("Twas brillig, and the slithy toves did gyre and gimble.\n" * 80)
-    data = str(tmp_path / "bytes")
-    train.prepare([str(tmp_path / "text.txt")], data, tokenizer="bytes", val_fraction=0.2)
-    flags = ["--data", data, "--n_layer", "2", "--n_embd", "64", "--n_head", "2", "--block_size", "32",
+    text = str(tmp_path / "bytes")
+    data.prepare([str(tmp_path / "text.txt")], text, tokenizer="bytes", val_fraction=0.2)
+    flags = ["--data", text, "--n_layer", "2", "--n_embd", "64", "--n_head", "2", "--block_size", "32",
              "--device", "cuda", "--dtype", "float32", "--max_steps", "3", "--batch_size", "8", "--eval_every", "3",
              "--lr", "1e-3", "--warmup", "1",
              "--eval_sequences", "8", "--log_every", "1"]

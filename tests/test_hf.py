@@ -220,8 +220,11 @@ def test_missing_unknown_and_misshapen_tensors_are_refused(tmp_path):
             match="'model.layers.0.mlp.extra.weight' is not part of", tmp=tmp_path / "b")
     refused(tensor_change=lambda t: t.update({"model.norm.weight": torch.ones(31)}), match=r"shape \[31\].*\[32\]",
             tmp=tmp_path / "c")
-    with pytest.raises(FileNotFoundError, match="config.json"):
+    with pytest.raises(FileNotFoundError, match="no model at"):
         hf.load(str(tmp_path / "nowhere"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="not a Hugging Face model directory .*: no config.json"):
+        hf.load(str(tmp_path / "empty"))
 
 
 def test_a_truncated_shard_is_refused(tmp_path):

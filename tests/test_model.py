@@ -10,7 +10,7 @@ import torch
 
 from init import build, init_weights
 from model import CHOICES, GPT, GPTConfig, PRESETS, SOFTPICK_EPS, apply_rope, get_config, qkv_sizes, rope_tables
-from sink import check_token_ids
+from data import check_token_ids
 
 torch.set_num_threads(2)
 
@@ -299,9 +299,9 @@ def test_attn_sink_needs_plain_softmax():
 
 
 def test_a_weight_that_overflows_the_asked_dtype_is_refused(tmp_path):
-    """load_model checks a checkpoint's weights finite as stored and again as cast: 1e5 is finite in float32
+    """hf.load checks a checkpoint's weights finite as stored and again as cast: 1e5 is finite in float32
     and inf in float16 (largest 65504)."""
-    from common import load_model
+    from hf import load as load_model
     from model import write_checkpoint
     model = build(get_config("tiny", n_layer=1), 0)
     with torch.no_grad():

@@ -10,7 +10,8 @@ from conftest import torchrun
 from init import build
 from model import GPTConfig, get_config
 import theory
-from probe import (PairwiseCosine, log10_binom_tail, log10_bonferroni_p, model_inputs, probe, token_preference,
+from data import random_inputs
+from probe import (PairwiseCosine, log10_binom_tail, log10_bonferroni_p, probe, token_preference,
                    uniform_baseline)
 
 
@@ -143,12 +144,12 @@ def test_probe_single_pass_matches_separate_computations():
 
 def test_gaussian_inputs_follow_the_embedding_scale():
     model = build(get_config("tiny"), seed=0)
-    x = torch.cat([b["embeds"] for b in model_inputs(model, "gaussian", 64, 32, 32, seed=0)])
+    x = torch.cat([b["embeds"] for b in random_inputs(model, "gaussian", 64, 32, 32, seed=0)])
     assert x.shape == (64, 32, 64)
     # the embedding init is N(0, 0.02^2): 131k samples, std has relative error 0.002
     assert abs(x.mean().item()) < 4 * 0.02 / math.sqrt(x.numel()) + 1e-4 and abs(x.std().item() / 0.02 - 1) < 0.01
     with pytest.raises(ValueError, match="tokens"):
-        next(model_inputs(model, "words", 1, 1, 1, 0))
+        next(random_inputs(model, "words", 1, 1, 1, 0))
 
 
 @pytest.mark.parametrize("activation", ["relu", "tanh"])

@@ -6,6 +6,8 @@ import os
 import numpy as np
 import pytest
 import torch
+
+import data
 from scipy import stats
 
 import seedprint
@@ -13,7 +15,7 @@ import train
 from init import build
 from model import get_config
 from studies.edits import add_noise, permute_residual
-from studies.shared import reference_tests
+from studies.lineage import reference_tests
 
 
 # ----------------------------------------------------------------------------- the statistic
@@ -124,7 +126,7 @@ def test_bad_input_is_refused_before_any_work():
         seedprint.seedprint_test(np.zeros((10, 8)), np.zeros((10, 8)), set_mode="both")
     with pytest.raises(ValueError, match="width"):
         seedprint.compare(np.zeros((10, 8)), np.zeros((10, 16)))
-    with pytest.raises(ValueError, match="k .* at least 2"):
+    with pytest.raises(ValueError, match="--k must be an integer >= 2"):
         seedprint.compare("/nonexistent/a.pt", "/nonexistent/b.pt", k=0)   # checked before the files are touched
     with pytest.raises(ValueError, match="inputs"):
         seedprint.fingerprint(build(get_config("tiny", n_layer=1), 0), sequences=2, inputs="images")
@@ -160,7 +162,7 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("lineage")
     text = root / "t.txt"
     text.write_text("".join(chr(32 + (i * 7919) % 90) for i in range(40000)))
-    train.prepare([str(text)], str(root / "data"), tokenizer="bytes")
+    data.prepare([str(text)], str(root / "data"), tokenizer="bytes")
     for seed in (1, 2):
         train.train(train.TrainConfig(data=str(root / "data"), out_dir=str(root / f"s{seed}"), device="cpu",
                                       knobs=dict(n_layer=2, n_embd=64, block_size=32), init_seed=seed, embed_seed=seed,
@@ -324,7 +326,8 @@ def test_a_trusted_table_match_finds_a_weak_lineage_that_held_out_inputs_lose():
 def test_held_out_rows_reads_the_token_table_alone_from_every_kind_of_model(tmp_path):
     """The rows [vocab // 2, vocab) of the token table, from a GPT, a Recipe, a train.py checkpoint and a Hugging
     Face directory (LLaMA and GPT-2 names), each against the whole model loaded; None for a callable."""
-    from common import load_model, save_checkpoint
+    from hf import load as load_model
+    from model import write_checkpoint
     from conftest import llama_family, write_hf
     cfg = get_config("tiny", n_layer=1, vocab_size=90)
     m = build(cfg, 3, 3)
@@ -333,7 +336,7 @@ def test_held_out_rows_reads_the_token_table_alone_from_every_kind_of_model(tmp_
     test, hold = seedprint.aligned_sets(80, 0)       # the rows are the alignment's tokens, none of the test's
     assert test["low"] == 0 and test["vocab"] == 40 and hold["low"] == 40 and hold["vocab"] == 80
     assert np.array_equal(seedprint.held_out_rows(seedprint.Recipe("r", lambda: m), 80), want)
-    save_checkpoint(str(tmp_path / "m.pt"), m)
+    write_checkpoint(str(tmp_path / "m.pt"), m)
     assert np.array_equal(seedprint.held_out_rows(str(tmp_path / "m.pt"), 80), want)
     _, config, t = llama_family("LlamaForCausalLM")
     write_hf(tmp_path / "llama", config, t)
@@ -451,14 +454,14 @@ def test_the_aligned_verdict_counts_a_match_only_above_the_tau_floor_and_keeps_t
 def test_the_verdict_line_says_what_the_checkpoints_share_by_construction(tmp_path):
     """train.py checkpoints record their lineage's seeds and init_from: a shared embedding seed under other init
     seeds is named (the test's H0 is false for those parts), as is one model trained from the other."""
-    from common import save_checkpoint
+    from model import write_checkpoint
     cfg = get_config("tiny", n_layer=1, vocab_size=64)
     paths = {}
     for name, (s, e) in dict(a=(1, 0), b=(2, 0), c=(3, 3), d=(1, 0)).items():
         paths[name] = str(tmp_path / f"{name}.pt")
-        save_checkpoint(paths[name], build(cfg, s, e), seeds=dict(init_seed=s, embed_seed=e))
+        write_checkpoint(paths[name], build(cfg, s, e), seeds=dict(init_seed=s, embed_seed=e))
     child = str(tmp_path / "child.pt")
-    save_checkpoint(child, build(cfg, 1, 0), seeds=dict(init_seed=1, embed_seed=0), init_from=paths["a"])
+    write_checkpoint(child, build(cfg, 1, 0), seeds=dict(init_seed=1, embed_seed=0), init_from=paths["a"])
     said = seedprint.shared_by_construction
     assert "share the embedding seed 0 (init seeds 1 and 2)" in said(paths["a"], paths["b"])
     assert said(paths["a"], paths["c"]) == "" and said(paths["a"], build(cfg, 1, 0)) == ""

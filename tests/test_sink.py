@@ -227,27 +227,6 @@ def test_amplification_hook_edits_only_token_k_around_its_mean(mu):
         sink.amplify_hook(5, 3.0, "median")
 
 
-# ----------------------------------------------------------------------------- inputs
-
-def test_random_tokens_windows_bos_and_id_files(tmp_path):
-    r = sink.random_tokens(50, 4, 10, seed=0, bos=7)
-    assert r.shape == (4, 10) and (r[:, 0] == 7).all() and torch.equal(r[:, 1:], sink.random_tokens(50, 4, 9, seed=0))
-    stream = np.arange(100)
-    w = sink.windows(stream, 10, 5, seed=0)
-    assert w.shape == (5, 10) and all((row.numpy() % 10 == np.arange(10)).all() for row in w)   # aligned slots
-    assert (sink.windows(stream, 10, 5, seed=0, bos=99)[:, 0] == 99).all()
-    with pytest.raises(ValueError, match="0 windows of 1000"):
-        sink.windows(stream, 1000, 5)
-    with pytest.raises(ValueError, match="3 windows of 30, fewer than the 5"):   # 100 // 30 = 3
-        sink.windows(stream, 30, 5)
-    np.save(tmp_path / "ids.npy", np.arange(12).reshape(3, 4))
-    np.arange(7, dtype=np.uint16).tofile(tmp_path / "ids.bin")
-    assert sink.read_ids(str(tmp_path / "ids.npy")).tolist() == list(range(12))
-    assert sink.read_ids(str(tmp_path / "ids.bin")).tolist() == list(range(7))
-    with pytest.raises(FileNotFoundError, match="token-id file"):
-        sink.read_ids(str(tmp_path / "nope.npy"))
-
-
 def test_measure_a_llama_directory_on_its_own_tokenizer_with_bos(tmp_path):
     """A Hugging Face LLaMA directory, its tokenizer.json, text and BOS: the command line end to end, the
     windows checked against the tokenizer's own ids."""
@@ -265,7 +244,7 @@ def test_measure_a_llama_directory_on_its_own_tokenizer_with_bos(tmp_path):
     class Args:
         text, ids, tokenizer, bos, sequences, data_seed = str(tmp_path / "t.txt"), None, None, True, 6, 1234
         data_from, model_path = None, str(tmp_path / "llama")
-    tokens = sink.model_inputs(Args, hf.load(Args.model_path), sink.input_stream(Args), 16)
+    tokens = sink.input_tokens(Args, hf.load(Args.model_path), sink.input_stream(Args), 16)
     assert (tokens[:, 0] == cfg["bos_token_id"]).all()
     assert all(words[int(i)].startswith("w") for i in tokens[:, 1:].flatten())
 
@@ -275,9 +254,9 @@ def test_interventions_and_variance_run_through_the_command_line_and_point_the_p
     alpha_k in every layer (token k then attends only to itself, as the first token does); amplification by 1
     changes nothing (it is the identity); at birth the first position is the variance outlier of every layer
     (Eq. 2: it averages nothing), and the table's ratio is its variance over the others' median."""
-    from common import save_checkpoint
+    from model import write_checkpoint
     path = str(tmp_path / "m.pt")
-    save_checkpoint(path, build(get_config("tiny", n_layer=3, n_embd=128, n_head=4), 0), tokenizer="bytes")
+    write_checkpoint(path, build(get_config("tiny", n_layer=3, n_embd=128, n_head=4), 0), tokenizer="bytes")
     sink.main([path, "--exp", "interventions", "--lengths", "32", "--sequences", "16", "--k", "8", "16",
                "--layer", "0", "--lambdas", "1", "4", "--out", str(tmp_path / "out")])
     runs = json.loads((tmp_path / "out" / "results.json").read_text())["interventions"]["runs"]

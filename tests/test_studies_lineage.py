@@ -18,7 +18,7 @@ from studies.edits import (add_noise, extend_vocab, low_rank_update, merge, perm
                            quantize, rotate_residual)
 from studies.seedprint_tables import biased_dims, dimension_correlations, ics, intrinsic, pcs, reef
 from studies.fresh_inits import permutation_p_monte_carlo
-from studies.shared import clopper_pearson, null_taus
+from studies.lineage import clopper_pearson, null_taus
 
 
 def test_clopper_pearson_against_its_closed_forms():
@@ -165,7 +165,7 @@ def test_quantize_prune_merge_low_rank_noise_and_vocab_against_their_definitions
 # The tiny models every lineage study below trains: their architecture and training flags, shared so that the
 # tables study can reuse the calibration study's models, as a user's second command does.
 TINY = ["--tokenizer", "bytes", "--n_embd", "32", "--n_layer", "1", "--block_size", "16", "--seq_len", "16",
-        "--steps", "4", "--ckpt_every", "2", "--batch_size", "4", "--sequences", "40", "--k", "8",
+        "--max_steps", "4", "--ckpt_every", "2", "--batch_size", "4", "--sequences", "40", "--k", "8",
         "--device", "cpu"]                      # exact ties: float32, not a GPU's bf16
 
 
@@ -332,7 +332,7 @@ def test_the_aligned_floor_study_fits_on_one_range_of_seeds_and_finds_every_line
     their largest matched tau, rounded up), every related pair of the test seeds -- each init and its trained
     model, the continuation at each length, and all of them again in a signed-permuted basis -- is called related
     by the aligned verdict, while the exact verdict misses the permuted ones it cannot see through."""
-    monkeypatch.setattr(aligned_floor, "CONDITIONS", {"tiny": dict(n_embd=32, tokenizer="bytes", steps=4,
+    monkeypatch.setattr(aligned_floor, "CONDITIONS", {"tiny": dict(n_embd=32, tokenizer="bytes", max_steps=4,
                                                                    batch_size=4)})
     out = tmp_path / "out"
     aligned_floor.main(["--conditions", "tiny", "--n_layer", "1", "--seq_len", "16", "--sequences", "40", "--k", "8",

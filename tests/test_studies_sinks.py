@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+import data
+
 import sink
 from init import build
 from studies import sink_calibration, sink_testbed
@@ -75,16 +77,15 @@ def test_calibration_trains_on_prepared_data_in_micro_batches_and_scores_the_giv
     """studies.sink_calibration as a GPU run uses it: training data already tokenized (a train.py directory), the
     evaluation text as token ids, micro-batches. Each variant's sink rates must be the metric of its own
     checkpoint on the --ids windows, and its perplexity the checkpoint's loss on them, recomputed here."""
-    import train
-    from common import load_model
+    import hf
     (tmp_path / "train.txt").write_text("the cat sat on the mat; the dog sat on the log.\n" * 600)
-    data = str(tmp_path / "data")
-    train.prepare([str(tmp_path / "train.txt")], data, tokenizer="bytes")
+    prepared = str(tmp_path / "data")
+    data.prepare([str(tmp_path / "train.txt")], prepared, tokenizer="bytes")
     ids = np.frombuffer(("a mat, a log, a cat. " * 100).encode(), dtype=np.uint8).astype(np.int64)
     np.save(tmp_path / "eval.npy", ids)
     out = tmp_path / "out"
-    argv = ["--train_text", data, "--ids", str(tmp_path / "eval.npy"), "--variants",
-            "baseline", "attenuate", "--steps", "4", "--batch_size", "4", "--micro_batch", "2", "--n_layer", "1",
+    argv = ["--train_text", prepared, "--ids", str(tmp_path / "eval.npy"), "--variants",
+            "baseline", "attenuate", "--max_steps", "4", "--batch_size", "4", "--micro_batch", "2", "--n_layer", "1",
             "--n_embd", "32", "--n_head", "2", "--block_size", "32", "--lengths", "8", "16", "--sequences", "10",
             "--device", "cpu", "--out", str(out)]
     sink_calibration.main(argv)
@@ -92,11 +93,11 @@ def test_calibration_trains_on_prepared_data_in_micro_batches_and_scores_the_giv
     assert sorted(res) == ["attenuate", "baseline"]
     for name, r in res.items():
         ckpt = torch.load(r["checkpoint"], weights_only=False, map_location="cpu")
-        assert ckpt["args"]["data"] == data and ckpt["args"]["micro_batch"] == 2
-        model = load_model(r["checkpoint"]).eval()
+        assert ckpt["args"]["data"] == prepared and ckpt["args"]["micro_batch"] == 2
+        model = hf.load(r["checkpoint"]).eval()
         for T in (8, 16):
-            assert r["rates"][str(T)] == sink.sink_rate(model, sink.windows(ids, T, 10, 1234))
-        x = sink.windows(ids, 16, 10, 1)
+            assert r["rates"][str(T)] == sink.sink_rate(model, data.windows(ids, T, 10, 1234))
+        x = data.windows(ids, 16, 10, 1)
         with torch.no_grad():
             loss = np.mean([model(x[i:i + 16, :-1], x[i:i + 16, 1:])[1].item() for i in range(0, len(x), 16)])
         assert r["ppl"] == pytest.approx(math.exp(loss), rel=1e-6)
@@ -177,7 +178,7 @@ def test_the_testbed_reports_intervals_probes_and_pairs_over_seeds(tmp_path):
     """A tiny testbed run (2 seeds, 2 variants): each summary is the mean and t interval of its per-seed values,
     every baseline reports where its sink lives, and the paired table is built seed by seed."""
     out = tmp_path / "out"
-    sink_testbed.main(["--variants", "baseline", "attenuate", "--seeds", "0", "1", "--steps", "8",
+    sink_testbed.main(["--variants", "baseline", "attenuate", "--seeds", "0", "1", "--max_steps", "8",
                "--batch_size", "8", "--testbed_tokens", "80000", "--sequences", "64", "--device", "cpu",
                "--out", str(out)])
     res = json.loads((out / "results.json").read_text())["testbed"]

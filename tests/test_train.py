@@ -1,17 +1,15 @@
 """train.py: data preparation, the training contract (loss falls, resume, DDP, accumulation), bad input."""
 import dataclasses
-import hashlib
-import io
 import json
 import os
 import shutil
-import tarfile
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+
+import data
 
 import train
 from conftest import cli_error, torchrun
@@ -27,7 +25,7 @@ TINY = ["--n_layer", "2", "--n_embd", "32", "--n_head", "2", "--block_size", "16
 def data_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("data")
     (root / "text.txt").write_text(TEXT, encoding="utf-8")
-    train.prepare([str(root / "text.txt")], str(root / "bytes"), tokenizer="bytes", val_fraction=0.2)
+    data.prepare([str(root / "text.txt")], str(root / "bytes"), tokenizer="bytes", val_fraction=0.2)
     return str(root / "bytes")
 
 
@@ -47,32 +45,6 @@ def final_state(out_dir):
 
 # ----------------------------------------------------------------------------- data
 
-def test_prepare_round_trips_bytes(data_dir):
-    meta = json.load(open(os.path.join(data_dir, "meta.json")))
-    tokens = tokens_of(data_dir)
-    assert meta["tokenizer"] == "bytes" and meta["vocab_size"] == 256
-    assert meta["train_tokens"] + meta["val_tokens"] == len(tokens) == len(TEXT.encode("utf-8"))
-    _, decode, _ = train.get_tokenizer("bytes")
-    assert decode(tokens) == TEXT
-
-
-def _tiktoken_offline():
-    cache = os.environ.get("TIKTOKEN_CACHE_DIR") or str(ROOT.parent / "shared" / "data" / "tiktoken_cache")
-    return cache if os.path.isdir(cache) else None
-
-
-@pytest.mark.skipif(_tiktoken_offline() is None, reason="GPT-2 BPE files not cached (tests never download)")
-def test_prepare_round_trips_gpt2(tmp_path, monkeypatch):
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", _tiktoken_offline())
-    (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
-    meta = train.prepare([str(tmp_path / "t.txt")], str(tmp_path / "gpt2"), tokenizer="gpt2")
-    tokens = tokens_of(str(tmp_path / "gpt2"))
-    _, decode, vocab = train.get_tokenizer("gpt2")
-    assert meta["vocab_size"] == vocab == 50257
-    assert len(tokens) < len(TEXT) / 2        # BPE, not bytes
-    assert decode(tokens.tolist()) == TEXT
-
-
 def test_batch_order_depends_on_data_seed_only(data_dir, tmp_path, monkeypatch):
     """The windows the trainer reads, recorded from inside the trainer: the same for another init
     seed and another micro-batch split, different for another data seed."""
@@ -91,17 +63,6 @@ def test_batch_order_depends_on_data_seed_only(data_dir, tmp_path, monkeypatch):
     assert base == order("--init_seed", "2", "--embed_seed", "9", "--data_seed", "5")
     assert base == order("--init_seed", "1", "--data_seed", "5", "--micro_batch", "1")
     assert base != order("--init_seed", "1", "--data_seed", "6")
-
-
-def test_micro_and_rank_slices_cover_the_global_batch_once():
-    offsets = train.batch_offsets(7, 3, 10_000, 16, 24)
-    assert np.array_equal(offsets, train.batch_offsets(7, 3, 10_000, 16, 24))
-    assert not np.array_equal(offsets, train.batch_offsets(7, 4, 10_000, 16, 24))   # each step new windows
-    assert offsets.min() >= 0 and offsets.max() <= 10_000 - 16 - 1                  # room for the targets
-    for world, micro in ((1, 24), (2, 3), (4, 2), (3, 8)):
-        accum = 24 // (world * micro)
-        parts = [train.micro_offsets(offsets, m, r, world, micro) for m in range(accum) for r in range(world)]
-        assert np.array_equal(np.sort(np.concatenate(parts)), np.sort(offsets))
 
 
 def test_lr_schedule_warmup_and_cosine():
@@ -227,10 +188,7 @@ def error_of(argv):
 
 def test_missing_data_dir_is_one_clear_error(tmp_path):
     msg = error_of(["--data", str(tmp_path / "nope"), "--out_dir", str(tmp_path / "out")])
-    assert "prepare" in msg and not (tmp_path / "out").exists()
-    assert "no such text file or named corpus" in error_of(["prepare", str(tmp_path / "missing.txt"),
-                                                            "--out", str(tmp_path / "d")])
-    assert not (tmp_path / "d").exists()
+    assert "python data.py" in msg and not (tmp_path / "out").exists()
 
 
 def test_vocab_larger_than_model_is_refused(data_dir, tmp_path):
@@ -274,82 +232,14 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(data_dir, tmp_path):
 
 # ----------------------------------------------------------------------------- named corpora
 
-SHARED = ROOT.parent / "shared" / "data"
-
-
-def _fake_corpus(monkeypatch, name, text, **entry):
-    sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    monkeypatch.setitem(train.CORPORA, name, dict(file=f"{name}.txt", license="test", sha256=sha, **entry))
-    return sha
-
-
-def test_corpus_from_a_local_directory_is_checked_and_reused(tmp_path, monkeypatch):
-    text = "local copy of a corpus\n" * 10
-    _fake_corpus(monkeypatch, "fake", text, url="http://invalid.invalid/fake.txt")
-    (tmp_path / "mirror").mkdir()
-    (tmp_path / "mirror" / "fake.txt").write_text(text)
-    path = train.corpus_file("fake", str(tmp_path / "data"), source=str(tmp_path / "mirror"))
-    assert open(path).read() == text
-    (tmp_path / "mirror" / "fake.txt").write_text("something else")      # the copy in data/ is used from now on
-    assert train.corpus_file("fake", str(tmp_path / "data"), source=str(tmp_path / "mirror")) == path
-    os.remove(path)
-    with pytest.raises(ValueError, match="does not hold the expected fake text"):
-        train.corpus_file("fake", str(tmp_path / "data"), source=str(tmp_path / "mirror"))
-    assert not os.path.exists(path)
-    with pytest.raises(ValueError, match="unknown corpus"):
-        train.corpus_file("nope", str(tmp_path / "data"))
-
-
-def test_corpora_are_downloaded_and_extracted(tmp_path, monkeypatch):
-    """file:// URLs stand in for the network: a WikiText-style zip and a Brown-style tarball, each
-    extracted to the text written out here by hand."""
-    zpath = tmp_path / "wt.zip"
-    with zipfile.ZipFile(zpath, "w") as z:
-        z.writestr("wikitext-2-raw/wiki.test.raw", " = Title = \r\n\r\n Some text .\r\n")
-        z.writestr("wikitext-2-raw/wiki.train.raw", "not this split")
-    _fake_corpus(monkeypatch, "wt", " = Title = \n\n Some text .\n", url=zpath.as_uri(), extract=train._wikitext2_test)
-    assert open(train.corpus_file("wt", str(tmp_path / "data"))).read() == " = Title = \n\n Some text .\n"
-
-    tpath = tmp_path / "brown.tgz"
-    docs = {"package/ca01": "\n\n\tThe/at jury/nn said/vbd ./.\n\n\n\tIt/pps 1-1/2/cd was/bedz ./."
-                            "\nNo/rb //in tab/nn ./.\n",
-            "package/cb02": "\n\n\tSecond/od doc/nn ./.\n", "package/README": "not a document"}
-    with tarfile.open(tpath, "w:gz") as tar:
-        for name, body in docs.items():
-            data = body.encode()
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    expected = "The jury said .\n\n It 1-1 was .\nNo tab .\n\n Second doc .\n"
-    _fake_corpus(monkeypatch, "br", expected, url=tpath.as_uri(), extract=train._brown)
-    assert open(train.corpus_file("br", str(tmp_path / "data"))).read() == expected
-
-
-@pytest.mark.skipif(not SHARED.is_dir(), reason="the offline copies of the corpora are not beside this checkout")
-def test_the_named_corpora_match_their_published_text(tmp_path):
-    for name in train.CORPORA:
-        assert os.path.isfile(train.corpus_file(name, str(tmp_path), source=str(SHARED)))
-
-
-@pytest.mark.parametrize("tokenizer", ["bytes", "gpt2"])
-def test_tokenizing_in_blocks_equals_tokenizing_the_whole_text(tokenizer, monkeypatch):
-    if tokenizer == "gpt2":
-        if _tiktoken_offline() is None:
-            pytest.skip("GPT-2 BPE files not cached")
-        monkeypatch.setenv("TIKTOKEN_CACHE_DIR", _tiktoken_offline())
-    encode, _, _ = train.get_tokenizer(tokenizer)
-    text = "".join(f"line {i} ,  with\tspaces  \n\n\n word's end\n  {i}x\n \n" for i in range(300))
-    assert train.encode_in_blocks(encode, text, block=97) == encode(text)
-
-
 def test_resuming_on_data_that_changed_is_refused(tmp_path):
     (tmp_path / "a.txt").write_text(TEXT, encoding="utf-8")
-    train.prepare([str(tmp_path / "a.txt")], str(tmp_path / "d"), tokenizer="bytes", val_fraction=0.2)
+    data.prepare([str(tmp_path / "a.txt")], str(tmp_path / "d"), tokenizer="bytes", val_fraction=0.2)
     run(str(tmp_path / "d"), tmp_path / "out", "--max_steps", "1", "--eval_every", "0")
     resume = ["--data", str(tmp_path / "d"), "--out_dir", str(tmp_path / "out"), *TINY, "--max_steps", "1",
               "--eval_every", "0", "--log_every", "1", "--resume"]
     (tmp_path / "a.txt").write_text(TEXT.replace("best", "BEST"), encoding="utf-8")    # same size, other tokens
-    train.prepare([str(tmp_path / "a.txt")], str(tmp_path / "d"), tokenizer="bytes", val_fraction=0.2)
+    data.prepare([str(tmp_path / "a.txt")], str(tmp_path / "d"), tokenizer="bytes", val_fraction=0.2)
     msg = error_of(resume)
     assert "the data in" in msg and "--max_steps" not in msg      # the data alone differs
     assert [s for s, _ in train.list_checkpoints(str(tmp_path / "out"))] == [0, 1]
@@ -381,41 +271,14 @@ def test_ensure_trains_once_and_finishes_a_run_that_stopped(data_dir, tmp_path, 
             train.ensure(dataclasses.replace(args, **other))
 
 
-def test_prepared_makes_data_once(tmp_path, monkeypatch):
-    (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
-    out = str(tmp_path / "d")
-    assert train.prepared([str(tmp_path / "t.txt")], out, "bytes") == out
-    meta = json.loads((tmp_path / "d" / "meta.json").read_text())
-    assert meta["train_tokens"] + meta["val_tokens"] == len(TEXT.encode("utf-8"))
-    monkeypatch.setattr(train, "prepare", lambda *a, **k: pytest.fail("prepared data was made again"))
-    assert train.prepared([str(tmp_path / "t.txt")], out, "bytes") == out
-
-
-def test_token_files_are_read_through_once_per_version(tmp_path, monkeypatch):
-    """load_data hashes each token file once per process, and again once the file changed behind meta.json."""
-    (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
-    out = str(tmp_path / "d")
-    train.prepare([str(tmp_path / "t.txt")], out, "bytes")
-    calls = []
-    check = train.check_tokens
-    monkeypatch.setattr(train, "check_tokens", lambda *a: calls.append(a[2]) or check(*a))
-    train.load_data(out)
-    train.load_data(out)
-    assert sorted(os.path.basename(c) for c in calls) == ["train.bin", "val.bin"]
-    path = tmp_path / "d" / "val.bin"
-    ids = np.fromfile(path, dtype=np.uint16)
-    ids[[0, 1]] = ids[[1, 0]] if ids[0] != ids[1] else ids[[0, 1]] + 1   # same size, other tokens
-    ids.tofile(path)
-    os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 10 ** 9))
-    with pytest.raises(ValueError, match="changed after prepare"):
-        train.load_data(out)
-
-
 def test_the_cosine_ends_at_or_below_the_peak_learning_rate():
-    """min_lr defaults to 1e-4, or to lr where lr is lower (experiments pass only --lr); an explicit min_lr above
-    lr is refused naming both flags."""
-    assert train.TrainConfig(lr=1e-3).min_lr == 1e-4 and train.TrainConfig(lr=5e-5).min_lr == 5e-5
-    assert train.parse_args(["--data", "d", "--lr", "5e-5"]).min_lr == 5e-5
+    """min_lr defaults to 1e-4, or to lr where lr is lower (experiments pass only --lr), as the run resolves it; a
+    template's lr replaced later derives it anew; an explicit min_lr above lr is refused naming both flags."""
+    assert train.TrainConfig(lr=1e-3).resolved().min_lr == 1e-4 and train.TrainConfig(lr=5e-5).resolved().min_lr == 5e-5
+    assert train.parse_args(["--data", "d", "--lr", "5e-5"]).resolved().min_lr == 5e-5
+    template = train.TrainConfig(lr=1e-3, init_seed=3)
+    again = dataclasses.replace(template, lr=5e-5, init_seed=4).resolved()
+    assert (again.min_lr, again.embed_seed) == (5e-5, 4)
     with pytest.raises(ValueError, match="--min_lr 0.001 is above the peak --lr 0.0005"):
         train.TrainConfig(lr=5e-4, min_lr=1e-3)
 

@@ -1,11 +1,12 @@
 """
-studies/shared.py: what several studies share -- models trained from known seeds on known data, fresh inits,
-SeedPrint verdicts from fingerprints cached on disk, and the sink studies' mechanisms.
+studies/lineage.py: what the lineage studies share (seedprint_tables, lineage_fpr, fresh_inits, aligned_floor,
+derivatives) -- their flags, models trained from known seeds on known data, fresh inits, SeedPrint verdicts from
+fingerprints cached on disk, the reference implementation's tests, and rates with their intervals.
 
 A study trains or builds many models and tests many pairs of them; each model is made once and kept under
 the study's --out, so a second run reuses every model and every fingerprint and takes minutes:
 
-    training(args)                 the study's flags as a train.TrainConfig template
+    TRAINING, training(args)       the study's training flags: train.TrainConfig's own, on this template
     trained(template, out, ...)    the directory of one training run, trained on first use
     corpus(out, name, ...)         a named corpus or a text file, prepared once under out/data
     init_checkpoint(out, cfg, s)   a fresh init saved as a checkpoint (fingerprints are cached by file)
@@ -14,7 +15,6 @@ the study's --out, so a second run reuses every model and every fingerprint and 
     Lineage                        verdicts of pairs from cached fingerprints and token-table rows
     reference_tests(HA, HB, ...)   the SeedPrint reference implementation's tests, measured beside the verdict
     rate_summary(...)              a false-positive rate with its Clopper-Pearson interval, and the power
-    VARIANTS, variant_configs      the sink controls trained side by side (calibration, head-wise RMSNorm, ...)
 """
 import dataclasses
 import functools
@@ -23,68 +23,60 @@ import math
 import os
 import warnings
 
-from common import (add_config_flags, add_device_flags, config_overrides, load_model, read_model_config,
-                    save_checkpoint, seed_int)
-from model import GPTConfig, LLAMA_KNOBS, get_config
+from common import add_device_flags, add_settings_flags, atomic_write, provenance, settings_given
+from model import GPTConfig, LLAMA_KNOBS, get_config, write_checkpoint
 import numpy as np
 from scipy import stats
 
+import data
+import hf
 import seedprint
 import train
-from init import build
+from init import add_config_flags, build, config_overrides
 from studies.edits import permute_residual
 
 
 # ----------------------------------------------------------------------------- flags every lineage study takes
 
-def add_lineage_flags(parser, out: str, training: bool = True, steps: int = 200, batch_size: int = 16) -> None:
+# How a lineage study trains its models: train.py's recipe, short. Its flags are TrainConfig's own, generated from
+# these fields with these defaults; training() fills in the rest.
+TRAINING = train.TrainConfig(max_steps=200, ckpt_every=50, batch_size=16, eval_every=0, log_every=50)
+TRAINING_FLAGS = ("data_seed", "max_steps", "ckpt_every", "batch_size", "lr")
+
+
+def add_lineage_flags(parser, out: str, template: train.TrainConfig = TRAINING) -> None:
     """The flags of a study that tests pairs of models with SeedPrint: the architecture (a preset and its knobs,
-    LLaMA-style blocks on top), with `training` the data and the training of its models, and the test."""
+    LLaMA-style blocks on top), with a training template the data and the training of its models (None: the study
+    trains nothing), and the test."""
     add_config_flags(parser, default_model="tiny")
-    if training:
-        g = parser.add_argument_group("data and training (train.py's recipe)")
-        g.add_argument("--corpus", default="shakespeare", help="pretraining corpus: a named corpus of train.py, "
+    if template is not None:
+        g = parser.add_argument_group("data and training (train.py's flags)")
+        g.add_argument("--corpus", default="shakespeare", help="pretraining corpus: a named corpus of data.py, "
                        "or a text file")
         g.add_argument("--corpus2", default="brown", help="the corpus a continuation is trained on")
         g.add_argument("--tokenizer", choices=("bytes", "gpt2"), default="bytes",
                        help="bytes (the default: a vocabulary of 256, fast on a laptop) or gpt2 (50,257 tokens, as "
                        "the README's calibration)")
-        g.add_argument("--data_from", default=None, help="offline: a directory holding the corpora (train.py "
-                       "--from)")
-        g.add_argument("--data_seed", type=seed_int, default=1234, help="seed of the batch order")
-        g.add_argument("--steps", type=int, default=steps, help="training steps of each model")
-        g.add_argument("--ckpt_every", type=int, default=50, help="checkpoint interval (every checkpoint is kept)")
-        g.add_argument("--batch_size", type=int, default=batch_size, help="sequences per training step")
-        g.add_argument("--lr", type=float, default=1e-3)
+        g.add_argument("--data_from", default=None, help="offline: a directory holding the corpora (data.py --from)")
+        add_settings_flags(g, template, TRAINING_FLAGS)
     add_test_flags(parser)
     parser.add_argument("--out", default=out, help="results.json, figures, and every model and fingerprint made")
 
 
 def add_test_flags(parser) -> None:
     """seedprint.py's flags for the test of each pair, and the device and dtype its fingerprints are made in."""
-    g = parser.add_argument_group("the test (seedprint.py's flags)")
-    g.add_argument("--sequences", type=int, default=2000, help="random input sequences N")
-    g.add_argument("--seq_len", type=int, default=64, help="tokens per input")
-    g.add_argument("--input_seed", type=seed_int, default=0)
-    g.add_argument("--k", type=int, default=400, help="identity dimensions per model (capped at half the width)")
-    g.add_argument("--rank_by", choices=("smallest", "largest", "abs"), default="smallest")
-    g.add_argument("--set_mode", choices=("coset", "base"), default="coset")
+    add_settings_flags(parser.add_argument_group("the test (seedprint.py's flags)"), seedprint.Options())
     add_device_flags(parser, "load the models in this dtype for their fingerprints (default: as saved)")
 
 
-def check_lineage_flags(parser, args) -> GPTConfig:
-    """Every count and setting of add_lineage_flags, before any data is read or model trained; returns the
-    architecture of the flags (its vocabulary, where the study trains, comes from the data)."""
-    if args.sequences < 10 or args.seq_len < 1:
-        parser.error("--sequences must be at least 10 and --seq_len at least 1")
-    seedprint.check_options(args.k, args.rank_by, args.set_mode)
-    if hasattr(args, "steps"):
-        for name in ("steps", "ckpt_every", "batch_size"):
-            if getattr(args, name) < 1:
-                parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
-        train.TrainConfig(batch_size=args.batch_size, max_steps=args.steps, lr=args.lr, ckpt_every=args.ckpt_every)
+def check_lineage_flags(args) -> GPTConfig:
+    """Every setting of add_lineage_flags, before any data is read or model trained (the ranges were checked as
+    the flags were parsed; here, what depends on several); returns the architecture of the flags (its vocabulary,
+    where the study trains, comes from the data)."""
     config = architecture(args)
     seedprint.check_seq_len(args.seq_len, [config])
+    if hasattr(args, "max_steps"):
+        training(args, "cpu")
     return config
 
 
@@ -93,23 +85,27 @@ def architecture(args, **overrides) -> GPTConfig:
     return get_config(args.model, **{**LLAMA_KNOBS, **config_overrides(args), **overrides})
 
 
+def test_options(args) -> seedprint.Options:
+    """The test's flags (add_test_flags) as seedprint.Options."""
+    return seedprint.Options(**settings_given(args, seedprint.Options))
+
+
 # ----------------------------------------------------------------------------- data and models, each made once
 
-def training(args, device: str) -> train.TrainConfig:
-    """The study's training flags as a template that trained() fills in for each run."""
-    return train.TrainConfig(model=args.model, knobs={**LLAMA_KNOBS, **config_overrides(args)},
-                             data_seed=args.data_seed, batch_size=args.batch_size, max_steps=args.steps, lr=args.lr,
-                             warmup=min(30, args.steps // 10), ckpt_every=args.ckpt_every, eval_every=0,
-                             log_every=50, device=device)
+def training(args, device: str, template: train.TrainConfig = TRAINING) -> train.TrainConfig:
+    """The study's training flags on its template, which trained() fills in for each run."""
+    given = settings_given(args, train.TrainConfig, TRAINING_FLAGS)
+    return dataclasses.replace(template, **given, model=args.model, knobs={**LLAMA_KNOBS, **config_overrides(args)},
+                               warmup=min(30, given["max_steps"] // 10), device=device)
 
 
-def trained(template: train.TrainConfig, out: str, name: str, seed: int, data: str, steps: int = None,
+def trained(template: train.TrainConfig, out: str, name: str, seed: int, data_dir: str, steps: int = None,
             init_from: str = None, data_seed: int = None, ckpt_every: int = None) -> str:
-    """out/runs/name: a run from init seed `seed` (blocks and embeddings alike) on `data`, or continued from the
+    """out/runs/name: a run from init seed `seed` (blocks and embeddings alike) on `data_dir`, or continued from the
     checkpoint `init_from`, trained on first use (or resumed to completion) and reused after."""
     steps = steps or template.max_steps
     cfg = dataclasses.replace(
-        template, data=data, out_dir=os.path.join(out, "runs", name), init_seed=seed, embed_seed=seed,
+        template, data=data_dir, out_dir=os.path.join(out, "runs", name), init_seed=seed, embed_seed=seed,
         init_from=init_from, model=None if init_from else template.model, knobs={} if init_from else template.knobs,
         data_seed=template.data_seed if data_seed is None else data_seed, max_steps=steps, warmup=min(30, steps // 10),
         ckpt_every=ckpt_every or template.ckpt_every)
@@ -124,16 +120,16 @@ def checkpoints(run: str) -> list:
 
 def corpus(out: str, name: str, tokenizer: str, data_from: str = None) -> str:
     """A named corpus or a text file, tokenized once into out/data/NAME_TOKENIZER."""
-    label = f"{train.corpus_label(name)}_{tokenizer}"
-    return train.prepared([name], os.path.join(out, "data", label), tokenizer, data_from)
+    label = f"{data.corpus_label(name)}_{tokenizer}"
+    return data.prepared([name], os.path.join(out, "data", label), tokenizer, data_from)
 
 
 def init_checkpoint(out: str, config: GPTConfig, seed: int, tokenizer: str) -> str:
     """out/inits/seedS.pt: a fresh init of `config` from seed S (blocks and embeddings), saved once."""
     path = os.path.join(out, "inits", f"seed{seed}.pt")
     if not os.path.isfile(path):
-        save_checkpoint(path, build(config, seed, seed), seeds=dict(init_seed=seed, embed_seed=seed),
-                        tokenizer=tokenizer)
+        meta = dict(seeds=dict(init_seed=seed, embed_seed=seed), tokenizer=tokenizer, provenance=provenance())
+        atomic_write(path, lambda tmp: write_checkpoint(tmp, build(config, seed, seed), **meta))
     return path
 
 
@@ -147,12 +143,12 @@ def permuted(path: str, flip: float) -> seedprint.Recipe:
     """The model at `path` in a permuted residual basis, each coordinate negated with probability `flip`: the
     same function, the same lineage, other coordinates (studies.edits.permute_residual)."""
     key = f"permuted{flip}|{json.dumps(seedprint.weights_identity(path))}"
-    return seedprint.Recipe(key, lambda: permute_residual(load_model(path), 1, flip), read_model_config(path))
+    return seedprint.Recipe(key, lambda: permute_residual(hf.load(path), 1, flip), hf.read_config(path))
 
 
 def sign_flip(path: str) -> float:
     """The chance of a sign flip in permuted(): 0.5 where a sign flip keeps the model's function, else 0."""
-    return 0.5 if seedprint.signs_keep_function(read_model_config(path)) else 0.0
+    return 0.5 if seedprint.signs_keep_function(hf.read_config(path)) else 0.0
 
 
 # ----------------------------------------------------------------------------- verdicts of pairs
@@ -173,7 +169,7 @@ class Lineage:
         """The token ids' bound of a pair: self.vocab, else their smaller vocabulary."""
         if self.vocab:
             return self.vocab
-        return min((seedprint.model_config(m) or m.build().config).vocab_size for m in models)
+        return min((seedprint.config_of(m) or m.build().config).vocab_size for m in models)
 
     def fingerprints(self, m, vocab: int, aligned: bool = True) -> list:
         """[the exact verdict's fingerprint, and with `aligned` the aligned verdict's test and alignment sets]."""
@@ -197,7 +193,7 @@ class Lineage:
         exact = seedprint.seedprint_test(A[0], B[0], **self.test)
         if not aligned:
             return exact, None
-        signed = seedprint.signs_keep_function(seedprint.model_config(a), seedprint.model_config(b))
+        signed = seedprint.signs_keep_function(seedprint.config_of(a), seedprint.config_of(b))
         tables = [self.token_rows(m, vocab // 2, vocab) for m in (a, b)]
         matched = seedprint.seedprint_test(A[1], B[1], **self.test, align=(A[2], B[2]), signed=signed,
                                            tables=tables)
@@ -274,33 +270,3 @@ def rate_summary(unrelated: list, related: list, permuted: list = ()) -> dict:
     if len(permuted):
         out["TPR_permuted"] = f"{100 * np.mean(np.array(permuted) < seedprint.ALPHA):.1f}%"
     return out
-
-
-# ----------------------------------------------------------------------------- the sink studies' mechanisms
-
-# The mechanisms compared on one protocol: the knobs each sets on top of the baseline (model.py names its paper).
-VARIANTS = {
-    "baseline": {},
-    "attenuate": dict(calibration="attenuate"),       # Section 6.2.1: x sqrt(t / T)
-    "amplify": dict(calibration="amplify"),           # Section 6.2.1: x sqrt(t)
-    "head_norm": dict(head_norm=True),                # head-wise RMSNorm
-    "gated": dict(attn_gate=True),                    # gated attention (2505.06708)
-    "softmax1": dict(attention="softmax1"),           # softmax + 1
-    "sink_logit": dict(attn_sink=True),               # a learned sink logit per head (gpt-oss)
-    "softpick": dict(attention="softpick"),           # rectified softmax (2504.20966)
-}
-
-
-def variant_configs(model: str, knobs: dict, variants: list) -> dict:
-    """The config of each variant (the preset, the knobs, the variant's own), every one checked before any trains:
-    one that these flags make impossible, or one without attention to measure, is refused by name."""
-    configs = {}
-    for name in variants:
-        try:
-            configs[name] = get_config(model, **{**knobs, **VARIANTS[name]})
-        except ValueError as e:
-            raise ValueError(f"--variants {name} sets {VARIANTS[name]}, which these flags make impossible: "
-                             f"{e}") from None
-        if configs[name].sublayers == "mlp":
-            raise ValueError("a sink study measures attention: --sublayers mlp has none")
-    return configs
