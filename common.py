@@ -186,11 +186,14 @@ def _real(v) -> bool:
 
 
 def range_rule(check: str):
-    """(test, what a value must be) of a range: "int>=N" (an integer, at least N), "seed", "float>0",
-    "float>=0", "[0,1)" or "(0,1)" (numbers), "seeds" (a list of distinct seeds)."""
+    """(test, what a value must be) of a range: "int>=N" (an integer, at least N), "int>=N,<=M" (and at most M),
+    "seed", "float>0", "float>=0", "[0,1)" or "(0,1)" (numbers), "seeds" (a list of distinct seeds)."""
     if check.startswith("int>="):
-        low = int(check[5:])
-        return (lambda v: _integer(v) and v >= low), f"an integer >= {low}"
+        low, _, high = check[5:].partition(",<=")
+        low, high = int(low), int(high) if high else None
+        if high is None:
+            return (lambda v: _integer(v) and v >= low), f"an integer >= {low}"
+        return (lambda v: _integer(v) and low <= v <= high), f"an integer in [{low}, {high}]"
     rules = {"seed": (lambda v: _integer(v) and 0 <= v < SEED_LIMIT, "an integer in [0, 2^63)"),
              "float>0": (lambda v: _real(v) and v > 0, "a finite number > 0"),
              "float>=0": (lambda v: _real(v) and v >= 0, "a finite number >= 0"),
@@ -220,6 +223,14 @@ def flag_type(check: str):
 
 
 seed_int = flag_type("seed")          # the argparse type of a seed
+
+
+def seed_range(first: int, count: int, flag: str) -> list:
+    """`count` consecutive seeds from `first` (a study's seeds from --X_seed0), refused where they pass the last
+    seed 2^63 - 1."""
+    if first + count > SEED_LIMIT:
+        raise ValueError(f"{flag} {first} and {count} seeds after it pass the largest seed 2^63 - 1; lower {flag}")
+    return list(range(first, first + count))
 
 
 class Distinct(argparse.Action):
@@ -408,10 +419,24 @@ def atomic_write(path: str, write) -> None:
 
 
 def write_json(path: str, obj) -> None:
+    """obj as JSON at `path`, written whole. A NaN or inf anywhere in it is refused, naming where: JSON has no such
+    number, and no result may come from one (a value that does not apply is None, written as null)."""
+    bad = nonfinite_at(obj)
+    if bad is not None:
+        raise FloatingPointError(f"{path}: {bad} is NaN or inf; nothing written (no result comes from NaN/inf)")
+
     def dump(tmp):
         with open(tmp, "w") as fh:
-            json.dump(obj, fh, indent=2)
+            json.dump(obj, fh, indent=2, allow_nan=False)
     atomic_write(path, dump)
+
+
+def nonfinite_at(obj, where: str = "the result") -> Optional[str]:
+    """Where the first NaN or inf in a JSON-like object is (a key path), or None."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return where
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, (list, tuple)) else ()
+    return next((found for k, v in items if (found := nonfinite_at(v, f"{where}[{k!r}]")) is not None), None)
 
 
 def read_json(path: str, what: str = "JSON"):
@@ -608,10 +633,12 @@ def leave_process_group() -> None:
         dist.destroy_process_group()
 
 
-# Dense bf16 peak of known GPUs (flop/s), matched as a substring of torch.cuda.get_device_name, more
-# specific names first: MFU = achieved flop/s / this. train.py's --peak_tflops overrides it.
-BF16_PEAK_FLOPS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12,
-                   "A10G": 70e12, "RTX 4090": 165e12}
+# Dense bf16 peak of known GPUs (flop/s, NVIDIA's datasheets: half the "with sparsity" figure), matched as a
+# substring of torch.cuda.get_device_name, more specific names first: the NVL (PCIe) cards run at lower clocks
+# than the SXM ones ("NVIDIA H100 80GB HBM3", "NVIDIA H200"). MFU = achieved flop/s / this. train.py's
+# --peak_tflops overrides it.
+BF16_PEAK_FLOPS = {"H100 PCIe": 756e12, "H100 NVL": 835e12, "H200 NVL": 835e12, "H100": 989e12, "H200": 989e12,
+                   "A100": 312e12, "L40S": 362e12, "A10G": 70e12, "RTX 4090": 165e12}
 
 
 def peak_flops(device) -> Optional[float]:

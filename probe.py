@@ -5,7 +5,8 @@ contraction behind it (paper Sections 3, 4 and 5).
 Feed a freshly initialized transformer N sequences of uniformly random token ids (or Gaussian vectors
 with the embedding's mean and std, Section 4.1) and look at the last position:
 - token preference (Sec 3, Table 1, Fig 1): the argmax next token piles onto a few seed-dependent
-  tokens, orders of magnitude above uniform. The top-1 count's significance is the binomial upper
+  tokens, above the top count of as many uniform draws (the paper's baseline, Fig 1's red line) and orders of
+  magnitude above one token's expected count. The top-1 count's significance is the binomial upper
   tail under the uniform null, Bonferroni-corrected over the vocabulary (Appendix B.2), in log space.
 - inter-sequence contraction (Fig 2, 4, 7, Table 2): the last-token states of *different* sequences
   share a direction; their mean pairwise cosine rises with depth.
@@ -32,9 +33,10 @@ import time
 from typing import Optional
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, DTYPES, Progress, add_device_flags, check_dtype_runs, check_output, figure,
-                    join_process_group, leave_process_group, lock_dir, parse_bool, peak_flops, print_table,
-                    rank_device, resolve_device, run_script, save_figure, seed_int, torchrun_rank, update_results)
+from common import (ArgumentParser, DTYPES, Distinct, Progress, add_device_flags, check_dtype_runs,
+                    check_output, figure, flag_type, join_process_group, leave_process_group, lock_dir, parse_bool,
+                    peak_flops, print_table, rank_device, resolve_device, run_script, save_figure, seed_int, seed_range,
+                    torchrun_rank, update_results)
 from model import GPT, PRESETS, GPTConfig, forward_flops
 import numpy as np
 import torch
@@ -84,10 +86,14 @@ def probe(model: GPT, kind: str = "tokens", sequences: int = 512, seq_len: int =
     for inputs in random_inputs(model, kind, sequences, seq_len, batch_size, data_seed):
         with autocast:
             out = trace(**inputs, hidden="last", logits=True)
-        counts += torch.bincount(out["logits"].float().argmax(dim=-1), minlength=cfg.vocab_size)
+        # counted with index_add_, not bincount: on CUDA bincount reads the largest id back to size its output,
+        # a host sync per batch that stalls the queue of kernels
+        top = out["logits"].float().argmax(dim=-1)
+        counts.index_add_(0, top, torch.ones_like(top))
         for acc, h in zip(stats, out["hidden"]):
             acc.update(h.float())
-        dim_counts += torch.bincount(out["hidden"][-1].float().argmax(dim=-1), minlength=cfg.n_embd)
+        top = out["hidden"][-1].float().argmax(dim=-1)
+        dim_counts.index_add_(0, top, torch.ones_like(top))
     sync()
     seconds = time.time() - t0
     with autocast:
@@ -105,11 +111,15 @@ def probe(model: GPT, kind: str = "tokens", sequences: int = 512, seq_len: int =
 
 
 def token_preference(counts: np.ndarray) -> dict:
-    """Table 1's row from argmax counts: top-1 id, its frequency, ratio to uniform, log10 p."""
+    """Table 1's row from argmax counts: top-1 id, its frequency, its ratio to one token's expected count n / V
+    (ratio_to_uniform) and to the top count of n uniform draws (ratio_to_top_uniform: the paper's baseline, Fig 1's
+    red line), log10 p."""
     n, vocab = int(counts.sum()), len(counts)
     top1 = int(counts.argmax())
     c = int(counts[top1])
+    top_uniform = int(uniform_baseline(n, vocab)[0])
     return dict(top1_id=top1, top1_count=c, top1_freq=c / n, ratio_to_uniform=c / (n / vocab),
+                top_uniform=top_uniform, ratio_to_top_uniform=c / top_uniform,
                 log10_p=log10_bonferroni_p(c, n, vocab), n=n, distinct_predicted=int((counts > 0).sum()))
 
 
@@ -272,7 +282,8 @@ def exp_table1(args, config, seeds):
 def report_table1(args, config, res):
     print(f"Table 1: {args.model}, {args.sequences} random token sequences per row, vocab {config.vocab_size}")
     print_table([dict(seed=r["seed"], seq_len=r["seq_len"], top1_id=r["top1_id"], freq=f"{100 * r['top1_freq']:.2f}%",
-                      x_uniform=f"{r['ratio_to_uniform']:.1f}", log10_p=f"{r['log10_p']:.1f}") for r in res["rows"]])
+                      x_top_uniform=f"{r['ratio_to_top_uniform']:.1f}", x_expected=f"{r['ratio_to_uniform']:.1f}",
+                      log10_p=f"{r['log10_p']:.1f}") for r in res["rows"]])
     plt, fig, ax = figure(figsize=(7, 4))
     k = 50
     for label, counts in res["hist"].items():
@@ -537,6 +548,7 @@ WHOLE = {"contraction": exp_contraction, "ablation": exp_ablation, "mlp0": exp_m
          "table3": exp_table3, "intra": exp_intra, "variance": exp_variance, "dims": exp_dims,
          "seed_dependence": exp_seed_dependence}                                                  # rank 0 alone
 EXPERIMENTS = tuple(PER_SEED) + tuple(WHOLE)
+SEEDS, MODELS, EMBED_SEED = [42, 43], 8, 0     # the fresh inits' defaults: Table 1's seeds, the shared embedding
 
 
 def main(argv=None):
@@ -545,12 +557,18 @@ def main(argv=None):
     add_config_flags(parser, or_model=True)
     parser.add_argument("--exp", nargs="+", default=["table1"], choices=EXPERIMENTS + ("all",),
                         help="which tables / figures to make (default table1)")
-    parser.add_argument("--seeds", type=seed_int, nargs="+", default=[42, 43], help="block init seeds")
-    parser.add_argument("--models", type=int, default=8, help="number of seeds for --exp direction (paper: 100)")
-    parser.add_argument("--embed_seed", type=seed_int, default=0, help="shared embedding / LM head seed")
-    parser.add_argument("--sequences", type=int, default=512, help="random sequences per model")
-    parser.add_argument("--seq_len", type=int, nargs="+", default=[64])
-    parser.add_argument("--batch_size", type=int, default=32)
+    seeded = parser.add_argument_group("fresh inits (a preset only: a model given by path brings its weights)")
+    seeded.add_argument("--seeds", type=seed_int, nargs="+", action=Distinct, default=None,
+                        help=f"block init seeds (default {' '.join(map(str, SEEDS))})")
+    seeded.add_argument("--models", type=flag_type("int>=1"), default=None,
+                        help=f"number of seeds for --exp direction, from the first of --seeds (default {MODELS}; "
+                        "paper: 100)")
+    seeded.add_argument("--embed_seed", type=seed_int, default=None,
+                        help=f"shared embedding / LM head seed (default {EMBED_SEED})")
+    parser.add_argument("--sequences", type=flag_type("int>=2"), default=512,
+                        help="random sequences per model (the cosines are between pairs of them)")
+    parser.add_argument("--seq_len", type=flag_type("int>=1"), nargs="+", action=Distinct, default=[64])
+    parser.add_argument("--batch_size", type=flag_type("int>=1"), default=32)
     parser.add_argument("--data_seed", type=seed_int, default=1234, help="seed of the random inputs")
     parser.add_argument("--compile", type=parse_bool, default=False, metavar="on|off",
                         help="torch.compile the probe pass (GPU throughput; compiled before the clock starts)")
@@ -593,12 +611,21 @@ def check_args(args, config) -> None:
         raise ValueError(f"--exp {seeded[0]} builds fresh inits from seeds (block seed against embedding seed), not "
                          f"the weights of --model {args.model}: give a preset; on a given model probe.py runs "
                          f"table1, contraction and dims")
-    positive = dict(sequences=args.sequences, batch_size=args.batch_size, models=args.models)
-    for name, value in positive.items():
-        if value < 1:
-            raise ValueError(f"--{name} must be at least 1, got {value}")
-    if args.sequences < 2:
-        raise ValueError("--sequences must be at least 2: the cosines are between pairs of sequences")
+    unused = [f"--{k}" for k in ("seeds", "models", "embed_seed") if getattr(args, k) is not None]
+    if given_model(args) and unused:        # a flag that would do nothing is refused, never recorded as if it did
+        raise ValueError(f"--model {args.model} brings its own weights: {', '.join(unused)} (fresh inits' seeds) "
+                         f"would do nothing; drop {'them' if len(unused) > 1 else 'it'}")
+    if args.models is not None and "direction" not in exps:
+        raise ValueError("--models counts the seeds of --exp direction, which is not asked for: drop --models, or "
+                         "add --exp direction")
+    if given_model(args):               # one model, no seed: results.json records no seed it did not use
+        args.seeds = [None]
+    else:
+        args.seeds = SEEDS if args.seeds is None else args.seeds
+        args.models = MODELS if args.models is None else args.models
+        args.embed_seed = EMBED_SEED if args.embed_seed is None else args.embed_seed
+        if "direction" in exps:
+            seed_range(args.seeds[0], args.models, "the first of --seeds")
     bad = [T for T in args.seq_len if not 1 <= T <= config.block_size]
     if bad:
         raise ValueError(f"--seq_len {bad[0]} is outside [1, the model's block_size {config.block_size}]")

@@ -153,16 +153,17 @@ class SeedPrintResult:
     n_identity: int         # |S|
     k: int
     n_inputs: int
-    p_raw: float = float("nan")  # p before the Holm adjustment across pairs (compare_many)
+    # None where a field does not apply (results.json holds no NaN)
+    p_raw: Optional[float] = None     # p before the Holm adjustment across pairs (compare_many)
     aligned: bool = False   # the aligned verdict: the exact test, or the test after matching B's coordinates to A's
     signed: bool = False    # the alignment could negate coordinates (RMSNorm models), not only move them
     moved: int = 0          # how many of B's coordinates the alignment moved or negated (0: B was in A's basis)
-    p_exact: float = float("nan")     # aligned mode: the exact test's combined p (the fields above describe it)
-    p_aligned: float = float("nan")   # ... the combined p of the same test after the alignment
-    tau_aligned: float = float("nan")  # ... and its matched mean tau, which must reach ALIGNED_TAU_FLOOR
+    p_exact: Optional[float] = None   # aligned mode: the exact test's combined p (the fields above describe it)
+    p_aligned: Optional[float] = None  # ... the combined p of the same test after the alignment
+    tau_aligned: Optional[float] = None  # ... and its matched mean tau, which must reach ALIGNED_TAU_FLOOR
     n_identity_aligned: int = 0
     matched_on: str = ""    # ... what the match was fit on: "token table" (trusted: table_gate) or "held-out inputs"
-    table_fit: float = float("nan")   # ... the token-table match's mean |r| (nan: no tables)
+    table_fit: Optional[float] = None  # ... the token-table match's mean |r| (None: no tables to match)
     shared: str = ""        # what the two models' own records say they share by construction (shared_by_construction)
 
     def explain(self) -> str:
@@ -180,7 +181,7 @@ class SeedPrintResult:
             if self.matched_on == "token table":
                 how = f"by their whitened token tables (matched columns' mean {r} {self.table_fit:.3f}, trusted)"
             else:
-                how = "on held-out inputs" + ("" if math.isnan(self.table_fit) else
+                how = "on held-out inputs" + ("" if self.table_fit is None else
                                               f" (the token tables' match, mean {r} {self.table_fit:.3f}, untrusted)")
             line = (f"{what}: aligned verdict, p {self.p:.3g} vs alpha {ALPHA} (twice the smaller of two tests): "
                     f"the exact {exact}; after matching B's coordinates to A's{' with signs' if self.signed else ''} "
@@ -266,7 +267,7 @@ def whiten(X: np.ndarray) -> np.ndarray:
 
 def table_match(TA: np.ndarray, TB: np.ndarray, signed: bool = True):
     """align_coordinates on the two token tables' held-out rows, each whitened first, and whether the match is
-    trusted: (match, sign, fit, trusted); fit nan and untrusted where the rows are fewer than the width (too few to
+    trusted: (match, sign, fit, trusted); fit None and untrusted where the rows are fewer than the width (too few to
     whiten) or a table is constant. Why whiten: a trained table carries a few strong directions (token
     frequency and the like) that every column loads on, so two models trained on the same data would have
     columns that correlate through them whatever their bases. Whitened, only a map that moves whole columns -- a
@@ -275,7 +276,7 @@ def table_match(TA: np.ndarray, TB: np.ndarray, signed: bool = True):
     rows, d = TA.shape
     WA, WB = (whiten(T.astype(np.float64)) if rows >= d and T.std() > 0 else None for T in (TA, TB))
     if WA is None or WB is None:
-        return None, None, float("nan"), False
+        return None, None, None, False
     match, sign, fit = align_coordinates(WA, WB, signed)
     return match, sign, fit, fit >= table_gate(rows, d)
 
@@ -314,7 +315,7 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
         return exact
     if align[0].shape[1] != HA.shape[1] or align[1].shape != align[0].shape:
         raise ValueError("the held-out fingerprints must have the test fingerprints' width, and the same shape")
-    on, table_fit = "held-out inputs", float("nan")
+    on, table_fit = "held-out inputs", None
     if tables is not None and tables[0] is not None and tables[1] is not None:
         if tables[0].shape != tables[1].shape or tables[0].shape[1] != HA.shape[1]:
             raise ValueError(f"the token tables' held-out rows differ in shape ({tables[0].shape} vs "

@@ -23,7 +23,6 @@ Models trained to see a sink form, with and without each intervention, are studi
 studies/sink_testbed.py (a sink grown on a CPU) and studies/sink_calibration.py (Fig 12 on natural text).
 Imports model.py, hf.py (the model given), data.py (its inputs), probe.py (position_variance) and common.py.
 """
-import math
 import os
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
@@ -39,6 +38,8 @@ from data import check_token_ids, random_tokens, read_ids, tokenize_text, window
 from probe import position_variance
 
 EPS = 0.3
+# The interventions' defaults (their flags apply to --exp interventions alone; k's default depends on T)
+INTERVENTIONS = dict(k=None, layer=1, lambdas=[1, 2, 4, 8, 16], mu="batch")
 
 
 # ----------------------------------------------------------------------------- the metric
@@ -399,11 +400,14 @@ def main(argv=None):
     g.add_argument("--data_from", default=None, help="offline: a directory holding the corpora (data.py --from)")
     add_device_flags(g, "load the model in this dtype (default: its own); the metric is float32 either way")
     g = p.add_argument_group("--exp interventions")
-    g.add_argument("--k", type=int, nargs="+", default=None, help="1-indexed positions (default T/8, T/4, T/2)")
-    g.add_argument("--layer", type=int, default=1, help="layer (0-indexed) of the variance amplification")
-    g.add_argument("--lambdas", type=float, nargs="+", default=[1, 2, 4, 8, 16])
-    g.add_argument("--mu", choices=("batch", "sequence"), default="batch",
-                   help="amplify around the batch mean at position k, or around the sequence mean")
+    g.add_argument("--k", type=flag_type("int>=2"), nargs="+", action=Distinct, default=None,
+                   help="1-indexed positions (default T/8, T/4, T/2)")
+    g.add_argument("--layer", type=flag_type("int>=0"), default=None,
+                   help=f"layer (0-indexed) of the variance amplification (default {INTERVENTIONS['layer']})")
+    g.add_argument("--lambdas", type=flag_type("float>=0"), nargs="+", action=Distinct, default=None,
+                   help=f"amplifications (default {' '.join(map(str, INTERVENTIONS['lambdas']))})")
+    g.add_argument("--mu", choices=("batch", "sequence"), default=None,
+                   help="amplify around the batch mean at position k (default), or around the sequence mean")
     p.add_argument("--out", default="out/sink")
     args = p.parse_args(argv)
     stream = check_args(p, args)
@@ -432,6 +436,15 @@ def check_args(p, args):
     before any work. Returns the token stream of --text or --ids (None: random tokens), read once."""
     if args.text and args.ids:
         p.error("give --text or --ids, not both")
+    # a flag that would do nothing is refused, never recorded as if it did
+    for needs, applies, names in (("--text", bool(args.text), ("tokenizer", "data_from")),
+                                  ("--exp interventions", args.exp == "interventions", tuple(INTERVENTIONS))):
+        unused = [f"--{k}" for k in names if getattr(args, k) is not None and not applies]
+        if unused:
+            p.error(f"{', '.join(unused)} would do nothing without {needs}; drop {'them' if len(unused) > 1 else 'it'}")
+    if args.exp == "interventions":
+        for k, default in INTERVENTIONS.items():
+            setattr(args, k, default if getattr(args, k) is None else getattr(args, k))
     check_output(args.out)
     cfg = hf.read_config(args.model_path)
     if cfg.sublayers == "mlp":
@@ -452,8 +465,6 @@ def check_args(p, args):
             raise ValueError(f"--k positions must lie in [2, T={T}] (1-indexed; 1 is the first token), got {ks}")
         if not 0 <= args.layer < cfg.n_layer:
             raise ValueError(f"--layer must index an attention layer in [0, {cfg.n_layer - 1}], got {args.layer}")
-        if any(not math.isfinite(lam) or lam < 0 for lam in args.lambdas):
-            raise ValueError(f"--lambdas must be finite and >= 0, got {args.lambdas}")
     return stream
 
 

@@ -82,7 +82,7 @@ def mlp0_cosine_mc(layers: int, activation: str = "relu", width: int = 512, n_pa
     for layer in range(layers):
         W = rng.standard_normal((n_nets, width, width)) / math.sqrt(width)
         x, y = phi(x @ W), phi(y @ W)
-        cos = (x * y).sum(-1) / (np.linalg.norm(x, axis=-1) * np.linalg.norm(y, axis=-1))
+        cos = _cosines(x, y)
         per_net[layer] = cos.mean(axis=1)
     return per_net.mean(axis=1), per_net.std(axis=1, ddof=1) / math.sqrt(n_nets)
 
@@ -137,7 +137,13 @@ def table3_mc(n: int = 128, width: int = 512, n_pairs: int = 128, n_nets: int = 
 
 
 def _cosines(u, v):
-    return (u * v).sum(-1) / (np.linalg.norm(u, axis=-1) * np.linalg.norm(v, axis=-1))
+    """Cosines of paired vectors along the last axis. A zero vector has no direction: a ReLU layer zeroes all of a
+    vector's coordinates with probability 2^-width, so too narrow a Monte Carlo is refused here, never a NaN."""
+    nu, nv = np.linalg.norm(u, axis=-1), np.linalg.norm(v, axis=-1)
+    if not (nu > 0).all() or not (nv > 0).all():
+        raise FloatingPointError(f"a Monte Carlo vector of width {u.shape[-1]} is all zeros, so its cosine is 0/0; "
+                                 f"use a wider Monte Carlo")
+    return (u * v).sum(-1) / (nu * nv)
 
 
 # ----------------------------------------------------------------------------- Prop 5: intra-sequence

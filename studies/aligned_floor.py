@@ -109,13 +109,13 @@ def aligned_summary(rows: list) -> dict:
     floor, alpha = seedprint.ALIGNED_TAU_FLOOR, seedprint.ALPHA
     fit_unrelated = [r["tau_aligned"] for r in rows if r["split"] == "fit" and not r["related"]
                      and r["matched_on"] != "token table"]
-    fitted = max(0.01, math.ceil(200 * max(fit_unrelated)) / 100) if fit_unrelated else float("nan")
+    fitted = max(0.01, math.ceil(200 * max(fit_unrelated)) / 100) if fit_unrelated else None
     counted = lambda r, at: r["matched_on"] == "token table" or r["tau_aligned"] >= at
     union = lambda r, at: 2 * min(r["p_exact"], r["p_aligned_test"] if counted(r, at) else 1) < alpha
     verdicts = {"token-table match trusted (not a verdict)": lambda r: r["matched_on"] == "token table",
                 "exact": lambda r: r["p_exact"] < alpha,
                 "matched test alone, no floor": lambda r: r["p_aligned_test"] < alpha,
-                f"aligned, fitted floor {fitted}": lambda r: union(r, fitted),
+                **({f"aligned, fitted floor {fitted}": lambda r: union(r, fitted)} if fitted is not None else {}),
                 f"aligned, floor {floor} (the verdict's)": lambda r: union(r, floor),
                 "the same without tables (matched on held-out inputs)": lambda r: 2 * min(
                     r["p_exact"], r["p_inputs"] if r["tau_inputs"] >= floor else 1) < alpha}
@@ -129,9 +129,9 @@ def aligned_summary(rows: list) -> dict:
             row[kind] = f"{sum(hits)}/{len(hits)}"
         row.update(rate_summary([0.0 if says(r) else 1.0 for r in test if not r["related"]], []))
         table.append(row)
+    largest = f"{max(fit_unrelated):+.4f}" if fit_unrelated else "(none)"
     print(f"floor fit on {len(fit_unrelated)} unrelated pairs of the fit seeds matched on held-out inputs: twice their "
-          f"largest matched tau {max(fit_unrelated, default=float('nan')):+.4f} -> {fitted}; the verdict's "
-          f"ALIGNED_TAU_FLOOR is {floor}")
+          f"largest matched tau {largest} -> {fitted}; the verdict's ALIGNED_TAU_FLOOR is {floor}")
     print_table(table)
     by_length = {}
     for r in test:

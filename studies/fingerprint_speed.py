@@ -18,8 +18,8 @@ import os
 import time
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, DTYPES, add_device_flags, check_dtype_runs, check_output, lock_dir, peak_flops,
-                    print_table, resolve_device, run_script, seed_int, update_results)
+from common import (ArgumentParser, DTYPES, add_device_flags, check_dtype_runs, check_output, flag_type, lock_dir,
+                    peak_flops, print_table, resolve_device, run_script, seed_int, update_results)
 import torch
 
 import seedprint
@@ -32,16 +32,14 @@ def main(argv=None):
                        "model: tokens/s, TFLOP/s, MFU and peak memory.")
     add_config_flags(p, default_model="tiny")
     p.add_argument("--seed", type=seed_int, default=42, help="init seed of the model")
-    p.add_argument("--sequences", type=int, default=2000, help="random input sequences N")
-    p.add_argument("--seq_len", type=int, default=64, help="tokens per input")
+    p.add_argument("--sequences", type=flag_type("int>=10"), default=2000, help="random input sequences N")
+    p.add_argument("--seq_len", type=flag_type("int>=1"), default=64, help="tokens per input")
     p.add_argument("--input_seed", type=seed_int, default=0)
-    p.add_argument("--batch_size", type=int, default=32, help="sequences per forward pass")
+    p.add_argument("--batch_size", type=flag_type("int>=1"), default=32, help="sequences per forward pass")
     add_device_flags(p, "dtype of the weights (default: bfloat16 on CUDA, float32 elsewhere)")
     p.add_argument("--out", default="out/fingerprint_speed")
     args = p.parse_args(argv)
     config = config_from_flags(args)
-    if args.sequences < 10 or args.batch_size < 1:
-        p.error("need --sequences >= 10 and --batch_size >= 1")
     seedprint.check_seq_len(args.seq_len, [config], [args.model])
     check_output(args.out)
     device = resolve_device(args.device)

@@ -19,12 +19,11 @@ Makes the README's calibration rows 2-4 (docs/seedprint.md, "Calibration at ever
 The default (12 inits of tiny at width 64) takes about 50 s on 2 cores.
 """
 import dataclasses
-import math
 import os
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from common import (ArgumentParser, Progress, check_output, flag_type, lock_dir, parse_bool, print_table,
-                    resolve_device, run_script, seed_int, update_results)
+                    resolve_device, run_script, seed_int, seed_range, update_results)
 import numpy as np
 
 import hf
@@ -75,7 +74,7 @@ def main(argv=None):
     device = str(resolve_device(args.device))
     config = hf.read_config(args.base) if args.base else architecture(args)
     seedprint.check_seq_len(args.seq_len, [config], [args.base])
-    seeds = list(range(args.fpr_seed0, args.fpr_seed0 + args.fpr_inits))
+    seeds = seed_range(args.fpr_seed0, args.fpr_inits, "--fpr_seed0")
     with lock_dir(args.out):
         models = [fresh_init(config, s) for s in seeds]
         lineage = Lineage(args, args.out, device, vocab=config.vocab_size)
@@ -89,7 +88,7 @@ def main(argv=None):
                 r, aligned = lineage.pair(models[i], models[j], args.align)
                 row = dict(a=seeds[i], b=seeds[j], S=r.n_identity, mean_tau=r.mean_tau, z_perm=r.z_perm, p=r.p,
                            p_perm=r.p_perm, p_overlap=r.p_overlap, p_aligned=aligned.p if aligned else None,
-                           table_fit=aligned.table_fit if aligned and not math.isnan(aligned.table_fit) else None,
+                           table_fit=aligned.table_fit if aligned else None,
                            matched_on=aligned.matched_on if aligned else "")
                 results.append(dict(row, made_by=made_by(row)))
         tests = ("p", "p_perm", "p_overlap") + (("p_aligned",) if args.align else ())

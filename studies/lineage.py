@@ -217,10 +217,10 @@ def reference_tests(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str =
     """The SeedPrint reference implementation's tests on two fingerprints, for the calibration studies that show
     why they are not seedprint.py's verdict: p_z, the analytic z of mean tau (2 sf(z), as the reference computes
     it: a one-sided test at alpha/2, not a two-sided p), and p_t, p_u, a one-sided t-test and Mann-Whitney U of
-    the identity dimensions' taus against null_taus. nan where |S| < 2."""
+    the identity dimensions' taus against null_taus. None where |S| < 2 (no tau to test)."""
     S, _, C = seedprint.cross_matrix(HA, HB, k, rank_by, set_mode, temperature)
     if len(S) < 2:
-        return dict(p_z=float("nan"), p_t=float("nan"), p_u=float("nan"))
+        return dict(p_z=None, p_t=None, p_u=None)
     N, d = HA.shape
     taus = np.diag(C)
     sd = math.sqrt(2 * (2 * N + 5) / (9 * N * (N - 1)))          # std of tau-b under independence
@@ -228,8 +228,10 @@ def reference_tests(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str =
     with warnings.catch_warnings():               # identical fingerprints (a model against itself) are legitimate
         warnings.simplefilter("ignore", RuntimeWarning)
         p_t = float(stats.ttest_ind(taus, null, alternative="greater").pvalue)
-    return dict(p_z=float(min(1.0, 2 * stats.norm.sf(taus.mean() / (sd / math.sqrt(len(S)))))), p_t=p_t,
-                p_u=float(stats.mannwhitneyu(taus, null, alternative="greater").pvalue))
+        p_u = float(stats.mannwhitneyu(taus, null, alternative="greater").pvalue)
+    defined = lambda p: None if math.isnan(p) else p      # a model against itself: no spread, the statistics are 0/0
+    return dict(p_z=float(min(1.0, 2 * stats.norm.sf(taus.mean() / (sd / math.sqrt(len(S)))))), p_t=defined(p_t),
+                p_u=defined(p_u))
 
 
 @functools.lru_cache(maxsize=16)
@@ -263,8 +265,11 @@ def rate_summary(unrelated: list, related: list, permuted: list = ()) -> dict:
     whose B was permuted)."""
     unrelated = np.array(unrelated)
     x, n = int((unrelated < seedprint.ALPHA).sum()), len(unrelated)
-    lo, hi = clopper_pearson(x, n)
-    out = dict(FPR=f"{100 * x / n:.2f}%", CI95=f"[{100 * lo:.2f}, {100 * hi:.2f}]%")
+    if n == 0:
+        out = dict(FPR="no pair", CI95="-")
+    else:
+        lo, hi = clopper_pearson(x, n)
+        out = dict(FPR=f"{100 * x / n:.2f}%", CI95=f"[{100 * lo:.2f}, {100 * hi:.2f}]%")
     if len(related):
         out["TPR"] = f"{100 * np.mean(np.array(related) < seedprint.ALPHA):.1f}%"
     if len(permuted):

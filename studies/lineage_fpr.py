@@ -24,7 +24,7 @@ import os
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from common import (ArgumentParser, Progress, check_output, figure, flag_type, lock_dir, print_table, resolve_device,
-                    run_script, save_figure, seed_int, update_results)
+                    run_script, save_figure, seed_int, seed_range, update_results)
 import numpy as np
 
 import data
@@ -40,7 +40,7 @@ def qq_plot(results: list, path: str) -> None:
     plt, fig, axes = figure(1, 2, figsize=(10, 4))
     for ax, zoom in zip(axes, (1.0, 0.05)):
         for t in TESTS:
-            p = np.sort([r[t] for r in results if not r["related"]])
+            p = np.sort([r[t] for r in results if not r["related"] and r[t] is not None])
             expected = (np.arange(1, len(p) + 1) - 0.5) / len(p)
             ax.plot(expected, p, ".-", ms=3, label=f"{t}" + (" (verdict)" if t == "p" else ""))
         ax.plot([0, zoom], [0, zoom], "k:", lw=1, label="uniform")
@@ -66,7 +66,7 @@ def main(argv=None):
         p.error(f"--fpr_trained {args.fpr_trained} is more than the --fpr_inits {args.fpr_inits} there are to train")
     check_output(args.out)
     device = str(resolve_device(args.device))
-    seeds = list(range(args.fpr_seed0, args.fpr_seed0 + args.fpr_inits))
+    seeds = seed_range(args.fpr_seed0, args.fpr_inits, "--fpr_seed0")
     trained_seeds = seeds[:args.fpr_trained]
     with lock_dir(args.out):
         # the models
@@ -117,11 +117,12 @@ def main(argv=None):
         for t in TESTS:
             row = dict(test=t)
             for kind in dict.fromkeys(r["kind"] for r in results):
-                ps = np.array([r[t] for r in results if r["kind"] == kind])
+                ps = np.array([r[t] for r in results if r["kind"] == kind and r[t] is not None])
                 row[kind] = f"{(ps < seedprint.ALPHA).sum()}/{len(ps)}"
-            row.update(rate_summary([r[t] for r in results if not r["related"]],
-                                    [r[t] for r in results if r["related"] and not r["permuted"]],
-                                    [r[t] for r in results if r["permuted"]]))
+            tested = [r for r in results if r[t] is not None]           # the reference tests need |S| >= 2
+            row.update(rate_summary([r[t] for r in tested if not r["related"]],
+                                    [r[t] for r in tested if r["related"] and not r["permuted"]],
+                                    [r[t] for r in tested if r["permuted"]]))
             table.append(row)
         print_table(table)
         qq_plot(results, os.path.join(args.out, "fpr_qq.png"))

@@ -15,8 +15,8 @@ import os
 import time
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, DTYPES, add_device_flags, check_dtype_runs, check_output, lock_dir, parse_bool,
-                    resolve_device, run_script, seed_int, update_results)
+from common import (ArgumentParser, DTYPES, add_device_flags, check_dtype_runs, check_output, flag_type, lock_dir,
+                    parse_bool, resolve_device, run_script, seed_int, update_results)
 from model import GPT
 import torch
 
@@ -67,17 +67,17 @@ def main(argv=None):
     add_config_flags(p)
     p.add_argument("--seed", type=seed_int, default=42, help="block init seed")
     p.add_argument("--embed_seed", type=seed_int, default=0)
-    p.add_argument("--sequences", type=int, default=512)
-    p.add_argument("--seq_len", type=int, default=64)
-    p.add_argument("--batch_size", type=int, default=32)
+    p.add_argument("--sequences", type=flag_type("int>=2"), default=512)
+    p.add_argument("--seq_len", type=flag_type("int>=1"), default=64)
+    p.add_argument("--batch_size", type=flag_type("int>=1"), default=32)
     p.add_argument("--data_seed", type=seed_int, default=1234, help="seed of the random inputs")
     p.add_argument("--compile", type=parse_bool, default=False, metavar="on|off", help="torch.compile the pass")
     add_device_flags(p, "dtype of the weights", dtype_default="float32")
     p.add_argument("--out", default="out/probe_bench")
     args = p.parse_args(argv)
     config = config_from_flags(args)
-    if args.sequences < 2 or args.batch_size < 1 or not 1 <= args.seq_len <= config.block_size:
-        p.error(f"need --sequences >= 2, --batch_size >= 1 and --seq_len in [1, {config.block_size}]")
+    if args.seq_len > config.block_size:
+        p.error(f"--seq_len {args.seq_len} exceeds the model's block_size {config.block_size}")
     check_output(args.out)
     device = resolve_device(args.device)
     check_dtype_runs(device, DTYPES[args.dtype])

@@ -23,6 +23,7 @@ studies/lineage_fpr.py, whose models it reuses; minutes once they exist):
 The default (tiny, width 64, bytes, seeds 42 123 1000 2000, 200 steps) takes 5 minutes on 2 cores, nearly all
 of it training.
 """
+import math
 import os
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
@@ -95,8 +96,9 @@ def ics(a, b, n_tokens: int = 4096) -> float:
     return F.cosine_similarity(terms(a), terms(b), dim=0).item()
 
 
-def intrinsic(a, b) -> float:
-    """Per-layer std of the q, k, v, o weights, z-scored across layers; Pearson per type; mean."""
+def intrinsic(a, b):
+    """Per-layer std of the q, k, v, o weights, z-scored across layers; Pearson per type; mean. None where it is
+    undefined: one layer, or a weight type whose std is the same in every layer (at birth: 0/0)."""
 
     def profile(m):
         rows = []
@@ -106,8 +108,9 @@ def intrinsic(a, b) -> float:
         return _zscore(torch.tensor(rows))
     pa, pb = profile(a), profile(b)
     if pa.shape[0] < 2:
-        return float("nan")
-    return float(np.mean([np.corrcoef(pa[:, j], pb[:, j])[0, 1] for j in range(4)]))
+        return None
+    r = np.mean([np.corrcoef(pa[:, j], pb[:, j])[0, 1] for j in range(4)])
+    return None if math.isnan(r) else float(r)
 
 
 def reef(a, b, n: int = 200, seq_len: int = 64, layer: int = -1, seed: int = 0) -> float:
@@ -213,7 +216,8 @@ def main(argv=None):
             rows = []
             for pa, pb, label, truth in pairs:
                 ma, mb = hf.load(pa).eval(), hf.load(pb).eval()
-                scores = {name: round(f(ma, mb), 3) for name, f in BASELINES.items()}
+                scores = {name: f(ma, mb) for name, f in BASELINES.items()}
+                scores = {name: None if v is None else round(v, 3) for name, v in scores.items()}
                 rows.append(dict(pair=label, truth="related" if truth else "unrelated", **scores,
                                  SeedPrint=lineage.row(pa, pb, label)["verdict"]))
             print("=== baselines (threshold 0.8: a baseline says 'related' above it)")

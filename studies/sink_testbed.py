@@ -207,10 +207,10 @@ def token_probes(model: GPT, tokens: torch.Tensor, vocab: int, eps: float = EPS,
 
 
 def interval(values, level: float = 0.95) -> tuple:
-    """(mean, low, high): the mean over seeds with its Student-t interval (one value: no interval)."""
+    """(mean, low, high): the mean over seeds with its Student-t interval (two values at least)."""
     x = np.asarray(values, dtype=float)
     if len(x) < 2:
-        return float(x.mean()), float("nan"), float("nan")
+        raise ValueError(f"an interval over seeds needs two or more values, got {len(x)}")
     half = stats.t.ppf((1 + level) / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
     return float(x.mean()), float(x.mean() - half), float(x.mean() + half)
 
@@ -224,8 +224,7 @@ def paired(base: list, other: list, level: float = 0.95, power: float = 0.8) -> 
     up, down = int((d > 0).sum()), int((d < 0).sum())
     sign_p = stats.binomtest(up, up + down, 0.5).pvalue if up + down else 1.0
     n = len(d)
-    mde = (stats.t.ppf((1 + level) / 2, n - 1) + stats.t.ppf(power, n - 1)) * d.std(ddof=1) / math.sqrt(n) \
-        if n > 1 else float("nan")
+    mde = (stats.t.ppf((1 + level) / 2, n - 1) + stats.t.ppf(power, n - 1)) * d.std(ddof=1) / math.sqrt(n)
     return dict(mean=mean, low=low, high=high, up=up, down=down, sign_p=float(sign_p), detectable=float(mde))
 
 
@@ -355,6 +354,8 @@ def main(argv=None):
     lengths = args.lengths or [T]
     if max(lengths) > T:
         p.error(f"--lengths {max(lengths)} exceeds the testbed's context {T}")
+    if len(args.seeds) < 2:
+        p.error("--seeds: every number is a mean over seeds with its interval, which needs two or more seeds")
     if args.successors > args.testbed_vocab - 4:
         p.error(f"--successors {args.successors} exceeds the --testbed_vocab {args.testbed_vocab} less its 4 triggers")
     steps = args.max_steps

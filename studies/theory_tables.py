@@ -21,8 +21,8 @@ import os
 import time
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, check_output, figure, lock_dir, print_table, run_script, save_figure, seed_int,
-                    update_results)
+from common import (ArgumentParser, check_output, figure, flag_type, lock_dir, print_table, run_script, save_figure,
+                    seed_int, update_results)
 import numpy as np
 import torch
 
@@ -61,12 +61,12 @@ def main(argv=None):
     parser = ArgumentParser(prog="studies.theory_tables", description="Every closed form of the paper beside "
                             "Monte Carlo; figures under --out.")
     parser.add_argument("--quick", action="store_true", help="smaller Monte Carlo, no GPT-2 init check")
-    parser.add_argument("--width", type=int, default=None, help="Monte Carlo width (default 512, quick 256)")
+    parser.add_argument("--width", type=flag_type("int>=64,<=4096"), default=None,
+                        help="Monte Carlo width (default 512, quick 256): below 64 a ReLU layer can zero a whole "
+                        "vector (probability 2^-width), whose cosine is 0/0; its memory grows as the square")
     parser.add_argument("--seed", type=seed_int, default=0)
     parser.add_argument("--out", default="out/theory")
     args = parser.parse_args(argv)
-    if args.width is not None and not 2 <= args.width <= 4096:
-        parser.error(f"--width must lie in [2, 4096] (the Monte Carlo's memory grows as its square), got {args.width}")
     check_output(args.out)
     t_start = time.time()
     with lock_dir(args.out):

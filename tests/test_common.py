@@ -181,3 +181,18 @@ def test_provenance_records_the_commit_the_process_started_on(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path), json.dumps(git)], capture_output=True,
                          text=True, check=True)
     assert run("rev-parse", "HEAD") != first and out.stdout.strip() == first
+
+
+def test_a_result_that_holds_nan_or_inf_is_refused_naming_where_and_nothing_is_written(tmp_path):
+    """JSON has no NaN; a result computed from one is no result. update_results names the first one, by its key
+    path, and leaves the file as it was."""
+    import math
+    update_results(str(tmp_path / "results.json"), dict(a=1.0))
+    before = (tmp_path / "results.json").read_text()
+    for bad, where in ((dict(b=[0.5, float("nan")]), "['b'][1]"), (dict(c=dict(d=-math.inf)), "['c']['d']"),
+                       (dict(e=torch.tensor([1.0, float("inf")])), "['e'][1]")):
+        with pytest.raises(FloatingPointError, match=__import__("re").escape(where)):
+            update_results(str(tmp_path / "results.json"), bad)
+        assert (tmp_path / "results.json").read_text() == before
+    update_results(str(tmp_path / "results.json"), dict(f=None))        # a value that does not apply: null
+    assert '"f": null' in (tmp_path / "results.json").read_text()
