@@ -552,9 +552,11 @@ def print_table(rows: list, floats: str = "{:.4g}") -> None:
 
 
 def figure(*subplots, figsize=(5, 3.5)):
-    """(matplotlib.pyplot, fig, axes) on the Agg backend (no display needed)."""
+    """(matplotlib.pyplot, fig, axes) on the Agg backend (no display needed), unless pyplot is up already: a notebook's
+    inline backend is kept, or every later figure of the session would vanish from it (save_figure closes ours)."""
     import matplotlib                # only where a figure is drawn: importing it costs a second
-    matplotlib.use("Agg")
+    if "matplotlib.pyplot" not in sys.modules:
+        matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(*subplots, figsize=figsize)
     return plt, fig, axes

@@ -1,6 +1,6 @@
 """The README and docs/*.md, read as a user reads them: every command they show -- a script's (`python probe.py`,
 `torchrun ... train.py`) or a study's (`python -m studies.lineage_fpr`) -- parses with its own flags (--help-level:
-parsed, never run), the README's Python example runs as written, and so does the lecture, at its CHECK size."""
+parsed, never run), and the README's Python example runs as written. The lecture has its own tests (test_lecture.py)."""
 import re
 import shlex
 from pathlib import Path
@@ -105,39 +105,3 @@ def test_the_readme_example_runs_as_written(tmp_path, monkeypatch):
     assert lines[0].startswith("unrelated") and says[0].endswith("unrelated")
     assert lines[1] == "True" and says[1] == "True"
     assert 0 <= float(lines[2]) <= 100
-
-
-def shape(line: str) -> str:
-    """A printed line with its numbers blanked and its spacing collapsed: what a size does not change."""
-    line = re.sub(r"[-+]?\d+(,\d{3})*(\.\d*)?(e[-+]?\d+)?", "#", line)
-    return re.sub(r"\s+", " ", line).replace("[ ", "[").replace(" ]", "]").strip()
-
-
-def test_the_lecture_runs_as_written(tmp_path, monkeypatch):
-    """docs/lecture.md's Python blocks, run in order in one namespace with CHECK = True (its asserts are the
-    lecture's claims); each block's printed lines have the shape of the output the page shows below it, and
-    every figure the page shows is committed and is one the code draws."""
-    text = (ROOT / "docs" / "lecture.md").read_text()
-    parts = re.findall(r"```(python)?\n(.*?)```", text, flags=re.S)
-    assert parts and parts[0][0] == "python" and "CHECK = False" in parts[0][1]
-    parts[0] = ("python", parts[0][1].replace("CHECK = False", "CHECK = True", 1))
-    monkeypatch.chdir(tmp_path)
-    namespace = {"__name__": "lecture"}
-    import contextlib
-    import io
-    for i, (language, code) in enumerate(parts):
-        if language != "python":
-            continue
-        printed = io.StringIO()
-        with contextlib.redirect_stdout(printed):
-            exec(compile(code, f"docs/lecture.md, block {i + 1}", "exec"), namespace)
-        shown = parts[i + 1][1] if i + 1 < len(parts) and parts[i + 1][0] == "" else None
-        if shown is not None:
-            got = [shape(line) for line in printed.getvalue().splitlines()]
-            got = [line for line in got if not re.match(r"step #|wrote |# parameters \|", line)]   # train.py's log
-            assert got == [shape(line) for line in shown.splitlines()], f"block {i + 1} prints {got}"
-    figures = re.findall(r"!\[[^]]*\]\(lecture/([^)]+)\)", text)
-    assert figures
-    for name in figures:
-        assert (ROOT / "docs" / "lecture" / name).is_file(), f"docs/lecture/{name} is not committed"
-        assert (tmp_path / "out" / "lecture" / name).is_file(), f"the lecture's code does not draw {name}"

@@ -40,6 +40,9 @@ def test_token_preference_row_and_uniform_baseline():
     row = token_preference(counts)
     assert (row["top1_id"], row["top1_count"], row["n"], row["distinct_predicted"]) == (3, 50, 100, 3)
     assert row["top1_freq"] == 0.5 and row["ratio_to_uniform"] == 50.0
+    # the paper's baseline: the top count of as many uniform draws (n = 100 over 100 tokens, seed 0), counted here
+    top = int(np.bincount(np.random.default_rng(0).integers(0, 100, 100)).max())
+    assert row["top_uniform"] == top and row["ratio_to_top_uniform"] == 50 / top
     base = uniform_baseline(100_000, 100, seed=0)
     assert base.sum() == 100_000 and np.all(np.diff(base) <= 0)
     assert abs(base.mean() - 1000) < 1e-9 and base[0] < 1000 + 6 * math.sqrt(1000)

@@ -1,0 +1,149 @@
+"""docs/lecture.md, the lecture, and docs/lecture.ipynb, the notebook made from it (docs/lecture_tool.py):
+  - the page runs as written at its CHECK size: its asserts are each step's claims; each block prints lines of the
+    shape its output block shows, each quoted number evaluates to one of the shape the page shows, every figure
+    the page shows is committed and is one its code draws;
+  - the page is current: each output block, quoted number and figure is the one its code made (the keys the tool
+    wrote match the code, outputs and figures as they are now), and an edit of any of them is caught;
+  - the notebook is current (byte for byte what the tool makes from the page) and holds the page's code;
+  - where nbclient and ipykernel are installed, the notebook runs top to bottom in a kernel started in docs/."""
+import importlib.util
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+SHARED_DATA = ROOT.parent / "shared" / "data"        # offline copies of the corpora, where this checkout has them
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location("lecture_tool", DOCS / "lecture_tool.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tool = load_tool()
+
+
+def page() -> str:
+    return (DOCS / "lecture.md").read_text()
+
+
+def committed_figure(name: str) -> bytes:
+    return (DOCS / "lecture" / name).read_bytes()
+
+
+def shape(line: str) -> str:
+    """A printed line with its numbers blanked and its spacing collapsed: what a size does not change."""
+    line = re.sub(r"[-+]?\d+(,\d{3})*(\.\d*)?(e[-+]?\d+)?", "#", line)
+    return re.sub(r"\s+", " ", line).replace("[ ", "[").replace(" ]", "]").strip()
+
+
+def offline_corpora(monkeypatch):
+    if "BORN_BIASED_DATA" not in os.environ and (SHARED_DATA / "tinyshakespeare.txt").is_file():
+        monkeypatch.setenv("BORN_BIASED_DATA", str(SHARED_DATA))
+
+
+def python_fences(text: str, folded: bool) -> list:
+    """The page's python blocks, found independently of the tool: those inside a <details> answer, or the others."""
+    found, depth = [], 0
+    for piece in re.split(r"(<details>|</details>|^```python\n.*?^```$)", text, flags=re.S | re.M):
+        if piece == "<details>":
+            depth += 1
+        elif piece == "</details>":
+            depth -= 1
+        elif piece and piece.startswith("```python\n") and (depth > 0) == folded:
+            found.append(piece[len("```python\n"):-3])
+    return found
+
+
+def test_the_lecture_runs_at_check_size(tmp_path, monkeypatch):
+    text = page()
+    parts = tool.parse(text)
+    offline_corpora(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    run = tool.run_page(text, check=True)                # the page's asserts: each step's claims, at CHECK size
+    for n, i in enumerate(tool.blocks(parts)):
+        got = [shape(line) for line in tool.shown(run["printed"][i]).splitlines()]
+        following = parts[i + 2] if i + 2 < len(parts) and parts[i + 2][0] == "output" else None
+        want = [shape(line) for line in following[2].splitlines()] if following else []
+        assert got == want, f"python block {n + 1} prints {got}, its output block shows {want}"
+        on_page = [m.group(2) for _, m in tool.quoted(parts, i)]
+        values = [value for _, value in run["values"][i]]
+        assert [shape(v) for v in values] == [shape(v) for v in on_page], (n + 1, values, on_page)
+    figures = re.findall(r"!\[[^]]*\]\(lecture/([^)]+)\)", text)
+    drawn = [name for i in tool.blocks(parts) for name in tool.figure_names(parts[i][1])]
+    assert figures and set(figures) - {tool.MAP} == set(drawn)
+    for name in figures:
+        assert (DOCS / "lecture" / name).is_file(), f"docs/lecture/{name} is not committed"
+    for name in drawn:
+        assert (tmp_path / "out" / "lecture" / name).is_file(), f"the lecture's code does not draw {name}"
+
+
+def test_the_lecture_is_current():
+    """Every output block, quoted number and figure is the one the page's code made at the lecture's size."""
+    problems = tool.stale(page(), committed_figure)
+    assert not problems, "; ".join(problems) + ". Run `python docs/lecture_tool.py` (a full run of the page)"
+
+
+def test_an_edit_the_outputs_were_not_made_from_is_caught():
+    """The currency check fails on each kind of edit a lecturer could make without running the tool."""
+    text = page()
+    first_code = python_fences(text, folded=False)[1]        # Step 1's block
+    edited_code = text.replace(first_code, first_code.replace("manual_seed(1234)", "manual_seed(1235)"), 1)
+    output = re.search(r"<!-- output [0-9a-f]+ -->\n```\n(seed 42: token )(\d+)", text)
+    edited_output = text[:output.start(2)] + str(int(output.group(2)) + 1) + text[output.end(2):]
+    value = tool.VALUE.search(text)
+    edited_value = text[:value.start(2)] + value.group(2) + "0" + text[value.end(2):]
+    figure = lambda name: committed_figure(name) + (b"\0" if name == "step2_mlp0.png" else b"")
+    assert not tool.stale(text, committed_figure)
+    for edited, figures in ((edited_code, committed_figure), (edited_output, committed_figure),
+                            (edited_value, committed_figure), (text, figure)):
+        assert tool.stale(edited, figures), "an edit went unnoticed"
+
+
+def test_the_notebook_is_current_and_holds_the_pages_code():
+    text = page()
+    made = tool.notebook(text, committed_figure(tool.MAP))
+    assert (DOCS / "lecture.ipynb").read_text() == made, "run `python docs/lecture_tool.py --notebook`"
+    nb = json.loads(made)
+    assert nb["nbformat"] == 4 and nb["nbformat_minor"] >= 5
+    ids = [cell["id"] for cell in nb["cells"]]
+    assert len(set(ids)) == len(ids) and all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", i) for i in ids)
+    code = ["".join(cell["source"]) for cell in nb["cells"] if cell["cell_type"] == "code"]
+    # the set-up cell, then every python block outside a folded answer, in order; the folded ones stay markdown
+    assert "requirements.txt" in code[0] and "torch==2.13.0" in code[0]
+    assert code[1:] == [block.rstrip("\n") for block in python_fences(text, folded=False)]
+    markdown = "\n".join("".join(cell["source"]) for cell in nb["cells"] if cell["cell_type"] == "markdown")
+    for block in python_fences(text, folded=True):
+        assert block in markdown
+    assert not tool.VALUE.search(markdown) and "<!-- output" not in markdown   # values shown as values
+    assert "attachment:map.png" in markdown
+
+
+def test_the_notebook_runs_top_to_bottom_in_a_kernel_started_in_docs(tmp_path, monkeypatch):
+    """At CHECK size, in a copy of the repository's code (so that its outputs land in the copy)."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    for path in [*ROOT.glob("*.py"), ROOT / "studies", ROOT / "requirements.txt"]:
+        (tmp_path / path.name).symlink_to(path)
+    (tmp_path / "docs").mkdir()
+    nb = nbformat.reads((DOCS / "lecture.ipynb").read_text(), as_version=4)
+    first = next(cell for cell in nb.cells if cell.cell_type == "code" and "CHECK = False" in cell.source)
+    first.source = first.source.replace("CHECK = False", "CHECK = True", 1)
+    offline_corpora(monkeypatch)
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path / "docs")}})
+    client.execute()                                    # raises CellExecutionError on the first failing cell
+    printed = "".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs)
+    assert "seed 42: token" in printed and "trained model vs its own init: RELATED" in printed
+    for cell in nb.cells:                               # each figure inline, under the cell that draws it
+        if cell.cell_type == "code" and "savefig" in cell.source:
+            kinds = [(out.output_type, sorted(out.get("data", {}))) for out in cell.outputs]
+            assert any("image/png" in out.get("data", {}) for out in cell.outputs), (cell.source[:60], kinds)
