@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import math
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
@@ -48,7 +49,7 @@ def target_std(name: str, n_layer: int) -> float:
 
 
 @torch.no_grad()
-def init_weights(model: GPT, seed: int, embed_seed: int = 0) -> GPT:
+def init_weights(model: GPT, seed: int, embed_seed: int = 0, threads: Optional[int] = None) -> GPT:
     """Initialize `model` in place, GPT-2 style, and return it. Every choice:
 
     1. Weight matrices (q/k/v, MLP up and gate) and embeddings (token, position, untied LM head):
@@ -68,20 +69,36 @@ def init_weights(model: GPT, seed: int, embed_seed: int = 0) -> GPT:
        - two configs that share a parameter name share its weights (the attention of an
          attention-only model is the attention of the full model with the same seed);
        - the draw is float32 on the CPU, then cast and moved: identical weights on CPU and GPU,
-         and float32 vs bfloat16 differ only by bf16 rounding.
+         and float32 vs bfloat16 differ only by bf16 rounding;
+       - the draws are independent, so they run in a pool of `threads` (default torch.get_num_threads())
+         with the same weights, bit for bit: a 7B model's 6.7 billion draws take half a minute on one core.
     5. A tied LM head is the token embedding itself (model.py reads wte.weight), drawn once.
     """
     n_layer = model.config.n_layer
+    drawn = []
     for name, p in model.named_parameters():
         if name.endswith((".bias", "attn.sink")):
             p.zero_()
         elif p.dim() == 1:      # norm gains: LayerNorm/RMSNorm weight, head_norm and q/k norm weights
             p.fill_(0.0 if model.config.norm == "rmsnorm_1p" else 1.0)      # 1p norms multiply by 1 + w
         else:
-            g = torch.Generator(device="cpu")
-            g.manual_seed(param_seed(embed_seed if name in EMBEDDING_PARAMS else seed, name))
-            w = torch.randn(p.shape, generator=g, dtype=torch.float32) * target_std(name, n_layer)
+            drawn.append((name, p))
+
+    def draw(item):
+        name, p = item
+        g = torch.Generator(device="cpu")
+        g.manual_seed(param_seed(embed_seed if name in EMBEDDING_PARAMS else seed, name))
+        w = torch.randn(p.shape, generator=g, dtype=torch.float32) * target_std(name, n_layer)
+        with torch.no_grad():          # grad mode is per thread: the decorator above does not reach the pool's
             p.copy_(w)
+
+    threads = min(threads or torch.get_num_threads(), len(drawn))
+    if threads <= 1:
+        for item in drawn:
+            draw(item)
+    else:                              # largest first, so that no thread is left with a big one at the end
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(draw, sorted(drawn, key=lambda item: -item[1].numel())))
     return model
 
 

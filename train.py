@@ -478,10 +478,10 @@ def _train(args: TrainConfig, run: dict) -> dict:
         if done % args.ckpt_every == 0 or last:
             check_finite()
             checkpoint(done)
-        if steps_timed == 0:
-            t0 = time.time()           # evaluation and checkpoint time is not training throughput
         if master and (args.log_every and (done % args.log_every == 0 or last)):
             save_log()
+        if steps_timed == 0:
+            t0 = time.time()           # evaluation, checkpoints and the log's writing are not training throughput
     check_finite()
     if master:
         save_log()

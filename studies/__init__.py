@@ -14,6 +14,7 @@ top what it measures, which numbers it makes, its full command and its time. Run
     python -m studies.load_cost DIR       # the time and memory of loading a model
     python -m studies.sink_testbed        # a first-position sink grown on a CPU, and the interventions on it
     python -m studies.sink_calibration    # Fig 12 / Table 7 on natural text, at the flags' scale
+    python -m studies.gpu_check           # the prepared GPU run (--size full): tests, Table 1, trainers, 7B
 
 lineage.py holds what the lineage studies share, sink_variants.py the sink studies' mechanisms, edits.py the
 weight edits of the lineage studies: HELPERS, the modules here that are no study.

@@ -1,4 +1,5 @@
-"""init.py: GPT-2 std per weight group, the seed split, determinism across order, process, dtype, device."""
+"""init.py: GPT-2 std per weight group, the seed split, determinism across order, process, dtype, device, threads."""
+import hashlib
 import math
 import subprocess
 import sys
@@ -85,6 +86,26 @@ def test_bfloat16_is_float32_rounded():
     for k in f32:
         assert bf16[k].dtype == torch.bfloat16
         assert torch.equal(bf16[k], f32[k].to(torch.bfloat16)), k
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+def test_the_draws_in_a_thread_pool_are_a_serial_loops_bit_for_bit(threads):
+    """init_weights draws its matrices in a pool of threads (a 7B model's draws take half a minute on one core),
+    each from its own generator: the weights must be those of a plain loop over the parameters, each seeded
+    with the first 63 bits of sha256("SEED/NAME") and scaled to GPT-2's std, written out here."""
+    model = init_weights(GPT(CFG), seed=5, embed_seed=6, threads=threads)
+    for name, p in model.named_parameters():
+        if p.dim() < 2:
+            continue
+        seed = 6 if name in EMBEDDING_PARAMS else 5
+        g = torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(f"{seed}/{name}".encode()).digest()[:8],
+                                                         "little") >> 1)
+        std = 0.02 / math.sqrt(2 * CFG.n_layer) if name.endswith(("attn.c_proj.weight", "mlp.c_proj.weight")) \
+            else 0.02
+        assert torch.equal(p, torch.randn(p.shape, generator=g) * std), name
+    bf16 = init_weights(GPT(CFG).to(torch.bfloat16), seed=5, embed_seed=6, threads=threads)
+    for (name, p), q in zip(model.named_parameters(), bf16.parameters()):
+        assert torch.equal(q, p.to(torch.bfloat16)), name
 
 
 def test_identical_in_a_fresh_process():

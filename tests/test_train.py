@@ -85,6 +85,22 @@ def test_loss_falls_on_repeated_text(data_dir, tmp_path):
     assert os.path.isfile(tmp_path / "loss.png") and json.load(open(tmp_path / "log.json"))["val"][-1]["step"] == 80
 
 
+def test_writing_the_log_is_not_counted_as_training_time(data_dir, tmp_path, monkeypatch):
+    """tokens/s and ms/step time the steps alone: the log written after a record (a JSON file, fsynced) falls
+    outside the next record's clock, as checkpoints and evaluation do. Each write is made to take 0.5 s here; a
+    step of this model takes milliseconds, so a step that counted a write would take over 0.5 s."""
+    import time
+    write = train.write_json
+
+    def slow_write(path, obj):
+        time.sleep(0.5)
+        write(path, obj)
+    monkeypatch.setattr(train, "write_json", slow_write)
+    log = run(data_dir, tmp_path, "--max_steps", "3", "--eval_every", "0")
+    assert [r["step"] for r in log["train"]] == [1, 2, 3]
+    assert all(r["ms_per_step"] < 400 for r in log["train"]), log["train"]
+
+
 def test_checkpoint_records_everything_and_rebuilds_the_model(data_dir, tmp_path):
     run(data_dir, tmp_path, "--max_steps", "2", "--eval_every", "0", "--init_seed", "3", "--embed_seed", "4",
         "--data_seed", "5", "--n_layer", "3")

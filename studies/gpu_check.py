@@ -1,0 +1,899 @@
+"""
+studies/gpu_check.py: the code on one GPU, in one prepared command: the test suite with CUDA visible, Table 1 at
+the paper's size, the trainer beside nanoGPT, torchrun against one plain process, SeedPrint's 7B fingerprint.
+
+It makes, stage by stage, each under its own time limit and all within --budget seconds (out/gpu_check/:
+results.json, each entry with its provenance; gpu_check.png; stages.log, every command's whole output):
+  env          the card, its memory, torch, CUDA, cuDNN and the driver; the dense bf16 peak MFU is read against
+               (common.BF16_PEAK_FLOPS) beside a measured bf16 matrix product (8192^3); whether flash attention runs
+  table1       probe.py at the paper's size: gpt2-nano, block seeds 42 and 43, 10,000 random sequences at 64, 256
+               and 1,024 tokens, bf16 weights, compiled: each row's top-1 token and its share of the sequences (x
+               uniform, log10 p), the pass's tokens/s and MFU
+  train        train.py on GPT-2 124M as nanoGPT builds it (gpt2-nano with learned positions and nanoGPT's
+               vocabulary padding to 50,304: the same parameters and flops/token), compiled, bf16 autocast, 16 x
+               1,024 tokens x 4 micro-steps = 65,536 tokens a step: 10 warm-up steps, then 100 timed: tokens/s, MFU
+               against the card's dense bf16 peak, the loss at the last step
+  nanogpt      nanoGPT (karpathy/nanoGPT at NANOGPT_COMMIT, files checked) on the same data, tokens per step,
+               schedule and number of steps, timed the same way (its printed MFU is against an A100: recomputed)
+  ddp          train.py under `torchrun --nproc_per_node 1` (NCCL, DDP) against the plain run: the loss of each of
+               the first 20 steps, all inside the learning-rate warm-up, so both runs take the same steps
+  fingerprint  studies.fingerprint_speed: SeedPrint's fingerprint of a llama2-7b-shaped model in bf16 on 2,000
+               sequences of 1,024 tokens (the paper's and SeedPrints' setting): the build timed apart, the
+               fingerprint end to end, its MFU
+  tests        python -m pytest tests with CUDA visible (tests/test_gpu.py and every test with a CUDA path):
+               the summary line, the failures by name
+  profile      (only when asked) where the benchmarks' time goes: the top kernels of a train step, a probe batch
+               and a fingerprint batch by device time, and the share of wall time the device was busy
+and the issue's targets read off those numbers (not tests): train.py >= nanoGPT tokens/s and >= 40% MFU; the probe
+at T = 1,024 >= 50% MFU; the 7B fingerprint under 90 s; top-1 counts of the order of the paper's 58.5 times the top
+count of uniform draws.
+
+    python -m studies.gpu_check --prepare --nanogpt_from CLONE   # once, on any machine: .gpu_check/, seconds
+    python -m studies.gpu_check --size full --out OUT            # one H100 or H200: sized for under 10 minutes
+    python -m studies.gpu_check --size full --stages ddp tests   # some stages again (results merge in OUT)
+    python -m studies.gpu_check                                  # the same stages, tiny, on the CPU
+
+--prepare writes nanoGPT's four files at NANOGPT_COMMIT (downloaded from GitHub, or copied from a clone or a
+directory; each checked against its sha256) and GPT-2 tokens of tiny-shakespeare, WikiText-2 (test) and Brown
+(data.py's corpora, checked; offline --from DIR) into the git-ignored .gpu_check/ (3.8 MiB), which a GPU machine
+without network receives with the repository. The full size has not run on a GPU yet; the tiny one takes about
+30 s on 2 CPU cores, and tests/test_studies_gpu.py runs it with a stand-in for nanoGPT.
+"""
+import contextlib
+import hashlib
+import importlib.util
+import math
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+# common.py first: before torch is imported, it checks the requirements (and answers --help without them)
+from common import (DEBUG_ENV, TORCHRUN_VARS, ArgumentParser, Distinct, atomic_write, check_output, figure,
+                    flag_type, lock_dir, one_line, peak_flops, print_table, provenance, read_json, resolve_device,
+                    run_script, save_figure, update_results)
+import numpy as np
+import torch
+
+import data
+import train
+from model import GPT, get_config
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# nanoGPT: its newest commit (2025-11-12, "Update README to mention nanochat and deprecation"); the four files used
+# last changed on 2024-12-09. The sha256 of each at that commit: what --prepare copies, and what a run checks.
+NANOGPT_COMMIT = "3adf61e154c3fe3fca428ad6bc3818b27a3b8291"
+NANOGPT_URL = "https://raw.githubusercontent.com/karpathy/nanoGPT/{commit}/{file}"
+NANOGPT_FILES = {"model.py": "7c01703240dbec5d554527dc666e35b3df8391d0b117fddc07afcf325a21d11c",
+                 "train.py": "413bd97b40bb400a2a0d01230e2946f056c263ebac1b7281c2367d964a123085",
+                 "configurator.py": "5cc23aca26b4ab3c0d9e5f82740f4781f9444f42718c15abcee70d93c5aabe8f",
+                 "LICENSE": "a59ec5cdb1c1e447e5266a014b3e7ded511f8d6e5a08931e931c87490ff821fe"}
+GPU_DIR = os.path.join(ROOT, ".gpu_check")      # git-ignored: nanogpt/ and nanogpt/data/DATASET/
+DATASET = "bench"                               # nanoGPT reads data/<dataset>/train.bin from its own folder
+CORPORA_USED = ("shakespeare", "wikitext2", "brown")     # data.py's corpora: 1.96M GPT-2 tokens, 3.8 MiB
+TOKENIZER = "gpt2"
+CARRY_LIMIT = 64 * 2 ** 20                      # what a GPU machine receives beside the repository, at most
+
+STAGES = ("env", "table1", "train", "nanogpt", "ddp", "fingerprint", "tests")
+OPTIONAL_STAGES = ("profile",)
+NEEDS_DATA = ("train", "nanogpt", "ddp", "profile")
+LR, MIN_LR = 6e-4, 6e-5                         # nanoGPT's GPT-2 recipe; weight decay 0.1, clip 1.0 below
+MIN_STAGE_SECONDS = 20                          # a stage with less time than this left is skipped, not started
+
+# Each size: where it runs and how big each stage is. "full": the paper's sizes and the benchmarks' on one GPU;
+# "tiny": the same stages on a CPU, so that the command runs in the CPU suite and cannot rot before a GPU is lent.
+SIZES = {
+    "full": dict(device="cuda", dtype="bfloat16", compile=True,
+                 probe=dict(model="gpt2-nano", seeds=(42, 43), sequences=10000, seq_len=(64, 256, 1024),
+                            batch_size=250),          # 250 divides 10,000: one batch shape, one compile per length
+                 trainer=dict(model="gpt2-nano", knobs=dict(position="learned", vocab_size=50304), micro=16, accum=4,
+                              warm=10, timed=100, lr_warmup=20, ddp_steps=20),
+                 fingerprint=dict(model="llama2-7b", sequences=2000, seq_len=1024, batch_size=50),
+                 tests=("tests",),
+                 limits=dict(env=60, table1=240, train=180, nanogpt=180, ddp=150, fingerprint=180, tests=300,
+                             profile=180)),
+    "tiny": dict(device="cpu", dtype="float32", compile=False,
+                 probe=dict(model="tiny", seeds=(42, 43), sequences=200, seq_len=(16, 64), batch_size=50),
+                 trainer=dict(model="gpt2-nano", knobs=dict(position="learned", vocab_size=50304, n_layer=2,
+                                                           n_head=2, n_embd=64, block_size=64),
+                              micro=4, accum=2, warm=2, timed=4, lr_warmup=4, ddp_steps=4),
+                 fingerprint=dict(model="tiny", sequences=100, seq_len=64, batch_size=25),
+                 tests=("tests/test_gpu.py",),
+                 limits=dict(env=60, table1=120, train=120, nanogpt=120, ddp=120, fingerprint=120, tests=120,
+                             profile=120)),
+}
+PAPER_X_TOP_UNIFORM = 58.5
+TARGETS = (  # (key, what is measured, threshold, "min": at least, "max": at most, "order": within a factor of 10)
+    ("train_vs_nanogpt", "train.py tokens/s over nanoGPT's, side by side", 1.0, "min"),
+    ("train_mfu", "train.py MFU", 0.40, "min"),
+    ("probe_mfu", "probe gpt2-nano MFU at the longest length (1,024 at full size), the lower seed", 0.50, "min"),
+    ("fingerprint_seconds", "7B fingerprint, 2,000 x 1,024 tokens, end to end (s)", 90.0, "max"),
+    ("top1_x_top_uniform", "Table 1's top-1 count over the top count of as many uniform draws (Fig 1's red line), "
+     "every row within a factor of 10 of the paper's 58.5", PAPER_X_TOP_UNIFORM, "order"),
+)
+PAPER_TABLE1 = ('Section 3: "The most preferred token appears 58.5 times more frequent than the random baseline" (the '
+                'top count of as many uniform draws), at 10,000 sequences of up to 1,024 tokens')
+
+
+# ----------------------------------------------------------------------------- the prepare step (CPU, once)
+
+def sha256(content: bytes) -> str:
+    return hashlib.sha256(content).hexdigest()
+
+
+def file_sha256(path: str):
+    """The sha256 of a file's bytes; None where there is no such file."""
+    if not os.path.isfile(path):
+        return None
+    with open(path, "rb") as fh:
+        return sha256(fh.read())
+
+
+def write_file(path: str, content) -> None:
+    """bytes or text, written whole (common.atomic_write)."""
+    def write(tmp):
+        with open(tmp, "wb" if isinstance(content, bytes) else "w") as fh:
+            fh.write(content)
+    atomic_write(path, write)
+
+
+def nanogpt_file(name: str, source) -> bytes:
+    """One of nanoGPT's files at NANOGPT_COMMIT, from `source`: a git clone holding that commit (any clone, bare
+    or not), a directory holding the file, or None: downloaded from GitHub at that commit."""
+    if source is None:
+        url = NANOGPT_URL.format(commit=NANOGPT_COMMIT, file=name)
+        try:
+            return data.download(url)
+        except OSError as e:
+            raise OSError(f"could not download {url} ({one_line(e)}); offline, pass --nanogpt_from a clone of "
+                          f"karpathy/nanoGPT or a directory holding {', '.join(NANOGPT_FILES)}") from None
+    if not os.path.isdir(source):
+        raise FileNotFoundError(f"--nanogpt_from {source}: no such directory (a nanoGPT clone, or a directory "
+                                f"holding {', '.join(NANOGPT_FILES)})")
+    git = lambda *a: subprocess.run(["git", "-C", source, *a], capture_output=True, timeout=60)
+    try:
+        if git("cat-file", "-e", f"{NANOGPT_COMMIT}^{{commit}}").returncode == 0:
+            return git("show", f"{NANOGPT_COMMIT}:{name}").stdout
+    except (OSError, subprocess.SubprocessError):
+        pass                           # no git: read the directory
+    path = os.path.join(source, name)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--nanogpt_from {source} holds neither nanoGPT's commit {NANOGPT_COMMIT[:7]} nor "
+                                f"a file {name}")
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def prepare(gpu_dir: str, nanogpt_from=None, from_dir=None) -> dict:
+    """The one CPU step before a GPU run: nanoGPT's files at NANOGPT_COMMIT (each checked against its sha256) and
+    the corpora CORPORA_USED in TOKENIZER's tokens, nanoGPT's train.bin/val.bin format, into gpu_dir/nanogpt.
+    Everything is fetched and checked before anything is written there."""
+    files = {}
+    for name, expected in NANOGPT_FILES.items():
+        content = nanogpt_file(name, nanogpt_from)
+        if sha256(content) != expected:
+            raise ValueError(f"nanoGPT's {name} from {nanogpt_from or 'GitHub'} is not the file of commit "
+                             f"{NANOGPT_COMMIT[:7]} (sha256 {sha256(content)[:12]}..., expected {expected[:12]}...)")
+        files[name] = content
+    data.get_tokenizer(TOKENIZER)                  # offline without tiktoken's files: refused here, before writing
+    for name in CORPORA_USED:
+        if name in data.CORPORA:
+            data.corpus_file(name, source=from_dir)    # fetched (or copied) and checked into data/
+    nano = os.path.join(gpu_dir, "nanogpt")
+    with lock_dir(gpu_dir, "--gpu_dir"):
+        for name, content in files.items():
+            write_file(os.path.join(nano, name), content)
+        source = (f"karpathy/nanoGPT at {NANOGPT_COMMIT}, unmodified (MIT License, see LICENSE); copied by "
+                  f"python -m studies.gpu_check --prepare. sha256: "
+                  + ", ".join(f"{k} {v}" for k, v in NANOGPT_FILES.items()) + "\n")
+        write_file(os.path.join(nano, "SOURCE.txt"), source)
+        meta = data.prepare(list(CORPORA_USED), os.path.join(nano, "data", DATASET), TOKENIZER, from_dir=from_dir)
+    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(gpu_dir) for f in fs)
+    print(f"{gpu_dir}: nanoGPT@{NANOGPT_COMMIT[:7]} and {meta['train_tokens']:,} + {meta['val_tokens']:,} "
+          f"{TOKENIZER} tokens, {size / 2 ** 20:.1f} MiB (a GPU machine takes at most {CARRY_LIMIT // 2 ** 20} MiB "
+          f"with the repository)")
+    if size > CARRY_LIMIT:
+        raise ValueError(f"{gpu_dir} holds {size / 2 ** 20:.1f} MiB, more than a GPU machine receives")
+    return meta
+
+
+# ----------------------------------------------------------------------------- running a stage's commands
+
+class StageFailed(Exception):
+    """A stage that ran and failed: a command's exit, a time limit, or output without what it should hold. What
+    it measured before failing (`entry`) is kept."""
+
+    def __init__(self, message: str, status: str = "failed", entry: dict = None, tail: str = ""):
+        super().__init__(message)
+        self.status, self.entry, self.tail = status, entry, tail
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """End a command and everything it started (torchrun's workers, the compiler's): its own process group."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            proc.wait(timeout=10)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_command(cmd: list, log_path: str, limit: float, cwd: str, env: dict) -> tuple:
+    """(status "ok" | "failed" | "timed out", exit code, seconds) of `cmd`, its output in log_path, stopped with
+    all it started once it has run `limit` seconds."""
+    t0 = time.time()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=max(limit, 0.1))
+        except subprocess.TimeoutExpired:
+            stop(proc)
+            return "timed out", None, time.time() - t0
+        except BaseException:           # interrupted: the command must not run on without us
+            stop(proc)
+            raise
+    return ("ok" if rc == 0 else "failed"), rc, time.time() - t0
+
+
+def child_env(debug: bool = True, **extra) -> dict:
+    """The environment of a stage's command: unbuffered output, no display, no torchrun variables of ours;
+    tracebacks on (BORN_BIASED_DEBUG) for the benchmarks, off for the tests, which check one-line errors."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in (*TORCHRUN_VARS, "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE", DEBUG_ENV)}
+    env.update(PYTHONUNBUFFERED="1", MPLBACKEND="Agg", **extra)
+    if debug:
+        env[DEBUG_ENV] = "1"
+    return env
+
+
+GLOO_TEARDOWN_ABORT = "terminate called without an active exception"     # see tests/conftest.py
+
+
+class Run:
+    """One invocation: its size, places, the card's peak, the results so far (this run's and those already in
+    --out/results.json), and the running stage's clock."""
+
+    def __init__(self, args, size: dict):
+        self.args, self.size, self.size_name = args, size, args.size
+        self.device = resolve_device(size["device"])
+        self.dtype, self.compile = size["dtype"], size["compile"]
+        self.peak = args.peak_tflops * 1e12 if args.peak_tflops else peak_flops(self.device)
+        self.gpu_dir = os.path.abspath(args.gpu_dir)
+        self.data_dir = os.path.join(self.gpu_dir, "nanogpt", "data", DATASET)
+        self.results_path = os.path.join(args.out, "results.json")
+        self.log_path = os.path.join(args.out, "stages.log")
+        self.deadline = time.time() + args.budget
+        t = size["trainer"]
+        self.train_config = get_config(t["model"], **t["knobs"])
+        self.tokens_per_step = t["micro"] * t["accum"] * self.train_config.block_size
+        with torch.device("meta"):     # sizes and flops only: no memory, no init
+            self.train_model = GPT(self.train_config)
+        self.train_flops_per_token = train.train_flops_per_token(self.train_model, self.train_config.block_size)
+        old = read_json(self.results_path, "results") if os.path.isfile(self.results_path) else {}
+        self.results = {k: v for k, v in old.items() if isinstance(v, dict) and v.get("size") == args.size}
+        self.work = self.stage = None
+
+    def mfu(self, tokens_per_s: float, flops_per_token: float):
+        """Model flops utilization against the card's dense bf16 peak; None where there is no peak (a CPU)."""
+        return tokens_per_s * flops_per_token / self.peak if self.peak else None
+
+    def begin(self, stage: str, limit: float) -> None:
+        self.stage, self.stage_deadline, self.commands = stage, time.time() + limit, []
+
+    def command(self, cmd: list, cwd: str = ROOT, env: dict = None, check: bool = True) -> tuple:
+        """Run one of the stage's commands within the stage's time left; (status, exit code, its output).
+        check: a command that fails or runs out of time fails the stage (StageFailed)."""
+        left = self.stage_deadline - time.time()
+        shown = " ".join(shlex.quote(c) for c in cmd).replace(sys.executable, "python")
+        self.commands.append(shown if cwd == ROOT else f"(cd {cwd} && {shown})")
+        path = os.path.join(self.work, f"{self.stage}.{len(self.commands)}.log")
+        status, rc, seconds = run_command(cmd, path, left, cwd, env or child_env())
+        with open(path, errors="replace") as fh:
+            output = fh.read()
+        self.append_log(f"=== {self.stage}: {shown}\n{output}=== {status}, exit {rc}, {seconds:.1f} s\n\n")
+        if check and status != "ok":
+            raise StageFailed(f"{shown[:200]}: {status}" + (f" (exit {rc})" if rc is not None else
+                                                            f" after {seconds:.0f} s"), status, tail=output)
+        return status, rc, output
+
+    def append_log(self, text: str) -> None:
+        old = ""
+        if os.path.isfile(self.log_path):
+            with open(self.log_path, errors="replace") as fh:
+                old = fh.read()
+        write_file(self.log_path, old + text)
+
+    def scratch(self, name: str) -> str:
+        """An empty directory in the scratch space for one command's outputs (a --work reused from an earlier run
+        holds that run's checkpoints, which train.py would refuse to train over)."""
+        path = os.path.join(self.work, name)
+        shutil.rmtree(path, ignore_errors=True)
+        return path
+
+    def earlier(self, stage: str):
+        """The entry a stage made at this size, in this run or an earlier one into --out (None if it failed)."""
+        entry = self.results.get(stage)
+        return entry if entry and entry.get("stage", {}).get("status") == "ok" else None
+
+
+# ----------------------------------------------------------------------------- the stages
+
+def card_name(device: torch.device) -> str:
+    return provenance(device)["device_name"]
+
+
+def nvidia_driver():
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def matmul_tflops(device: torch.device) -> float:
+    """A square matrix product's flop/s: bf16 8192^3 on a GPU (what its tensor cores give in practice), float32
+    512^3 on a CPU."""
+    cuda = device.type == "cuda"
+    n, dtype, reps = (8192, torch.bfloat16, 10) if cuda else (512, torch.float32, 5)
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    sync()
+    return 2 * n ** 3 * reps / (time.perf_counter() - t0) / 1e12
+
+
+def stage_env(run: Run) -> dict:
+    d = run.device
+    e = dict(card=card_name(d), device=str(d), torch=str(torch.__version__), cuda=torch.version.cuda,
+             cudnn=torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+             numpy=str(np.__version__), python=platform.python_version(), cpus=os.cpu_count(),
+             peak_flops=run.peak, peak_from=("--peak_tflops" if run.args.peak_tflops else
+                                             "common.BF16_PEAK_FLOPS" if run.peak else None))
+    if d.type == "cuda":
+        props = torch.cuda.get_device_properties(d)
+        e.update(gpus=torch.cuda.device_count(), memory_gib=props.total_memory / 2 ** 30,
+                 multiprocessors=props.multi_processor_count, capability=f"{props.major}.{props.minor}",
+                 driver=nvidia_driver())
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        q = torch.randn(4, 12, 1024, 64, device=d, dtype=torch.bfloat16)
+        try:
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):      # raises where flash cannot run these shapes
+                torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True, scale=0.125)
+            e["flash_attention"] = "runs"
+        except RuntimeError as err:
+            e["flash_attention"] = f"does not run: {one_line(err)[:200]}"
+    e["matmul_tflops"] = matmul_tflops(d)
+    e["matmul_share_of_peak"] = e["matmul_tflops"] * 1e12 / run.peak if run.peak else None
+    if d.type == "cuda":
+        torch.cuda.empty_cache()       # the stages after run in processes of their own: leave them the memory
+    return e
+
+
+def stage_table1(run: Run) -> dict:
+    p = run.size["probe"]
+    out = run.scratch("probe")
+    run.command([sys.executable, "probe.py", "--model", p["model"], "--exp", "table1",
+                 "--seeds", *map(str, p["seeds"]), "--sequences", str(p["sequences"]),
+                 "--seq_len", *map(str, p["seq_len"]), "--batch_size", str(p["batch_size"]), "--dtype", run.dtype,
+                 "--compile", "on" if run.compile else "off", "--device", str(run.device), "--out", out])
+    rows = []
+    for r in read_json(os.path.join(out, "results.json"), "probe.py results")["table1"]["rows"]:
+        per_token = r["tflops"] * 1e12 / r["tokens_per_s"]         # model.forward_flops per token
+        rows.append(dict(seed=r["seed"], seq_len=r["seq_len"], top1_id=r["top1_id"], top1_count=r["top1_count"],
+                         sequences=r["n"], top1_share=r["top1_freq"], x_uniform=r["ratio_to_uniform"],
+                         x_top_uniform=r.get("ratio_to_top_uniform"), log10_p=r["log10_p"],
+                         distinct_predicted=r["distinct_predicted"], seconds=r["seconds"],
+                         tokens_per_s=r["tokens_per_s"], tflops=r["tflops"], flops_per_token=per_token,
+                         mfu=run.mfu(r["tokens_per_s"], per_token)))
+    return dict(model=p["model"], sequences=p["sequences"], batch_size=p["batch_size"], dtype=run.dtype,
+                compiled=run.compile, rows=rows, paper=PAPER_TABLE1)
+
+
+def trainer_flags(run: Run, steps: int, out_dir: str) -> list:
+    """train.py's flags for the trainer comparison: nanoGPT's GPT-2 recipe (LR, MIN_LR, weight decay 0.1, clip 1.0),
+    no evaluation, checkpoints only at the first and last step, a log record every step."""
+    t = run.size["trainer"]
+    knobs = [word for k, v in t["knobs"].items() for word in (f"--{k}", str(v))]
+    return ["--data", run.data_dir, "--model", t["model"], *knobs, "--batch_size", str(t["micro"] * t["accum"]),
+            "--micro_batch", str(t["micro"]), "--max_steps", str(steps), "--lr", str(LR), "--min_lr", str(MIN_LR),
+            "--warmup", str(t["lr_warmup"]), "--weight_decay", "0.1", "--grad_clip", "1.0", "--eval_every", "0",
+            "--ckpt_every", str(10 ** 9), "--log_every", "1", "--compile", "on" if run.compile else "off",
+            "--dtype", run.dtype, "--device", str(run.device), "--out_dir", out_dir]
+
+
+def train_losses(out_dir: str, steps: int) -> list:
+    """train.py's per-step records (log.json, --log_every 1), checked to cover steps 1..steps."""
+    records = read_json(os.path.join(out_dir, "log.json"), "train.py log")["train"]
+    if [r["step"] for r in records] != list(range(1, steps + 1)):
+        raise StageFailed(f"{out_dir}/log.json records steps {[r['step'] for r in records][:5]}..., not 1..{steps}")
+    return records
+
+
+def stage_train(run: Run) -> dict:
+    t = run.size["trainer"]
+    steps = t["warm"] + t["timed"]
+    out = run.scratch("train")
+    run.command([sys.executable, "train.py", *trainer_flags(run, steps, out)])
+    records = train_losses(out, steps)
+    timed = records[t["warm"]:]
+    seconds = sum(r["ms_per_step"] for r in timed) / 1000       # each record is one step, timed to a device sync
+    tokens_per_s = run.tokens_per_step * len(timed) / seconds
+    losses = [r["loss"] for r in records]
+    return dict(model=f"{t['model']} {t['knobs']}", parameters=run.train_model.num_params(),
+                tokens_per_step=run.tokens_per_step, warm_steps=t["warm"], timed_steps=len(timed),
+                warm_seconds=sum(r["ms_per_step"] for r in records[:t["warm"]]) / 1000, timed_seconds=seconds,
+                tokens_per_s=tokens_per_s, flops_per_token=run.train_flops_per_token,
+                mfu=run.mfu(tokens_per_s, run.train_flops_per_token), loss_last_step=losses[-1],
+                loss_mean_last_10=float(np.mean(losses[-10:])), loss_is="each step's mean over its micro-batches",
+                losses=losses, dtype=run.dtype, compiled=run.compile)
+
+
+NANO_ITER = re.compile(r"^iter (\d+): loss (\S+), time ([\d.]+)ms, mfu (-?[\d.]+)%", re.M)
+
+
+def nanogpt_flags(run: Run, out_dir: str) -> list:
+    """nanoGPT's train.py flags (configurator.py: --key=value, each of the type of its default) for the same model,
+    tokens per step, data, schedule and steps as trainer_flags."""
+    t, cfg = run.size["trainer"], run.train_config
+    steps = t["warm"] + t["timed"]
+    flags = dict(dataset=DATASET, out_dir=out_dir, init_from="scratch", n_layer=cfg.n_layer, n_head=cfg.n_head,
+                 n_embd=cfg.n_embd, block_size=cfg.block_size, bias=True, dropout=0.0, batch_size=t["micro"],
+                 gradient_accumulation_steps=t["accum"],
+                 max_iters=steps - 1,                  # nanoGPT runs iterations 0 .. max_iters
+                 learning_rate=LR, min_lr=MIN_LR, warmup_iters=t["lr_warmup"], lr_decay_iters=steps,
+                 weight_decay=0.1, grad_clip=1.0,
+                 eval_interval=10 ** 9, eval_iters=0,  # it evaluates at iteration 0 whatever the interval: 0 batches
+                 always_save_checkpoint=False, log_interval=1, wandb_log=False, dtype=run.dtype,
+                 compile=run.compile, device=str(run.device))
+    return [f"--{k}={v}" for k, v in flags.items()]
+
+
+def stage_nanogpt(run: Run) -> dict:
+    t = run.size["trainer"]
+    steps = t["warm"] + t["timed"]
+    folder = os.path.join(run.gpu_dir, "nanogpt")
+    verified = all(file_sha256(os.path.join(folder, f)) == h for f, h in NANOGPT_FILES.items())
+    _, _, text = run.command([sys.executable, "train.py", *nanogpt_flags(run, run.scratch("nanogpt"))], cwd=folder)
+    per_step = re.search(r"tokens per iteration will be: ([\d,]+)", text)
+    if not per_step or int(per_step.group(1).replace(",", "")) != run.tokens_per_step:
+        raise StageFailed(f"nanoGPT ran {per_step.group(1) if per_step else 'an unknown number of'} tokens per "
+                          f"iteration, not train.py's {run.tokens_per_step:,}")
+    iters = [(int(m[1]), float(m[2]), float(m[3]) / 1000, float(m[4]) / 100) for m in NANO_ITER.finditer(text)]
+    if [i for i, *_ in iters] != list(range(steps)) or not all(math.isfinite(loss) for _, loss, *_ in iters):
+        raise StageFailed(f"nanoGPT printed iterations {[i for i, *_ in iters][:5]}... with losses "
+                          f"{[loss for _, loss, *_ in iters][-3:]}, not {steps} finite ones")
+    # its time of iteration i is the wall time between the ends of iterations i - 1 and i (time.time(), no device
+    # sync; the .item() after it syncs), so the sum over the timed iterations is their wall time
+    timed = iters[t["warm"]:]
+    seconds = sum(dt for _, _, dt, _ in timed)
+    tokens_per_s = run.tokens_per_step * len(timed) / seconds
+    params = re.search(r"number of parameters: ([\d.]+)M", text)
+    ours = (run.train_model.num_params() - run.train_config.block_size * run.train_config.n_embd) / 1e6
+    losses = [loss for _, loss, *_ in iters]
+    return dict(commit=NANOGPT_COMMIT, files_match_commit=verified, tokens_per_step=run.tokens_per_step,
+                parameters_printed_millions=float(params.group(1)) if params else None,
+                same_parameters=bool(params) and abs(float(params.group(1)) - ours) < 0.006,
+                warm_steps=t["warm"], timed_steps=len(timed), timed_seconds=seconds, tokens_per_s=tokens_per_s,
+                flops_per_token=run.train_flops_per_token, mfu=run.mfu(tokens_per_s, run.train_flops_per_token),
+                printed_mfu_a100=iters[-1][3], loss_last_step=losses[-1],
+                loss_mean_last_10=float(np.mean(losses[-10:])),
+                loss_is="the last micro-batch's loss of each step, as nanoGPT prints it", losses=losses,
+                dtype=run.dtype, compiled=run.compile)
+
+
+def loss_tolerance(dtype: str, loss: float) -> float:
+    """How far two runs of the same steps may differ in loss. float32, eager: the sums' order only (1e-5
+    relative). bf16 under torch.compile: DDP's compiled graph is split at its gradient buckets (other fusions,
+    other roundings) and flash attention's backward is not deterministic; that noise grows over the steps but stays
+    well under 0.02 nats in 20 warm-up steps (an assumed bound, to be checked against the first GPU run)."""
+    return 1e-5 * abs(loss) if dtype == "float32" else 0.02
+
+
+def compare_losses(plain: list, ddp: list, dtype: str) -> dict:
+    """Step by step, the losses of the torchrun run (steps 1..len(ddp)) against the plain run's same steps."""
+    if not ddp or len(plain) < len(ddp):
+        raise StageFailed(f"the plain run has {len(plain)} steps, the torchrun run {len(ddp)}: nothing to compare")
+    diffs = [abs(a - b) for a, b in zip(ddp, plain)]
+    worst = int(np.argmax(diffs))
+    allowed = [loss_tolerance(dtype, b) for b in plain[:len(ddp)]]
+    return dict(steps=len(ddp), plain=plain[:len(ddp)], ddp=list(ddp), max_abs_diff=diffs[worst],
+                at_step=worst + 1, first_step_diff=diffs[0], tolerance=allowed[worst],
+                same=all(d <= a for d, a in zip(diffs, allowed)))
+
+
+def stage_ddp(run: Run) -> dict:
+    n = run.size["trainer"]["ddp_steps"]
+    earlier = run.earlier("train")
+    if earlier and len(earlier["losses"]) >= n:
+        plain, plain_from = earlier["losses"][:n], "the train stage's run"
+    else:                  # the train stage did not run at this size: a plain run of the same steps here
+        out = run.scratch("plain")
+        run.command([sys.executable, "train.py", *trainer_flags(run, n, out)])
+        plain, plain_from = [r["loss"] for r in train_losses(out, n)], "a plain run of the same steps"
+    out = run.scratch("ddp")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1", "train.py",
+           *trainer_flags(run, n, out)]
+    status, rc, text = run.command(cmd, check=False)
+    if status == "failed" and GLOO_TEARDOWN_ABORT in text and "SIGABRT" in text:     # gloo's rare exit abort
+        shutil.rmtree(out, ignore_errors=True)
+        status, rc, text = run.command(cmd, check=False)
+    if status != "ok":
+        raise StageFailed(f"torchrun {status}" + (f" (exit {rc})" if rc is not None else ""), status, tail=text)
+    backend = re.search(r"DDP over (\w+)", text)
+    entry = dict(backend=backend.group(1) if backend else None, processes=1, plain_from=plain_from,
+                 **compare_losses(plain, [r["loss"] for r in train_losses(out, n)], run.dtype))
+    expected = "nccl" if run.device.type == "cuda" else "gloo"
+    if entry["backend"] != expected:
+        raise StageFailed(f"the torchrun run did not go through DDP over {expected} (it says {entry['backend']})",
+                          entry=entry)
+    if not entry["same"]:
+        raise StageFailed(f"torchrun's loss differs from the plain run's by {entry['max_abs_diff']:.3g} at step "
+                          f"{entry['at_step']} (tolerance {entry['tolerance']:.3g})", entry=entry)
+    return entry
+
+
+def stage_fingerprint(run: Run) -> dict:
+    f = run.size["fingerprint"]
+    out = run.scratch("fingerprint")
+    run.command([sys.executable, "-m", "studies.fingerprint_speed", "--model", f["model"],
+                 "--sequences", str(f["sequences"]), "--seq_len", str(f["seq_len"]), "--batch_size",
+                 str(f["batch_size"]), "--device", str(run.device), "--dtype", run.dtype, "--out", out])
+    r = read_json(os.path.join(out, "results.json"), "fingerprint_speed results")["speed"]
+    per_token = r["pflop"] * 1e15 / (r["sequences"] * r["seq_len"])     # model.forward_flops, no LM head
+    keep = ("model", "params", "dtype", "autocast", "sequences", "seq_len", "batch_size", "build_seconds", "seconds",
+            "tokens_per_s", "pflop", "tflops", "peak_memory_gib")
+    return dict({k: r[k] for k in keep}, seconds_is="the fingerprint end to end (inputs drawn, states copied back); "
+                "the build apart", build_and_fingerprint_seconds=r["build_seconds"] + r["seconds"],
+                flops_per_token=per_token, mfu=run.mfu(r["tokens_per_s"], per_token))
+
+
+def parse_pytest(text: str) -> dict:
+    """pytest's summary ("3 failed, 480 passed, 11 skipped in 95.12s") and the tests it names as failed."""
+    summary, counts = None, {}
+    for line in reversed(text.splitlines()):
+        m = re.match(r"^=*\s*((?:\d+ \w+(?:, )?)+) in ([\d.]+)s", line.strip())
+        if m:
+            summary = line.strip(" =")
+            counts = {kind: int(n) for n, kind in re.findall(r"(\d+) (\w+)", m.group(1))}
+            counts["seconds"] = float(m.group(2))
+            break
+    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", text, flags=re.M)
+    return dict(summary=summary, counts=counts, failed=failed)
+
+
+def stage_tests(run: Run) -> dict:
+    parallel = []
+    if importlib.util.find_spec("xdist") and run.device.type == "cuda":     # the GPU machine's many cores
+        parallel = ["-n", str(min(8, os.cpu_count() or 1)), "--dist", "loadfile"]
+    # quiet by pytest.ini's -q (a second -q would drop the summary line), the failures named (-rfE)
+    cmd = [sys.executable, "-m", "pytest", *run.tests, "-rfE", "-p", "no:cacheprovider", "--durations=10", *parallel]
+    env = child_env(debug=False, **(dict(OMP_NUM_THREADS="2") if parallel else {}))
+    status, rc, text = run.command(cmd, env=env, check=False)
+    entry = dict(parse_pytest(text), command_args=run.tests, cuda_visible=torch.cuda.is_available(),
+                 workers=int(parallel[1]) if parallel else 1)
+    if status != "ok":
+        what = entry["summary"] or f"no summary ({status})"
+        raise StageFailed(f"pytest: {what}" + (f"; failed: {', '.join(entry['failed'][:5])}" if entry["failed"]
+                                               else ""), status, entry=entry, tail=text)
+    return entry
+
+
+# ----------------------------------------------------------------------------- profile (only when asked)
+
+def profile_rows(prof, wall: float, cuda: bool, k: int = 8) -> dict:
+    """The top k by self time on the device: on a GPU its kernels and copies (the ops that launched them would
+    count their time twice), on a CPU the ops. Each with its share of that time, and the share of the wall time
+    the device was busy at all (1 - busy: launches, syncs and the host's own work)."""
+    from torch.autograd import DeviceType
+    events = prof.key_averages()
+    if cuda:
+        events = [e for e in events if e.device_type == DeviceType.CUDA]
+        self_time = lambda e: getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+    else:
+        self_time = lambda e: e.self_cpu_time_total
+    total = sum(self_time(e) for e in events) / 1e6                  # microseconds -> seconds
+    top = sorted(events, key=self_time, reverse=True)[:k]
+    return dict(wall_seconds=wall, busy_seconds=total, busy_share=min(total / wall, 1.0) if wall else None,
+                top=[dict(op=e.key[:100], calls=e.count, seconds=self_time(e) / 1e6,
+                          share=self_time(e) / 1e6 / total if total else None) for e in top])
+
+
+def profiled(fn, cuda: bool) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sync()
+    with profile(activities=activities) as prof:
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        wall = time.perf_counter() - t0
+    return profile_rows(prof, wall, cuda)
+
+
+def stage_profile(run: Run) -> dict:
+    """A few steps of each benchmark after its warm-up, under torch.profiler: what costs the time. In this process
+    (the compiler's caches of the stages before make the warm-ups short); one model at a time."""
+    out = dict(train=profile_train(run), table1=profile_probe(run), fingerprint=profile_fingerprint(run))
+    if run.device.type == "cuda":
+        torch.cuda.empty_cache()
+    return out
+
+
+def profile_train(run: Run) -> dict:
+    from init import build
+    d, t, T = run.device, run.size["trainer"], run.train_config.block_size
+    model = build(run.train_config, 42, 42, device=d)
+    step_model = torch.compile(model) if run.compile else model
+    optimizer = train.make_optimizer(model, train.TrainConfig(lr=LR, weight_decay=0.1), d.type)
+    tokens = data.load_data(run.data_dir)["train"]
+    autocast = (torch.autocast(d.type, dtype=getattr(torch, run.dtype)) if run.dtype != "float32"
+                else contextlib.nullcontext())
+
+    def steps(n):                      # train.py's step, as _train runs it with one process
+        for step in range(n):
+            offsets = data.batch_offsets(1234, step, len(tokens), T, t["micro"] * t["accum"])
+            batches = (data.get_batch(tokens, data.micro_offsets(offsets, m, 0, 1, t["micro"]), T, d)
+                       for m in range(t["accum"]))
+            train.forward_backward(step_model, batches, t["accum"], False, autocast)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    steps(3)                           # the compile and the optimizer's first step
+    return dict(steps=3, **profiled(lambda: steps(3), d.type == "cuda"))
+
+
+def profile_probe(run: Run) -> dict:
+    import probe
+    from init import build
+    p, d = run.size["probe"], run.device
+    model = build(get_config(p["model"]), 42, 0, device=d, dtype=getattr(torch, run.dtype)).eval()
+    T, n = max(p["seq_len"]), p["batch_size"]
+    probe.probe(model, sequences=n, seq_len=T, batch_size=n, compile=run.compile)      # compiled, then warm
+    pass_ = lambda: probe.probe(model, sequences=2 * n, seq_len=T, batch_size=n, compile=run.compile)
+    return dict(seq_len=T, sequences=2 * n, note="probe() compiles again before its clock (the caches hit): its "
+                "device time is what counts", **profiled(pass_, d.type == "cuda"))
+
+
+def profile_fingerprint(run: Run) -> dict:
+    import seedprint
+    from init import build
+    f, d = run.size["fingerprint"], run.device
+    model = build(get_config(f["model"]), 42, device=d, dtype=getattr(torch, run.dtype)).eval()
+    n = f["batch_size"]
+    seedprint.fingerprint(model, n, f["seq_len"], batch_size=n)                         # warm-up
+    return dict(seq_len=f["seq_len"], sequences=2 * n, **profiled(
+        lambda: seedprint.fingerprint(model, 2 * n, f["seq_len"], batch_size=n), d.type == "cuda"))
+
+
+STAGE_RUNS = dict(env=stage_env, table1=stage_table1, train=stage_train, nanogpt=stage_nanogpt, ddp=stage_ddp,
+                  fingerprint=stage_fingerprint, tests=stage_tests, profile=stage_profile)
+
+
+# ----------------------------------------------------------------------------- the verdicts, the figure, the table
+
+def targets(results: dict) -> list:
+    """Each of the issue's targets against what the stages measured (None where a stage is missing)."""
+    get = lambda stage, key: (results.get(stage) or {}).get(key)
+    rows = (results.get("table1") or {}).get("rows") or []
+    longest = [r for r in rows if r["seq_len"] == max(r["seq_len"] for r in rows)] if rows else []
+    train_tps, nano_tps = get("train", "tokens_per_s"), get("nanogpt", "tokens_per_s")
+    values = dict(train_vs_nanogpt=train_tps / nano_tps if train_tps and nano_tps else None,
+                  train_mfu=get("train", "mfu"),
+                  probe_mfu=min(r["mfu"] for r in longest) if longest and all(r["mfu"] for r in longest) else None,
+                  fingerprint_seconds=get("fingerprint", "seconds"),
+                  top1_x_top_uniform=[r["x_top_uniform"] for r in rows] if rows and all(
+                      r.get("x_top_uniform") for r in rows) else None)
+    out = []
+    for key, what, threshold, kind in TARGETS:
+        v = values[key]
+        if v is None:
+            met = short = None
+        elif kind == "order":          # how far outside [threshold / 10, 10 threshold], as a factor
+            worst = max(max(threshold / x, x / threshold) for x in v)
+            met, short = worst <= 10, None if worst <= 10 else worst / 10
+        else:
+            met = v >= threshold if kind == "min" else v <= threshold
+            short = None if met else (threshold - v if kind == "min" else v - threshold)
+        out.append(dict(target=key, what=what, value=v, threshold=threshold, kind=kind, met=met, short_by=short))
+    return out
+
+
+def draw(results: dict, path: str) -> None:
+    plt, fig, (a1, a2) = figure(1, 2, figsize=(10, 3.8))
+    names, speeds = [], []
+    for stage, label in (("train", "train.py"), ("nanogpt", "nanoGPT")):
+        if (results.get(stage) or {}).get("tokens_per_s"):
+            names.append(label)
+            speeds.append(results[stage]["tokens_per_s"])
+    a1.bar(names, speeds, color=["C0", "C1"][:len(names)])
+    a1.set(ylabel="tokens/s (timed steps)", title="GPT-2 124M, the same steps")
+    bars = [(f"Table 1 s{r['seed']} T{r['seq_len']}", r["mfu"]) for r in (results.get("table1") or {}).get("rows", [])]
+    bars += [(label, (results.get(s) or {}).get("mfu")) for s, label in
+             (("train", "train.py"), ("nanogpt", "nanoGPT"), ("fingerprint", "7B fingerprint"))]
+    bars = [(name, 100 * v) for name, v in bars if v is not None]
+    if bars:
+        a2.barh([n for n, _ in bars], [v for _, v in bars], color="C2")
+        a2.axvline(40, color="k", ls=":", label="40% (train.py target)")
+        a2.axvline(50, color="r", ls="--", label="50% (probe target)")
+        a2.legend(fontsize=7)
+    a2.set(xlabel="MFU (% of the card's dense bf16 peak)", title=(results.get("env") or {}).get("card", ""))
+    a2.tick_params(axis="y", labelsize=7)
+    save_figure(fig, path)
+
+
+def fmt(v, spec="{:.3g}") -> str:
+    return "-" if v is None else spec.format(v)
+
+
+def report(results: dict, order: list) -> None:
+    st = results.get("stages", {})
+    print_table([dict(stage=s, status=st[s]["status"], seconds=fmt(st[s].get("seconds"), "{:.0f}"),
+                      limit=fmt(st[s].get("limit"), "{:.0f}"), note=(st[s].get("error") or "")[:80])
+                 for s in order if s in st])
+    rows = (results.get("table1") or {}).get("rows") or []
+    if rows:
+        print_table([dict(seed=r["seed"], T=r["seq_len"], top1=r["top1_id"], share=f"{100 * r['top1_share']:.2f}%",
+                          x_top_uniform=fmt(r.get("x_top_uniform"), "{:.1f}"), x_uniform=f"{r['x_uniform']:.0f}",
+                          log10_p=f"{r['log10_p']:.1f}",
+                          tok_s=f"{r['tokens_per_s']:,.0f}", mfu=fmt(r["mfu"] and 100 * r["mfu"], "{:.1f}%"))
+                     for r in rows])
+    line = [dict(run=label, tok_s=f"{e['tokens_per_s']:,.0f}", mfu=fmt(e["mfu"] and 100 * e["mfu"], "{:.1f}%"),
+                 loss_last=f"{e['loss_last_step']:.4f}", loss_last10=f"{e['loss_mean_last_10']:.4f}")
+            for s, label in (("train", "train.py"), ("nanogpt", "nanoGPT")) if (e := results.get(s))
+            and e.get("tokens_per_s")]
+    print_table(line)
+    if (e := results.get("ddp")) and "max_abs_diff" in e:
+        print(f"ddp: torchrun (1 process, {e['backend']}) against {e['plain_from']}: max |loss difference| "
+              f"{e['max_abs_diff']:.3g} at step {e['at_step']} of {e['steps']} -> {'same' if e['same'] else 'DIFFER'}")
+    if (e := results.get("fingerprint")) and "seconds" in e:
+        print(f"fingerprint: {e['model']} {e['sequences']} x {e['seq_len']}: build {e['build_seconds']:.1f} s, "
+              f"fingerprint {e['seconds']:.1f} s end to end, {e['tokens_per_s']:,.0f} tok/s, MFU "
+              f"{fmt(e['mfu'] and 100 * e['mfu'], '{:.1f}%')}")
+    if (e := results.get("tests")) and "summary" in e:
+        print(f"tests: {e['summary']}" + (f"; failed: {', '.join(e['failed'])}" if e["failed"] else ""))
+    for name, p in (results.get("profile") or {}).items():
+        if isinstance(p, dict) and p.get("top"):
+            print(f"profile {name}: device busy {fmt(p['busy_share'] and 100 * p['busy_share'], '{:.0f}%')} of the "
+                  f"wall; " + "; ".join(f"{r['op'][:40]} {fmt(r['share'] and 100 * r['share'], '{:.0f}%')}"
+                                        for r in p["top"][:4]))
+    for t in results.get("targets", []):
+        value = "/".join(fmt(v) for v in t["value"]) if isinstance(t["value"], list) else fmt(t["value"])
+        print(f"target {t['target']}: {value} vs {t['threshold']} ({t['kind']}) -> "
+              + ("n/a" if t["met"] is None else "met" if t["met"] else f"MISSED by {fmt(t['short_by'])}"
+                 + (" times" if t["kind"] == "order" else "")))
+
+
+# ----------------------------------------------------------------------------- the command line
+
+def main(argv=None):
+    p = ArgumentParser(prog="studies.gpu_check", description="The project on one GPU in one command: the tests "
+                       "with CUDA, Table 1 at the paper's size, train.py beside nanoGPT, torchrun against a plain "
+                       "run, the 7B fingerprint. Prepare once with --prepare.")
+    p.add_argument("--prepare", action="store_true", help="the CPU step: nanoGPT's files and the tokenized data into "
+                   "--gpu_dir, then stop")
+    p.add_argument("--nanogpt_from", default=None, help="with --prepare: a nanoGPT clone holding commit "
+                   f"{NANOGPT_COMMIT[:7]}, or a directory holding its files (default: download from GitHub)")
+    p.add_argument("--from", dest="from_dir", default=None, help="with --prepare, offline: a directory holding the "
+                   "corpora's files (data.py --from; default $BORN_BIASED_DATA)")
+    p.add_argument("--gpu_dir", default=os.path.relpath(GPU_DIR), help="what --prepare writes and a run reads "
+                   "(git-ignored; carry it to the GPU machine)")
+    p.add_argument("--size", choices=tuple(SIZES), default=None, help="full: the paper's and the benchmarks' sizes on "
+                   "one CUDA GPU; tiny (default): the same stages on the CPU in under a minute")
+    p.add_argument("--stages", nargs="+", choices=STAGES + OPTIONAL_STAGES, action=Distinct, default=None,
+                   help=f"which stages, in this order (default {' '.join(STAGES)}; profile only when named)")
+    p.add_argument("--budget", type=flag_type("int>=1"), default=570, help="seconds for all stages together: a "
+                   "stage is cut to what is left, and skipped with under 20 s (default 570: a 600 s device call)")
+    p.add_argument("--tests", nargs="+", default=None, help="what the tests stage gives pytest (default: tests at "
+                   "full size, tests/test_gpu.py at tiny size)")
+    p.add_argument("--peak_tflops", type=flag_type("float>0"), default=None, help="the peak MFU is read against "
+                   "(default: common.BF16_PEAK_FLOPS by the card's name; none on a CPU)")
+    p.add_argument("--work", default=None, help="scratch for checkpoints and logs (default: a temporary directory, "
+                   "removed at the end)")
+    p.add_argument("--out", default="out/gpu_check")
+    args = p.parse_args(argv)
+    if args.prepare:
+        given = [f"--{k}" for k in ("size", "stages", "tests", "peak_tflops", "work") if getattr(args, k) is not None]
+        if given:
+            p.error(f"--prepare runs alone: drop {', '.join(given)}")
+        prepare(args.gpu_dir, args.nanogpt_from, args.from_dir)
+        return
+    if args.nanogpt_from or args.from_dir:
+        p.error("--nanogpt_from and --from go with --prepare")
+    args.size = args.size or "tiny"
+    size = SIZES[args.size]
+    if size["device"] == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--size {args.size} runs on a CUDA GPU, and torch {torch.__version__} sees none here; "
+                         f"--size tiny runs the same stages on the CPU")
+    stages = list(args.stages or STAGES)
+    check_output(args.out)
+    if args.work:
+        check_output(args.work, "--work")
+    nano = os.path.join(args.gpu_dir, "nanogpt")
+    if any(s in NEEDS_DATA for s in stages) and not os.path.isfile(os.path.join(nano, "data", DATASET, "meta.json")):
+        raise FileNotFoundError(f"{nano}/data/{DATASET} holds no prepared data, which stages "
+                                f"{', '.join(s for s in stages if s in NEEDS_DATA)} train on: run python -m "
+                                f"studies.gpu_check --prepare first (see its --help)")
+    if "nanogpt" in stages and not os.path.isfile(os.path.join(nano, "train.py")):
+        raise FileNotFoundError(f"{nano} holds no nanoGPT train.py: run python -m studies.gpu_check --prepare first")
+    run = Run(args, size)
+    run.tests = list(args.tests or size["tests"])
+    if any(s in NEEDS_DATA for s in stages):
+        vocab = data.load_data(run.data_dir)["meta"]["vocab_size"]
+        if vocab > run.train_config.vocab_size:
+            raise ValueError(f"{run.data_dir} holds a vocabulary of {vocab}, more than the trainer's "
+                             f"{run.train_config.vocab_size}: prepare it again with --prepare")
+    failed = []
+    with lock_dir(args.out):
+        run.work = args.work or tempfile.mkdtemp(prefix="gpu_check_")
+        os.makedirs(run.work, exist_ok=True)
+        try:
+            for name in stages:
+                failed += [name] if run_stage(run, name) != "ok" else []
+        finally:
+            if not args.work:
+                shutil.rmtree(run.work, ignore_errors=True)
+        final = dict(targets=targets(run.results))
+        update_results(run.results_path, final, str(run.device), run.dtype)
+        run.results.update(final)
+        draw(run.results, os.path.join(args.out, "gpu_check.png"))
+    report(run.results, [s for s in STAGES + OPTIONAL_STAGES if s in run.results.get("stages", {})])
+    if failed:
+        print(f"{len(failed)} of {len(stages)} stages did not finish ok: {', '.join(failed)} (see "
+              f"{run.log_path}); rerun them with --stages {' '.join(failed)}")
+        sys.exit(1)
+
+
+def run_stage(run: Run, name: str) -> str:
+    """One stage under its time limit; its entry (or its failure) and the stages' table into results.json."""
+    left = run.deadline - time.time()
+    limit = min(run.size["limits"][name], left)
+    record = dict(limit=round(limit, 1))
+    t0 = time.time()
+    if limit < MIN_STAGE_SECONDS:
+        record.update(status="skipped", seconds=0.0, error=f"{left:.0f} s of --budget left")
+        entry = None
+    else:
+        run.begin(name, limit)
+        print(f"[{time.time() - run.deadline + run.args.budget:5.0f} s] {name} (limit {limit:.0f} s)", flush=True)
+        try:
+            entry, status, error = STAGE_RUNS[name](run), "ok", None
+        except StageFailed as e:
+            entry, status, error = e.entry, e.status, one_line(e)
+            tail = "\n".join(e.tail.rstrip().splitlines()[-15:])
+            print(f"  {name} {status}: {error}" + (f"\n{tail}" if tail else ""), flush=True)
+        except Exception as e:        # a bug in one stage must not cost the others their GPU time
+            if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+                raise
+            entry, status, error = None, "failed", f"internal error {type(e).__name__}: {one_line(e)}"
+            print(f"  {name}: {error}", flush=True)
+        record.update(status=status, seconds=round(time.time() - t0, 1), commands=run.commands, error=error)
+    stages = dict(run.results.get("stages", {}), **{name: record})
+    entry = dict(entry or {}, size=run.size_name, stage=record)
+    stages["size"] = run.size_name
+    run.results.update({name: entry, "stages": stages})
+    update_results(run.results_path, {name: entry, "stages": stages}, str(run.device), run.dtype)
+    print(f"  {name}: {record['status']} ({record['seconds']:.0f} s)", flush=True)
+    return record["status"]
+
+
+if __name__ == "__main__":
+    run_script(main, "studies.gpu_check")

@@ -1,0 +1,313 @@
+"""studies.gpu_check, the prepared GPU run, at its tiny size on the CPU through the command a user types, with a
+stand-in for nanoGPT written here (CI has neither nanoGPT nor a network): every stage's numbers recomputed here from
+its own logs and closed-form flop counts, the torchrun comparison, the stages' time limits, the prepare step and
+its checks, bad input; and the bf16 peaks MFU is read against, from NVIDIA's datasheets."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import data
+from common import peak_flops
+from conftest import cli_error
+from studies import gpu_check
+
+TINY = gpu_check.SIZES["tiny"]
+
+# nanoGPT's train.py at NANOGPT_COMMIT, as far as the study reads it: its configurator (every --key=value must name
+# one of these globals, its value of the default's type) and the lines it prints. It trains nothing.
+STAND_IN = '''
+import ast, os, sys
+DEFAULTS = dict(out_dir="out", eval_interval=2000, log_interval=1, eval_iters=200, eval_only=False,
+                always_save_checkpoint=True, init_from="scratch", wandb_log=False, wandb_project="owt",
+                wandb_run_name="gpt2", dataset="openwebtext", gradient_accumulation_steps=40, batch_size=12,
+                block_size=1024, n_layer=12, n_head=12, n_embd=768, dropout=0.0, bias=False, learning_rate=6e-4,
+                max_iters=600000, weight_decay=1e-1, beta1=0.9, beta2=0.95, grad_clip=1.0, decay_lr=True,
+                warmup_iters=2000, lr_decay_iters=600000, min_lr=6e-5, backend="nccl", device="cuda",
+                dtype="bfloat16", compile=True)
+cfg = dict(DEFAULTS)
+for arg in sys.argv[1:]:
+    key, val = arg.split("=")
+    key = key[2:]
+    if key not in DEFAULTS:
+        raise ValueError(f"Unknown config key: {key}")
+    try:
+        attempt = ast.literal_eval(val)
+    except (SyntaxError, ValueError):
+        attempt = val
+    assert type(attempt) == type(DEFAULTS[key]), (key, val)
+    cfg[key] = attempt
+assert os.path.isfile(os.path.join("data", cfg["dataset"], "train.bin"))     # read from its own folder
+L, d, V = cfg["n_layer"], cfg["n_embd"], 50304
+print(f"tokens per iteration will be: {cfg['gradient_accumulation_steps'] * cfg['batch_size'] * cfg['block_size']:,}")
+print("number of parameters: %.2fM" % ((V * d + L * (12 * d * d + 13 * d) + 2 * d) / 1e6,))
+for i in range(cfg["max_iters"] + 1):
+    print(f"iter {i}: loss {10 - 0.25 * i:.4f}, time {100 + 10 * i:.2f}ms, mfu {-100.0 if i < 5 else 1.5:.2f}%")
+'''
+
+A_TEST_FILE = '''
+import pytest
+def test_passes():
+    assert True
+def test_fails():
+    assert 1 == 2
+@pytest.mark.skip(reason="shown as skipped")
+def test_skipped():
+    pass
+'''
+
+
+@pytest.fixture(scope="module")
+def gpu_dir(tmp_path_factory):
+    """What --prepare makes, with the stand-in for nanoGPT and byte tokens of a short text."""
+    root = tmp_path_factory.mktemp("gpu")
+    nano = root / "nanogpt"
+    nano.mkdir()
+    (nano / "train.py").write_text(STAND_IN)
+    (root / "text.txt").write_text("Whan that Aprille with his shoures soote the droghte of March hath perced.\n" * 90)
+    data.prepare([str(root / "text.txt")], str(nano / "data" / gpu_check.DATASET), tokenizer="bytes")
+    return root
+
+
+def trainer_flops_per_token(cfg) -> float:
+    """6 N + 12 L H Q T, N the matrices of GPT-2's blocks (12 d^2 + 13 d per layer with biases and LayerNorms, the
+    final LayerNorm) and its tied head: PaLM's count, as nanoGPT's estimate_mfu makes it."""
+    L, d, V, T = cfg["n_layer"], cfg["n_embd"], cfg["vocab_size"], cfg["block_size"]
+    return 6 * (L * (12 * d * d + 13 * d) + 2 * d + V * d) + 12 * L * d * T
+
+
+def forward_flops_per_token(L: int, d: int, V: int, T: int, head: bool) -> float:
+    """A GELU GPT-2 block's matrices (12 d^2) on each token, 4 d flops per causal (query, key) pair and layer, the
+    LM head on the last position only (the probe) or not at all (a fingerprint)."""
+    return (2 * 12 * d * d * L * T + 4 * d * L * T * (T + 1) / 2 + (2 * d * V if head else 0)) / T
+
+
+@pytest.fixture(scope="module")
+def tiny_run(gpu_dir, tmp_path_factory):
+    """The study's command at its tiny size, every stage; the tests stage runs a file with one failing test."""
+    tmp = tmp_path_factory.mktemp("run")
+    (tmp / "test_two.py").write_text(A_TEST_FILE)
+    argv = ["--gpu_dir", str(gpu_dir), "--work", str(tmp / "work"), "--out", str(tmp / "out"), "--peak_tflops", "1",
+            "--tests", str(tmp / "test_two.py")]
+    with pytest.raises(SystemExit) as stopped:             # one stage (the tests) failed: exit code 1
+        gpu_check.main(argv)
+    assert stopped.value.code == 1
+    return tmp, json.loads((tmp / "out" / "results.json").read_text())
+
+
+def test_every_stage_runs_at_the_tiny_size_and_records_how(tiny_run):
+    tmp, res = tiny_run
+    stages = res["stages"]
+    assert [s for s in gpu_check.STAGES if stages[s]["status"] == "ok"] == [s for s in gpu_check.STAGES
+                                                                             if s != "tests"]
+    assert stages["tests"]["status"] == "failed" and "1 failed, 1 passed, 1 skipped" in stages["tests"]["error"]
+    for name in gpu_check.STAGES:
+        assert res[name]["size"] == "tiny" and res[name]["stage"]["status"] == stages[name]["status"]
+        how = res["provenance"][name]
+        assert how["command"] and how["torch"] == str(torch.__version__) and how["device_name"], name
+    env = res["env"]
+    assert env["card"] == res["provenance"]["env"]["device_name"] and env["torch"] == str(torch.__version__)
+    assert "cuda" in env and env["cuda"] == torch.version.cuda
+    assert env["peak_flops"] == 1e12 and env["peak_from"] == "--peak_tflops" and env["matmul_tflops"] > 0
+    assert res["tests"]["counts"] == dict(failed=1, passed=1, skipped=1, seconds=res["tests"]["counts"]["seconds"])
+    assert [f.split("::")[-1] for f in res["tests"]["failed"]] == ["test_fails"]
+    log = (tmp / "out" / "stages.log").read_text()
+    assert "probe.py" in log and "torch.distributed.run" in log and "iter 5: loss" in log
+    assert (tmp / "out" / "gpu_check.png").is_file()
+    assert sorted(os.listdir(tmp / "out")) == ["gpu_check.png", "results.json", "stages.log"]
+
+
+def test_table1_and_the_fingerprint_report_mfu_against_the_peak_given(tiny_run):
+    """MFU = tokens/s x the forward's flops per token / the peak (1 TFLOP/s here), the flops written out here."""
+    _, res = tiny_run
+    tiny = gpu_check.get_config("tiny")
+    rows = res["table1"]["rows"]
+    p = TINY["probe"]
+    assert sorted((r["seed"], r["seq_len"]) for r in rows) == sorted((s, T) for s in p["seeds"] for T in p["seq_len"])
+    for r in rows:
+        assert r["sequences"] == p["sequences"] and 0 < r["top1_share"] <= 1
+        assert r["x_uniform"] == pytest.approx(r["top1_share"] * tiny.vocab_size)
+        top_of_uniform = np.bincount(np.random.default_rng(0).integers(0, tiny.vocab_size, r["sequences"])).max()
+        assert r["x_top_uniform"] == pytest.approx(r["top1_count"] / top_of_uniform)
+        per_token = forward_flops_per_token(tiny.n_layer, tiny.n_embd, tiny.vocab_size, r["seq_len"], head=True)
+        assert r["mfu"] == pytest.approx(r["tokens_per_s"] * per_token / 1e12, rel=1e-9)
+    f = res["fingerprint"]
+    T = TINY["fingerprint"]["seq_len"]
+    per_token = forward_flops_per_token(tiny.n_layer, tiny.n_embd, tiny.vocab_size, T, head=False)
+    assert f["mfu"] == pytest.approx(f["tokens_per_s"] * per_token / 1e12, rel=1e-9)
+    assert f["tokens_per_s"] == pytest.approx(f["sequences"] * T / f["seconds"], rel=1e-9)
+    assert f["build_and_fingerprint_seconds"] == pytest.approx(f["build_seconds"] + f["seconds"])
+
+
+def test_train_py_and_nanogpt_are_timed_the_same_way(tiny_run):
+    """Both: the steps after the warm-up, tokens per step x steps / their summed times; train.py's from its own
+    log, nanoGPT's from the times the stand-in printed (100 + 10 i ms at iteration i)."""
+    tmp, res = tiny_run
+    t = TINY["trainer"]
+    cfg = dict(gpu_check.get_config(t["model"], **t["knobs"]).__dict__)
+    per_step = t["micro"] * t["accum"] * cfg["block_size"]
+    fpt = trainer_flops_per_token(cfg)
+    log = json.loads((tmp / "work" / "train" / "log.json").read_text())["train"]
+    timed = [r for r in log if r["step"] > t["warm"]]
+    tok_s = per_step * len(timed) / (sum(r["ms_per_step"] for r in timed) / 1000)
+    r = res["train"]
+    assert (r["tokens_per_step"], r["timed_steps"]) == (per_step, t["timed"])
+    assert r["tokens_per_s"] == pytest.approx(tok_s, rel=1e-9)
+    assert r["mfu"] == pytest.approx(tok_s * fpt / 1e12, rel=1e-9)
+    assert r["losses"] == [x["loss"] for x in log] and r["loss_last_step"] == log[-1]["loss"]
+    n = res["nanogpt"]
+    steps = t["warm"] + t["timed"]
+    nano_tok_s = per_step * t["timed"] / (sum(100 + 10 * i for i in range(t["warm"], steps)) / 1000)
+    assert n["tokens_per_s"] == pytest.approx(nano_tok_s, rel=1e-9)
+    assert n["mfu"] == pytest.approx(nano_tok_s * fpt / 1e12, rel=1e-9)
+    assert n["loss_last_step"] == 10 - 0.25 * (steps - 1) and n["printed_mfu_a100"] == 0.015
+    assert n["same_parameters"] and n["files_match_commit"] is False          # a stand-in is no nanoGPT
+    target = {x["target"]: x for x in res["targets"]}["train_vs_nanogpt"]
+    assert target["value"] == pytest.approx(tok_s / nano_tok_s) and target["met"] == (tok_s >= nano_tok_s)
+
+
+def test_torchrun_takes_the_plain_runs_steps(tiny_run):
+    _, res = tiny_run
+    d = res["ddp"]
+    n = TINY["trainer"]["ddp_steps"]
+    assert d["backend"] == "gloo" and d["steps"] == n and d["plain_from"] == "the train stage's run"
+    assert d["plain"] == res["train"]["losses"][:n] and len(d["ddp"]) == n
+    assert d["same"] and d["max_abs_diff"] <= 1e-5 * max(d["plain"])
+
+
+def test_the_targets_are_read_against_the_issues_thresholds():
+    rows = lambda *x: [dict(seq_len=T, mfu=m, x_top_uniform=x_) for T, m, x_ in x]
+    res = dict(table1=dict(rows=rows((64, 0.2, 6.0), (1024, 0.55, 500.0), (1024, 0.51, 100.0))),
+               train=dict(tokens_per_s=450e3, mfu=0.39), nanogpt=dict(tokens_per_s=500e3),
+               fingerprint=dict(seconds=91.5))
+    t = {x["target"]: x for x in gpu_check.targets(res)}
+    assert t["train_vs_nanogpt"]["value"] == 0.9 and t["train_vs_nanogpt"]["short_by"] == pytest.approx(0.1)
+    assert not t["train_mfu"]["met"] and t["train_mfu"]["short_by"] == pytest.approx(0.01)
+    assert t["probe_mfu"]["value"] == 0.51 and t["probe_mfu"]["met"]             # the longest length, either seed
+    assert not t["fingerprint_seconds"]["met"] and t["fingerprint_seconds"]["short_by"] == pytest.approx(1.5)
+    assert t["top1_x_top_uniform"]["met"]                        # 6 and 500: within a factor 10 of 58.5
+    res["table1"]["rows"][0]["x_top_uniform"] = 5.0
+    t = {x["target"]: x for x in gpu_check.targets(res)}
+    assert not t["top1_x_top_uniform"]["met"] and t["top1_x_top_uniform"]["short_by"] == pytest.approx(1.17)
+    assert all(x["met"] is None for x in gpu_check.targets({}))
+
+
+def test_the_loss_comparison_fails_where_the_losses_differ():
+    plain = [10.9, 10.5, 10.1, 9.8]
+    same = gpu_check.compare_losses(plain + [9.5], plain, "float32")
+    assert same["same"] and same["max_abs_diff"] == 0 and same["steps"] == 4
+    moved = gpu_check.compare_losses(plain, plain[:2] + [10.1 + 1e-3, 9.8], "float32")
+    assert not moved["same"] and moved["at_step"] == 3 and moved["max_abs_diff"] == pytest.approx(1e-3)
+    assert gpu_check.compare_losses(plain, [x + 0.01 for x in plain], "bfloat16")["same"]
+    assert not gpu_check.compare_losses(plain, [x + 0.03 for x in plain], "bfloat16")["same"]
+    with pytest.raises(gpu_check.StageFailed, match="nothing to compare"):
+        gpu_check.compare_losses(plain[:2], plain, "float32")
+
+
+def test_a_stage_over_its_limit_is_stopped_with_everything_it_started(tmp_path):
+    """A command that started a process of its own and sleeps: after its limit both are gone."""
+    code = ("import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+            " print(c.pid, flush=True); time.sleep(60)")
+    t0 = time.time()
+    status, rc, seconds = gpu_check.run_command([sys.executable, "-c", code], str(tmp_path / "log"), 2, str(tmp_path),
+                                                dict(os.environ))
+    assert (status, rc) == ("timed out", None) and 2 <= seconds < 20 and time.time() - t0 < 20
+    child = int((tmp_path / "log").read_text().split()[0])
+    for _ in range(50):                     # killed; reaped by init once it is gone
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the command's own child {child} outlived the time limit")
+
+
+def test_pytests_summary_is_read_with_and_without_workers():
+    out = "....F\n===== short test summary info =====\nFAILED tests/test_a.py::test_b - assert 1 == 2\n" \
+          "===== 1 failed, 4 passed, 2 warnings in 3.21s =====\n"
+    r = gpu_check.parse_pytest(out)
+    assert r["counts"] == dict(failed=1, passed=4, warnings=2, seconds=3.21)
+    assert r["failed"] == ["tests/test_a.py::test_b"]
+    assert gpu_check.parse_pytest("sss\n3 skipped in 0.50s\n")["counts"] == dict(skipped=3, seconds=0.5)
+    assert gpu_check.parse_pytest("....[ 40%]\n")["summary"] is None             # cut off: no summary
+
+
+@pytest.mark.parametrize("name,half_sparse", [("NVIDIA H100 80GB HBM3", 1979), ("NVIDIA H100 PCIe", 1513),
+                                              ("NVIDIA H100 NVL", 1671), ("NVIDIA H200", 1979),
+                                              ("NVIDIA H200 NVL", 1671), ("NVIDIA A100-SXM4-80GB", 624)])
+def test_the_dense_bf16_peak_is_the_cards_own(name, half_sparse, monkeypatch):
+    """NVIDIA's datasheets give bf16 tensor-core flop/s with 2:4 sparsity; dense is half of it. The NVL cards run
+    at lower clocks than the SXM ones, under one name each."""
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    assert abs(peak_flops("cuda") - half_sparse / 2 * 1e12) <= 1e12
+
+
+# ----------------------------------------------------------------------------- the prepare step and bad input
+
+def fake_nanogpt(path, text="x"):
+    path.mkdir(parents=True, exist_ok=True)
+    for name in gpu_check.NANOGPT_FILES:
+        (path / name).write_text(f"{text}: {name}\n")
+    return {name: gpu_check.sha256((path / name).read_bytes()) for name in gpu_check.NANOGPT_FILES}
+
+
+def test_prepare_copies_the_pinned_commits_files_and_the_data(tmp_path, monkeypatch):
+    """From a git clone: the files as they are at the pinned commit, not as the working tree holds them; from a
+    directory: the files there. Each checked against its sha256; the corpora tokenized into nanoGPT's folder."""
+    if shutil.which("git") is None:
+        pytest.skip("no git here to make a clone with")
+    clone = tmp_path / "clone"
+    hashes = fake_nanogpt(clone, "at the commit")
+    git = lambda *a: subprocess.run(["git", "-C", str(clone), *a], check=True, capture_output=True, text=True)
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "pinned")
+    commit = git("rev-parse", "HEAD").stdout.strip()
+    fake_nanogpt(clone, "edited after the commit")
+    (tmp_path / "text.txt").write_text("It is a truth universally acknowledged.\n" * 50)
+    monkeypatch.setattr(gpu_check, "NANOGPT_COMMIT", commit)
+    monkeypatch.setattr(gpu_check, "NANOGPT_FILES", hashes)
+    monkeypatch.setattr(gpu_check, "CORPORA_USED", (str(tmp_path / "text.txt"),))
+    monkeypatch.setattr(gpu_check, "TOKENIZER", "bytes")
+    out = tmp_path / "gpu"
+    meta = gpu_check.prepare(str(out), str(clone))
+    for name in hashes:
+        assert (out / "nanogpt" / name).read_text() == f"at the commit: {name}\n"
+    assert commit in (out / "nanogpt" / "SOURCE.txt").read_text()
+    stored = data.load_data(str(out / "nanogpt" / "data" / gpu_check.DATASET))
+    assert meta["train_tokens"] + meta["val_tokens"] == len((tmp_path / "text.txt").read_bytes())
+    assert bytes(stored["train"][:10].tolist()) == b"It is a tr"
+    plain = tmp_path / "dir"                                             # a directory holding the same files
+    plain.mkdir()
+    for name in hashes:
+        (plain / name).write_text(f"at the commit: {name}\n")
+    gpu_check.prepare(str(tmp_path / "gpu2"), str(plain))
+    assert (tmp_path / "gpu2" / "nanogpt" / "LICENSE").read_text() == "at the commit: LICENSE\n"
+    (plain / "LICENSE").write_text("another license\n")
+    with pytest.raises(ValueError, match="LICENSE from .* is not the file of commit"):
+        gpu_check.prepare(str(tmp_path / "gpu3"), str(plain))
+    assert not (tmp_path / "gpu3").exists()                              # checked before anything is written
+
+
+def test_bad_input_is_refused_in_one_line_before_any_work(gpu_dir, tmp_path):
+    run = lambda *argv: cli_error(gpu_check.main, "studies.gpu_check", [*argv, "--out", str(tmp_path / "out")])
+    assert "invalid choice: 'bogus'" in run("--stages", "bogus")
+    assert "lists env more than once" in run("--stages", "env", "env")
+    assert "--budget: must be an integer >= 1" in run("--budget", "0")
+    assert "--prepare first" in run("--stages", "train", "--gpu_dir", str(tmp_path / "none"))
+    assert "--prepare runs alone: drop --stages" in run("--prepare", "--stages", "env")
+    assert "go with --prepare" in run("--nanogpt_from", str(tmp_path))
+    if not torch.cuda.is_available():
+        assert "--size full runs on a CUDA GPU" in run("--size", "full", "--gpu_dir", str(gpu_dir))
+    fake_nanogpt(tmp_path / "fake")
+    line = cli_error(gpu_check.main, "studies.gpu_check", ["--prepare", "--nanogpt_from", str(tmp_path / "fake"),
+                                                             "--gpu_dir", str(tmp_path / "gpu")])
+    assert "is not the file of commit 3adf61e" in line
+    assert sorted(os.listdir(tmp_path)) == ["fake"]                      # nothing written
