@@ -23,11 +23,17 @@ forward pass computes what transformers computes, within float32 rounding, witho
     Phi3ForCausalLM (Phi-3, -4-mini) fused qkv_proj and gate_up_proj, partial RoPE, LongRoPE up to its
                                     original context
 
-  - a field that changes the forward pass is read, in both spellings found on the Hub (transformers 4.x
-    rope_theta + rope_scaling, 5.x rope_parameters); a field left out takes transformers' class default;
+  - each family reads exactly the fields its transformers class reads (FIELDS), in both spellings found on the
+    Hub (transformers 4.x rope_theta + rope_scaling, 5.x rope_parameters); a field left out takes transformers'
+    class default; an explicit null means what it means to that class (a softcap or Mistral's window: off, a bias:
+    none, num_key_value_heads: num_attention_heads), or is refused by name where transformers builds no one model
+    from it (4.57 and 5.x both fail on it, or build two different models);
+  - a field the class does not read is refused by name unless it is null or says what the class builds anyway; so is
+    a model_type naming another family than architectures, and a field 4.x and 5.x read as two models;
   - a field present but not understood, a tensor missing, unknown, misshapen or stored twice, an
-    architecture not carried: each is one error naming it, before any weight is read. Nothing is
-    approximated in silence.
+    architecture not carried: each is one error naming it (and the config.json fields behind a tensor), before
+    any weight is read. A tied LM head stored apart from its embedding must hold the same values: checked as it
+    loads, the one check that reads values. Nothing is approximated in silence.
 
 A model here is a path: a Hugging Face directory, or a train.py checkpoint file (model.py's format). Every
 script that takes a model reads it through these five, whichever it is:
@@ -73,12 +79,12 @@ def load(path, device="cpu", dtype: Optional[torch.dtype] = None) -> GPT:
     if os.path.isfile(path):
         model = load_checkpoint(path, device=device)               # checked finite as stored ...
         return model if dtype is None else check_model_weights_finite(model.to(dtype), path)    # ... and as cast
-    config, arch, headers = read_dir(path)
+    config, arch, headers, fields = read_dir(path)
     found = {kind for header in headers.values() for kind, _ in header.values()}
     dtype = dtype or next((SAFETENSORS_FLOATS[k] for k in SAFETENSORS_FLOATS if k in found), torch.float32)
     with torch.device("meta"):
         model = GPT(config).to(dtype)        # dtype on the meta device: nothing allocated yet
-    load_weights(model.to_empty(device=device), headers, arch, path)
+    load_weights(model.to_empty(device=device), headers, arch, path, fields)
     return check_model_weights_finite(model, path)
 
 
@@ -104,10 +110,10 @@ def read_config(path) -> GPTConfig:
 def planned(path: str):
     """(GPTConfig, architecture, the GPT on the meta device, plan_weights' plan) of a directory: every check the
     loader makes before it reads a weight, and no weight read."""
-    config, arch, headers = read_dir(path)
+    config, arch, headers, fields = read_dir(path)
     with torch.device("meta"):
         model = GPT(config)
-    return config, arch, model, plan_weights(model, headers, arch, path)
+    return config, arch, model, plan_weights(model, headers, arch, path, fields)
 
 
 def tensors(path):
@@ -138,47 +144,191 @@ def token_rows(path, lo: int, hi: int):
     if os.path.isfile(path):
         return read_checkpoint(path, mmap=True)["model"]["transformer.wte.weight"][lo:hi].float().numpy()
     plan = planned(path)[3]
-    file, name = next((file, name) for file, name, pieces in plan if pieces[0][0] == "transformer.wte.weight")
+    file, name = next((file, name) for file, name, pieces in plan
+                      if pieces and pieces[0][0] == "transformer.wte.weight")
     with safetensors_library().safe_open(file, framework="pt") as f:
         return f.get_slice(name)[lo:hi].float().numpy()
 
 
 # ----------------------------------------------------------------------------- config.json -> GPTConfig
-# Every field is popped as it is read; what is left at the end was not understood, and is refused.
+# One reader for every field of every family: FIELDS lists, per family, the fields its transformers class reads, each
+# with what a value must be, transformers' class default (taken where the field is absent) and what an explicit null
+# means. transformers 4.x hands a null on as None, which its modeling code reads as "off" (`if softcap is not None`,
+# nn.Linear(bias=None)) or fails on; 5.x refuses a null for most fields (typed dataclasses). Where one version builds
+# a model from a null and the other refuses it, that model is what the null means (a softcap, Mistral's and Phi-3's
+# window: off; a bias, tie_word_embeddings, use_parallel_residual: false; num_key_value_heads: num_attention_heads);
+# where both fail on it, or build two different models, the null is refused by name. A field is popped as it is read;
+# what is left at the end is checked by check_unread: refused unless transformers' class ignores it too.
 
-# transformers' class defaults of the fields a config.json may leave out (Gemma 3's published multimodal
-# configs leave out every text field at its default, sizes included)
-DEFAULTS = {
-    "LlamaForCausalLM": dict(num_key_value_heads=None, head_dim=None, max_position_embeddings=2048,
-                             rms_norm_eps=1e-6, tie_word_embeddings=False, attention_bias=False, mlp_bias=False),
-    "MistralForCausalLM": dict(num_key_value_heads=8, head_dim=None, max_position_embeddings=131072,
-                               rms_norm_eps=1e-6, tie_word_embeddings=False, sliding_window=4096),
-    "Qwen2ForCausalLM": dict(num_key_value_heads=32, max_position_embeddings=32768, rms_norm_eps=1e-6,
-                             tie_word_embeddings=False, use_sliding_window=False, sliding_window=4096,
-                             max_window_layers=28),
-    "Qwen3ForCausalLM": dict(num_key_value_heads=32, head_dim=128, max_position_embeddings=32768,
-                             rms_norm_eps=1e-6, tie_word_embeddings=False, attention_bias=False,
-                             use_sliding_window=False, sliding_window=4096, max_window_layers=28),
-    "Olmo2ForCausalLM": dict(num_key_value_heads=None, head_dim=None, max_position_embeddings=2048,
-                             rms_norm_eps=1e-5, tie_word_embeddings=False, attention_bias=False),
-    "GemmaForCausalLM": dict(num_key_value_heads=16, head_dim=256, max_position_embeddings=8192, rms_norm_eps=1e-6,
-                             tie_word_embeddings=True, attention_bias=False, hidden_act="gelu_pytorch_tanh"),
-    "Gemma2ForCausalLM": dict(num_key_value_heads=4, head_dim=256, max_position_embeddings=8192, rms_norm_eps=1e-6,
-                              tie_word_embeddings=True, attention_bias=False, hidden_activation="gelu_pytorch_tanh",
-                              query_pre_attn_scalar=256, sliding_window=4096, attn_logit_softcapping=50.0,
-                              final_logit_softcapping=30.0),
-    "Gemma3ForCausalLM": dict(vocab_size=262208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
-                              num_attention_heads=8, num_key_value_heads=4, head_dim=256,
-                              max_position_embeddings=131072, rms_norm_eps=1e-6, tie_word_embeddings=True,
-                              attention_bias=False, hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=256,
-                              sliding_window=4096, sliding_window_pattern=6, final_logit_softcapping=None,
-                              rope_theta=1e6, rope_local_base_freq=1e4),
-    "Phi3ForCausalLM": dict(num_key_value_heads=None, head_dim=None, max_position_embeddings=4096, rms_norm_eps=1e-5,
-                            tie_word_embeddings=False, original_max_position_embeddings=4096, sliding_window=None),
-    "GPTNeoXForCausalLM": dict(max_position_embeddings=2048, layer_norm_eps=1e-5, tie_word_embeddings=False,
-                               attention_bias=True, use_parallel_residual=True, hidden_act="gelu", rotary_pct=0.25,
-                               rotary_emb_base=10000.0),
+# what a value must be (JSON gives exact types: "12", 12.5, true or -4 never becomes a model)
+INT, COUNT, NUM, BOOL = "an integer >= 1", "an integer >= 0", "a finite number > 0", "true or false"
+STR, OBJ, NAME_LIST, NUMBER_LIST = "a string", "an object", "a list of names", "a list of numbers > 0"
+KINDS = {INT: lambda v: type(v) is int and v >= 1,
+         COUNT: lambda v: type(v) is int and v >= 0,
+         NUM: lambda v: type(v) in (int, float) and math.isfinite(v) and v > 0,
+         BOOL: lambda v: type(v) is bool,
+         STR: lambda v: type(v) is str,
+         OBJ: lambda v: type(v) is dict,
+         NAME_LIST: lambda v: type(v) is list and all(type(a) is str for a in v),
+         NUMBER_LIST: lambda v: type(v) is list and all(KINDS[NUM](a) for a in v)}
+
+
+class Mark:
+    """A value no config.json holds: REQUIRED (a field with no default taken), REFUSED (a null that means nothing)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self):
+        return self.name
+
+
+REQUIRED, REFUSED = Mark("REQUIRED"), Mark("REFUSED")
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """How one config.json field is read: `kind` (a key of KINDS), the value taken where it is absent (transformers'
+    class default; REQUIRED: it must be given), the value an explicit null stands for (REFUSED: refused by name)."""
+    kind: str
+    default: object = REQUIRED
+    null: object = REFUSED
+
+
+class Fields:
+    """One config.json object, read field by field against its family's table (name -> Field). Each field is popped
+    as it is read, so what is left (`left`) was read by no one. `where` names a nested object in messages
+    (rope_scaling.factor)."""
+
+    def __init__(self, raw: dict, table: dict, family: str, where: str = ""):
+        self.left, self.table, self.family, self.where = dict(raw), table, family, where
+
+    def given(self, key: str) -> bool:
+        """Whether the field holds a value (neither absent nor null): asked before it is read."""
+        return self.left.get(key) is not None
+
+    def __call__(self, key: str):
+        """The field's value: as given, transformers' default where absent, what null means where null."""
+        field = self.table[key]
+        if key not in self.left:
+            if field.default is REQUIRED:
+                raise ValueError(f"{self.where[:-1] or 'config.json'} lacks the field {key!r}")
+            return field.default
+        value = self.left.pop(key)
+        if value is None:
+            if field.null is REFUSED:
+                raise self.null_refused(key)
+            return field.null
+        if not KINDS[field.kind](value):
+            raise ValueError(f"field {self.where}{key} must be {field.kind}, got {value!r}")
+        return value
+
+    def used(self, key: str, value):
+        """`value`, read as `key` (null: None), where the model needs it: a null that stands for nothing there is
+        refused (a field transformers reads only in some configurations, failing on a null only there)."""
+        if value is None:
+            raise self.null_refused(key)
+        return value
+
+    def null_refused(self, key: str) -> ValueError:
+        default = self.table[key].default
+        fix = "give it a value" + ("" if default in (REQUIRED, None) else
+                                   f", or leave it out for transformers' default {default!r}")
+        return ValueError(f"field {self.where}{key} is null, which transformers' {self.family} builds no one model "
+                          f"from (it fails on it, refuses it, or reads it two ways): {fix}")
+
+
+# The fields of each family, as its transformers class reads them (4.57 and 5.x, eager attention).
+SIZES = dict(vocab_size=Field(INT), hidden_size=Field(INT), num_hidden_layers=Field(INT),
+             num_attention_heads=Field(INT), intermediate_size=Field(INT))   # no default taken: a model has its sizes
+KV_OR_HEADS = Field(INT, None, null=None)      # absent or null: num_attention_heads (both versions)
+HEAD_DIM_OR_DERIVED = Field(INT, None, null=None)  # absent or null: hidden_size // num_attention_heads (both)
+HEAD_DIM_GETATTR = Field(INT, None)   # no config field: the attention reads getattr(config, "head_dim", derived), a
+                                      # null reaches nn.Linear and fails
+NO_BIAS = Field(BOOL, False, null=False)       # 4.x: nn.Linear(bias=None) has none; 5.x refuses a null
+SILU = Field(STR, "silu")
+GELU_TANH = Field(STR, "gelu_pytorch_tanh")
+LAYER_TYPES = Field(NAME_LIST, None, null=None)    # absent or null: derived from the family's other window fields
+WHOLE_HEADS = Field(NUM, 1.0, null=1.0)        # 5.x leaves a null out (whole heads); 4.x fails on it
+
+
+def rope_top(default: float) -> Field:
+    """RoPE's top-level base or rotary fraction: a null is refused where rope_parameters does not give the value
+    (4.x fails on it); where it does, 5.x reads that one and the null is moot (_rope)."""
+    return Field(NUM, default, null=None)
+
+
+def decoder_fields(max_pos: int, kv: Field, head_dim: Field, theta: float = 10000.0, eps: float = 1e-6,
+                   tie: bool = False, partial: Field = WHOLE_HEADS, **more) -> dict:
+    """The fields every class of the LLaMA lineage reads, at the family's defaults, and the family's own (`more`)."""
+    return dict(SIZES, num_key_value_heads=kv, head_dim=head_dim, max_position_embeddings=Field(INT, max_pos),
+                rms_norm_eps=Field(NUM, eps), tie_word_embeddings=Field(BOOL, tie, null=False),   # null: untied (4.x)
+                rope_theta=rope_top(theta), rope_scaling=Field(OBJ, None, null=None),          # null: no scaling
+                rope_parameters=Field(OBJ, None, null=None), partial_rotary_factor=partial, **more)
+
+
+QWEN_WINDOWS = dict(use_sliding_window=Field(BOOL, False, null=False), sliding_window=Field(INT, 4096, null=None),
+                    max_window_layers=Field(COUNT, 28, null=None),   # null: refused where the window needs it
+                    layer_types=LAYER_TYPES)
+GEMMA_SCALE = dict(query_pre_attn_scalar=Field(NUM, 256), sliding_window=Field(INT, 4096),  # a null window fails:
+                   layer_types=LAYER_TYPES)                   # Gemma 2 and 3 build a sliding mask unconditionally
+FIELDS = {
+    "LlamaForCausalLM": decoder_fields(2048, KV_OR_HEADS, HEAD_DIM_OR_DERIVED, hidden_act=SILU,
+                                       attention_bias=NO_BIAS, mlp_bias=NO_BIAS),
+    "MistralForCausalLM": decoder_fields(131072, Field(INT, 8, null=None), HEAD_DIM_OR_DERIVED, hidden_act=SILU,
+                                         sliding_window=Field(INT, 4096, null=None)),   # null: no window
+    "Qwen2ForCausalLM": decoder_fields(32768, Field(INT, 32, null=None), HEAD_DIM_GETATTR, hidden_act=SILU,
+                                       **QWEN_WINDOWS),
+    "Qwen3ForCausalLM": decoder_fields(32768, Field(INT, 32, null=None), Field(INT, 128), hidden_act=SILU,
+                                       attention_bias=NO_BIAS, **QWEN_WINDOWS),
+    "Olmo2ForCausalLM": decoder_fields(2048, KV_OR_HEADS, HEAD_DIM_GETATTR, eps=1e-5, hidden_act=SILU,
+                                       attention_bias=NO_BIAS),
+    "GemmaForCausalLM": decoder_fields(8192, Field(INT, 16), Field(INT, 256), tie=True, hidden_act=GELU_TANH,
+                                       attention_bias=NO_BIAS),
+    "Gemma2ForCausalLM": decoder_fields(8192, Field(INT, 4), Field(INT, 256), tie=True, hidden_activation=GELU_TANH,
+                                        attention_bias=NO_BIAS, **GEMMA_SCALE,
+                                        attn_logit_softcapping=Field(NUM, 50.0, null=None),   # null: no softcap
+                                        final_logit_softcapping=Field(NUM, 30.0, null=None)),
+    "Gemma3ForCausalLM": dict(decoder_fields(131072, Field(INT, 4), Field(INT, 256), theta=1e6, tie=True,
+                                             hidden_activation=GELU_TANH, attention_bias=NO_BIAS, **GEMMA_SCALE,
+                                             final_logit_softcapping=Field(NUM, None, null=None),
+                                             sliding_window_pattern=Field(INT, 6, null=None),   # used without
+                                             rope_local_base_freq=Field(NUM, 1e4, null=None)),  # layer_types only
+                              # published multimodal configs leave out every text field at its default, sizes too
+                              vocab_size=Field(INT, 262208), hidden_size=Field(INT, 2304),
+                              intermediate_size=Field(INT, 9216), num_hidden_layers=Field(INT, 26),
+                              num_attention_heads=Field(INT, 8)),
+    "Phi3ForCausalLM": decoder_fields(4096, KV_OR_HEADS, HEAD_DIM_GETATTR, eps=1e-5, partial=rope_top(1.0),
+                                      hidden_act=SILU, sliding_window=Field(INT, None, null=None),   # null: none
+                                      original_max_position_embeddings=Field(INT, 4096, null=None)),  # longrope's
+    "GPT2LMHeadModel": dict(n_positions=Field(INT), vocab_size=Field(INT), n_layer=Field(INT), n_head=Field(INT),
+                            n_embd=Field(INT), n_inner=Field(INT, None, null=None),   # absent or null: 4 * n_embd
+                            activation_function=Field(STR, "gelu_new"), layer_norm_epsilon=Field(NUM, 1e-5),
+                            # null: 4.x's eager attention leaves the scores unscaled, its sdpa scales them
+                            scale_attn_weights=Field(BOOL, True),
+                            scale_attn_by_inverse_layer_idx=Field(BOOL, False, null=False),
+                            tie_word_embeddings=Field(BOOL, True, null=False)),
+    "GPTNeoXForCausalLM": dict(SIZES, hidden_act=Field(STR, "gelu"), max_position_embeddings=Field(INT, 2048),
+                               layer_norm_eps=Field(NUM, 1e-5), use_parallel_residual=Field(BOOL, True, null=False),
+                               attention_bias=Field(BOOL, True, null=False),
+                               tie_word_embeddings=Field(BOOL, False, null=False),
+                               # RoPE: 4.x's two fields, 5.x's rope_parameters, and the echoes 4.x writes beside
+                               # them, which neither version reads (they must agree, _neox_config)
+                               rotary_emb_base=rope_top(10000.0), rotary_pct=rope_top(0.25),
+                               rope_scaling=Field(OBJ, None, null=None), rope_parameters=Field(OBJ, None, null=None),
+                               rope_theta=Field(NUM, None, null=None),
+                               partial_rotary_factor=Field(NUM, None, null=None)),
 }
+# fields a family's transformers class stores but never applies, found in the configs transformers itself writes:
+# ignored, whatever their value, as there
+IGNORED = {"GemmaForCausalLM": {"hidden_activation"},           # Gemma 1 reads hidden_act, ...
+           "Gemma2ForCausalLM": {"hidden_act"},                 # ... Gemma 2 and 3 hidden_activation
+           "Gemma3ForCausalLM": {"hidden_act", "attn_logit_softcapping"}}   # stored, never passed to the attention
+# the model_type transformers' AutoConfig expects of each architecture (it builds the model_type's class)
+MODEL_TYPES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
+               "Qwen3ForCausalLM": "qwen3", "Olmo2ForCausalLM": "olmo2", "GemmaForCausalLM": "gemma",
+               "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text", "Phi3ForCausalLM": "phi3",
+               "GPT2LMHeadModel": "gpt2", "GPTNeoXForCausalLM": "gpt_neox", "Gemma3ForConditionalGeneration": "gemma3"}
 
 # fields that never change the forward pass of a causal LM in eval mode: bookkeeping, token ids,
 # initialization, dropout, caching, generation defaults, heads other than the LM head
@@ -197,10 +347,11 @@ INERT = {
     "begin_suppress_tokens", "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
     "summary_first_dropout", "classifier_dropout", "cache_implementation", "auto_map",
     "pretraining_tp",               # LLaMA: the same matmuls, split in slices
-    "reorder_and_upcast_attn", "n_ctx",   # GPT-2: float32 upcast of the scores; a legacy alias of n_positions
+    "reorder_and_upcast_attn",      # GPT-2: float32 scores, the scale folded into the matmul (eager only): rounding
+    "n_ctx",                        # GPT-2: a legacy alias of n_positions that neither version reads
     "_sliding_window_pattern",      # Gemma 3: a private echo that transformers writes and never reads
 }
-# fields that are inert only at these values
+# fields that are inert only at these values (or null)
 INERT_IF = {"is_encoder_decoder": False, "add_cross_attention": False, "pruned_heads": {},
             "tie_encoder_decoder": False, "use_bidirectional_attention": False}
 # the top level of a Gemma 3 multimodal config.json around its text_config (the vision tower is not read)
@@ -210,75 +361,40 @@ GEMMA3_MULTIMODAL = {"text_config", "vision_config", "boi_token_index", "eoi_tok
 GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
                     "gelu_accurate": "gelu_tanh", "gelu_python_tanh": "gelu_tanh", "gelu": "gelu",
                     "gelu_python": "gelu", "relu": "relu", "silu": "silu", "swish": "silu", "tanh": "tanh"}
-
-
-# The type of every field the loader reads (null always means "absent"): a value of another type is refused
-# by name before it is interpreted, so "12", 12.5, true or -4 never becomes a model. JSON gives exact types.
-FIELD_KINDS = {"an integer >= 1": lambda v: type(v) is int and v >= 1,
-               "an integer >= 0": lambda v: type(v) is int and v >= 0,
-               "a finite number > 0": lambda v: type(v) in (int, float) and math.isfinite(v) and v > 0,
-               "true or false": lambda v: type(v) is bool,
-               "a string": lambda v: type(v) is str,
-               "an object or null": lambda v: type(v) is dict,
-               "a list of names": lambda v: type(v) is list and all(type(a) is str for a in v),
-               "a list of numbers > 0": lambda v: type(v) is list and all(
-                   type(a) in (int, float) and math.isfinite(a) and a > 0 for a in v)}
-FIELD_TYPES = {
-    **dict.fromkeys(("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                     "intermediate_size", "max_position_embeddings", "head_dim", "sliding_window", "n_positions",
-                     "n_layer", "n_head", "n_embd", "n_inner", "original_max_position_embeddings",
-                     "sliding_window_pattern"), "an integer >= 1"),
-    "max_window_layers": "an integer >= 0",
-    **dict.fromkeys(("rms_norm_eps", "layer_norm_epsilon", "layer_norm_eps", "rope_theta", "factor",
-                     "low_freq_factor", "high_freq_factor", "partial_rotary_factor", "rotary_pct", "rotary_emb_base",
-                     "rope_local_base_freq", "query_pre_attn_scalar", "attn_logit_softcapping",
-                     "final_logit_softcapping", "attention_factor"), "a finite number > 0"),
-    **dict.fromkeys(("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window", "scale_attn_weights",
-                     "scale_attn_by_inverse_layer_idx", "use_parallel_residual"), "true or false"),
-    **dict.fromkeys(("hidden_act", "hidden_activation", "activation_function", "rope_type", "type"), "a string"),
-    **dict.fromkeys(("rope_scaling", "rope_parameters", "text_config", "full_attention", "sliding_attention"),
-                    "an object or null"),
-    **dict.fromkeys(("architectures", "layer_types"), "a list of names"),
-    **dict.fromkeys(("short_factor", "long_factor"), "a list of numbers > 0"),
-}
-
-
-def check_field_types(fields: dict, where: str = "") -> None:
-    """Refuse, by name, any read field of the wrong type or range, also inside the objects that hold fields
-    (rope_scaling, rope_parameters and their per-layer-type parts, text_config)."""
-    for key, value in fields.items():
-        kind = FIELD_TYPES.get(key)
-        if kind and value is not None and not FIELD_KINDS[kind](value):
-            raise ValueError(f"field {where}{key} must be {kind}, got {value!r}")
-        if kind == "an object or null" and isinstance(value, dict):
-            check_field_types(value, f"{where}{key}.")
+# Gemma's gated MLP: the GELU of transformers' activation name, exact (erf) or tanh, as model.py's GeGLU knob
+GEGLU = {name: "geglu" if act == "gelu" else "geglu_tanh" for name, act in GPT2_ACTIVATIONS.items()
+         if act.startswith("gelu")}
 
 
 def config_from_json(hf: dict) -> GPTConfig:
     """The GPTConfig of a config.json dict; a ValueError names any field, value or architecture not exactly met."""
     if not isinstance(hf, dict):
         raise ValueError(f"config.json must hold a JSON object, got {type(hf).__name__}")
-    check_field_types(hf)
-    arch = (hf.get("architectures") or [None])[0]
+    archs = hf.get("architectures")
+    if archs is not None and not KINDS[NAME_LIST](archs):
+        raise ValueError(f"field architectures must be {NAME_LIST}, got {archs!r}")
+    arch = (archs or [None])[0]
     if arch not in FAMILIES:
-        raise ValueError(f"unsupported architecture {arch!r}; hf.py loads exactly {', '.join(FAMILIES)}. "
+        what = repr(arch) if arch else "None: config.json's architectures is " + (
+            json.dumps(archs) if "architectures" in hf else "absent") + ", it names no model class"
+        raise ValueError(f"unsupported architecture {what}; hf.py loads exactly {', '.join(FAMILIES)}. "
                          f"For any other family, fingerprint a model you load yourself: seedprint.fingerprint "
                          f"accepts a callable ids -> final-norm last-token states (see docs/real_checkpoints.md)")
+    if len(set(archs)) > 1:
+        raise ValueError(f"field architectures names several classes {archs}: which one it is is unclear")
+    if "model_type" in hf and hf["model_type"] != MODEL_TYPES[arch]:
+        raise ValueError(f"field model_type {json.dumps(hf['model_type'])} contradicts its architectures "
+                         f"{arch} (model_type {MODEL_TYPES[arch]!r}): transformers' AutoModelForCausalLM builds the "
+                         f"class of the model_type, {arch}.from_pretrained its own; fix the one that is wrong")
     if arch == "Gemma3ForConditionalGeneration":
         return _gemma3_multimodal_config(hf)
-    fields = {k: v for k, v in hf.items() if k not in INERT}   # every field is popped as it is read
+    f = Fields({k: v for k, v in hf.items() if k not in INERT}, FIELDS[arch], arch)
     for key, inert in INERT_IF.items():
-        if key in fields and fields.pop(key) not in (inert, None):
+        if key in f.left and f.left.pop(key) not in (inert, None):
             raise ValueError(f"config.json sets {key}={hf[key]!r}; hf.py loads decoder-only causal LMs only")
-    if arch == "GPT2LMHeadModel":
-        config = _gpt2_config(fields)
-    elif arch == "GPTNeoXForCausalLM":
-        config = _neox_config(fields)
-    else:
-        config = _decoder_config(fields, arch)
-    if fields:
-        raise ValueError(f"config.json field(s) {sorted(fields)} of this {arch} are not understood by hf.py; a "
-                         f"field it cannot read may change the forward pass: refused, not approximated")
+    builder = {"GPT2LMHeadModel": _gpt2_config, "GPTNeoXForCausalLM": _neox_config}.get(arch, _decoder_config)
+    config = builder(f, arch)
+    check_unread(f, config, arch)
     return config
 
 
@@ -292,66 +408,112 @@ def _gemma3_multimodal_config(hf: dict) -> GPTConfig:
     if unknown:
         raise ValueError(f"config.json field(s) {unknown} of this Gemma3ForConditionalGeneration are not "
                          f"understood by hf.py; refused, not approximated")
-    fields = dict(text, architectures=["Gemma3ForCausalLM"])
-    if "tie_word_embeddings" in hf:
-        fields["tie_word_embeddings"] = hf["tie_word_embeddings"]
+    if text.get("model_type", "gemma3_text") != "gemma3_text":
+        raise ValueError(f"field text_config.model_type {json.dumps(text['model_type'])} is not "
+                         f"'gemma3_text', the language model of a Gemma3ForConditionalGeneration")
+    # 4.x ties the head by the text_config's tie_word_embeddings, 5.x by the top level's (both true where absent,
+    # a null false): they must say the same
+    top, inner = hf.get("tie_word_embeddings", True), text.get("tie_word_embeddings", True)
+    for where, value in (("", top), ("text_config.", inner)):
+        if value is not None and type(value) is not bool:
+            raise ValueError(f"field {where}tie_word_embeddings must be {BOOL}, got {value!r}")
+    if bool(top) != bool(inner):
+        raise ValueError(f"fields tie_word_embeddings ({json.dumps(top)}, read by transformers 5.x) and "
+                         f"text_config.tie_word_embeddings ({json.dumps(inner)}, read by 4.x) differ: one version "
+                         f"would tie the LM head, the other not; make them agree")
     try:
-        return config_from_json(fields)
+        return config_from_json(dict(text, architectures=["Gemma3ForCausalLM"]))
     except ValueError as e:
         raise ValueError(f"its text_config: {e}") from None
 
 
-def _need(f: dict, key: str, defaults: dict = None, where: str = "config.json"):
-    """A field that must be there (or have a class default)."""
-    value = f.pop(key, None)
-    if value is None:
-        value = (defaults or {}).get(key)
-    if value is None:
-        raise ValueError(f"{where} lacks the field {key!r}")
-    return value
+def layer_kinds(config: GPTConfig) -> list:
+    """Each layer's attention, in layer_types' words: the window where the config slides it, else full."""
+    return ["sliding_attention" if config.sliding_window is not None and
+            (config.sliding_layers is None or config.sliding_layers[i] == "s") else "full_attention"
+            for i in range(config.n_layer)]
 
 
-def _gpt2_config(f: dict) -> GPTConfig:
-    act = f.pop("activation_function", "gelu_new")
+# Fields that some family reads and others' transformers classes do not. Left unread, one is accepted where null or
+# where its value says what the class builds anyway (a layer_types naming the very layers that slide, a bias false
+# on a class without biases); any other value describes a model transformers does not build from the file (and
+# obeying it here would make another): refused by name. (kind, agrees(value, the GPTConfig built))
+UNREAD_AGREES = {
+    "sliding_window": (INT, lambda v, c: False),       # a window the class never applies
+    "layer_types": (NAME_LIST, lambda v, c: v == layer_kinds(c)),
+    "use_sliding_window": (BOOL, lambda v, c: v == (c.sliding_window is not None)),
+    "max_window_layers": (COUNT, lambda v, c: c.sliding_window is None or layer_kinds(c) == [
+        "sliding_attention" if i >= v else "full_attention" for i in range(c.n_layer)]),
+    "sliding_window_pattern": (INT, lambda v, c: c.sliding_window is not None and layer_kinds(c) == [
+        "full_attention" if (i + 1) % v == 0 else "sliding_attention" for i in range(c.n_layer)]),
+    "attention_bias": (BOOL, lambda v, c: v == c.attn_bias),
+    "mlp_bias": (BOOL, lambda v, c: v == c.mlp_bias),
+    "attn_logit_softcapping": (NUM, lambda v, c: v == c.attn_softcap),
+    "final_logit_softcapping": (NUM, lambda v, c: v == c.logit_softcap),
+    "query_pre_attn_scalar": (NUM, lambda v, c: c.attn_scale is None and v == c.head_dim),
+    "rope_local_base_freq": (NUM, lambda v, c: v == c.rope_local_theta),
+    "use_parallel_residual": (BOOL, lambda v, c: v == c.parallel_residual),
+    "head_dim": (INT, lambda v, c: v == c.head_dim),
+    # 5.x overrides the original context of llama3 RoPE with it, 4.x does not read it
+    "original_max_position_embeddings": (INT, lambda v, c: c.rope_type not in ("llama3", "longrope") or
+                                         v == c.rope_original_context),
+}
+UNREAD_NOTES = {("MistralForCausalLM", "layer_types"): " (AutoModel reads a mistral config with layer_types as a "
+                                                       "MinistralForCausalLM, which does)"}
+
+
+def check_unread(f: Fields, config: GPTConfig, arch: str) -> None:
+    """What no one read: a field the family's class ignores as well, null, or agreeing with the model (above), is
+    accepted; anything else is refused by name, the unknown (a field no family here reads) first."""
+    for key in IGNORED.get(arch, ()):
+        f.left.pop(key, None)
+    unknown = sorted(set(f.left) - set(UNREAD_AGREES))
+    if unknown:
+        raise ValueError(f"config.json field(s) {unknown} of this {arch} are not understood by hf.py; a field it "
+                         f"cannot read may change the forward pass: refused, not approximated")
+    for key, value in f.left.items():
+        kind, agrees = UNREAD_AGREES[key]
+        if value is not None and not (KINDS[kind](value) and agrees(value, config)):
+            shown = json.dumps(value)
+            shown = shown if len(shown) <= 60 else shown[:56] + " ..."
+            raise ValueError(f"config.json sets {key}={shown}, which transformers' {arch} does not read"
+                             f"{UNREAD_NOTES.get((arch, key), '')}: it builds another model than the field says; "
+                             f"remove the field")
+
+
+def _gpt2_config(f: Fields, arch: str) -> GPTConfig:
+    act = f("activation_function")
     if act not in GPT2_ACTIVATIONS:
         raise ValueError(f"unsupported GPT-2 activation_function {act!r}; known: {sorted(GPT2_ACTIVATIONS)}")
-    for key, expected in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False)):
-        if f.pop(key, expected) != expected:
-            raise ValueError(f"GPT-2 config sets {key}={not expected}: attention scaled other than by "
-                             f"1/sqrt(head_dim) is not supported")
-    return GPTConfig(block_size=_need(f, "n_positions"), vocab_size=_need(f, "vocab_size"), n_layer=_need(f, "n_layer"),
-                     n_head=_need(f, "n_head"), n_embd=_need(f, "n_embd"), mlp_hidden=f.pop("n_inner", None),
-                     norm="layernorm", norm_eps=f.pop("layer_norm_epsilon", 1e-5), position="learned",
-                     activation=GPT2_ACTIVATIONS[act], bias=True, tie_embeddings=f.pop("tie_word_embeddings", True))
+    if not f("scale_attn_weights"):
+        raise ValueError("GPT-2 config sets scale_attn_weights=false: attention scaled other than by 1/sqrt(head_dim) "
+                         "is not supported")
+    if f("scale_attn_by_inverse_layer_idx"):
+        raise ValueError("GPT-2 config sets scale_attn_by_inverse_layer_idx=true: attention scaled other than by "
+                         "1/sqrt(head_dim) is not supported")
+    return GPTConfig(block_size=f("n_positions"), vocab_size=f("vocab_size"), n_layer=f("n_layer"), n_head=f("n_head"),
+                     n_embd=f("n_embd"), mlp_hidden=f("n_inner"), norm="layernorm", norm_eps=f("layer_norm_epsilon"),
+                     position="learned", activation=GPT2_ACTIVATIONS[act], bias=True,
+                     tie_embeddings=f("tie_word_embeddings"))
 
 
-def _neox_config(f: dict) -> GPTConfig:
+def _neox_config(f: Fields, arch: str) -> GPTConfig:
     """GPT-NeoX (Pythia): LayerNorm with biases, an MLP with biases, attention biases where attention_bias says,
     the two sublayers side by side or one after the other, RoPE on the first rotary_pct of each head."""
-    d = DEFAULTS["GPTNeoXForCausalLM"]
-    get = lambda key: f.pop(key, d.get(key))
-    H, n_embd, L = _need(f, "num_attention_heads"), _need(f, "hidden_size"), _need(f, "num_hidden_layers")
-    act = get("hidden_act")
+    H, n_embd, L = f("num_attention_heads"), f("hidden_size"), f("num_hidden_layers")
+    act = f("hidden_act")
     if act not in GPT2_ACTIVATIONS:
         raise ValueError(f"unsupported GPT-NeoX hidden_act {act!r}; known: {sorted(GPT2_ACTIVATIONS)}")
-    max_pos, head_dim = get("max_position_embeddings"), n_embd // H
+    max_pos = f("max_position_embeddings")
     # 4.x reads rotary_emb_base / rotary_pct; 5.x rope_parameters, else those two. The top-level rope_theta and
     # partial_rotary_factor that 4.x writes beside them are echoes neither reads: they must agree, or be absent
-    base, pct = get("rotary_emb_base"), get("rotary_pct")
-    params = f.get("rope_parameters") or {}
-    base, pct = params.get("rope_theta", base), params.get("partial_rotary_factor", pct)
-    for echo, value in (("rope_theta", base), ("partial_rotary_factor", pct)):
-        if f.get(echo) is not None and f.pop(echo) != value:
-            raise ValueError(f"config.json's {echo} disagrees with the value GPT-NeoX reads ({value}); which one "
-                             f"holds is unclear: refused")
-        f.pop(echo, None)
-    rope = _rope(f, max_pos, head_dim, theta=base, partial=pct, kinds=("default", "linear"), partial_ok=True)
-    attention_bias = bool(get("attention_bias"))
-    return GPTConfig(block_size=max_pos, vocab_size=_need(f, "vocab_size"), n_layer=L, n_head=H, n_embd=n_embd,
-                     mlp_hidden=_need(f, "intermediate_size"), norm="layernorm", norm_eps=get("layer_norm_eps"),
-                     norm_bias=True, parallel_residual=bool(get("use_parallel_residual")),
-                     activation=GPT2_ACTIVATIONS[act], position="rope", **rope, bias=attention_bias,
-                     mlp_bias=True, tie_embeddings=bool(get("tie_word_embeddings")))
+    rope = _rope(f, max_pos, n_embd // H, kinds=("default", "linear"), theta_key="rotary_emb_base",
+                 partial_key="rotary_pct", partial_ok=True, echoes=("rope_theta", "partial_rotary_factor"))
+    return GPTConfig(block_size=max_pos, vocab_size=f("vocab_size"), n_layer=L, n_head=H, n_embd=n_embd,
+                     mlp_hidden=f("intermediate_size"), norm="layernorm", norm_eps=f("layer_norm_eps"),
+                     norm_bias=True, parallel_residual=f("use_parallel_residual"),
+                     activation=GPT2_ACTIVATIONS[act], position="rope", **rope, bias=f("attention_bias"),
+                     mlp_bias=True, tie_embeddings=f("tie_word_embeddings"))
 
 
 # what each family of the LLaMA lineage sets apart: its norm, where its norms sit, its q/k norm
@@ -359,120 +521,160 @@ NORMS = {"Olmo2ForCausalLM": ("rmsnorm", "post", "all"), "Qwen3ForCausalLM": ("r
          "GemmaForCausalLM": ("rmsnorm_1p", "pre", "none"), "Gemma2ForCausalLM": ("rmsnorm_1p", "sandwich", "none"),
          "Gemma3ForCausalLM": ("rmsnorm_1p", "sandwich", "head")}
 GEMMA = ("GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM")
-# the bias fields each family's transformers class reads (Qwen2 always has q/k/v biases; Mistral and Phi-3 none)
-BIAS_FIELDS = {"LlamaForCausalLM": ("attention_bias", "mlp_bias"), "Qwen3ForCausalLM": ("attention_bias",),
-               "Olmo2ForCausalLM": ("attention_bias",), **dict.fromkeys(GEMMA, ("attention_bias",))}
+ROPE_KINDS = ("default", "linear", "llama3")
 
 
-def _decoder_config(f: dict, arch: str) -> GPTConfig:
+def _decoder_config(f: Fields, arch: str) -> GPTConfig:
     """The LLaMA lineage: RMSNorm (Gemma: x (1 + w)), a gated MLP, RoPE, GQA. They differ in where the norms sit,
     biases, q/k norms, head width, windows, RoPE's variants, and Gemma's scales and soft-caps."""
-    d = DEFAULTS[arch]
-    get = lambda key: f.pop(key, d.get(key))
-    H, n_embd, L = _need(f, "num_attention_heads", d), _need(f, "hidden_size", d), _need(f, "num_hidden_layers", d)
-    max_pos, head_dim = get("max_position_embeddings"), get("head_dim")
-    activation = _gated_activation(f, arch, d)
-    # biases: a bias field the family's transformers class ignores must not claim biases
-    bias = {key: bool(f.pop(key, d.get(key, False))) for key in ("attention_bias", "mlp_bias")}
-    for key, on in bias.items():
-        if on and key not in BIAS_FIELDS.get(arch, ()):
-            raise ValueError(f"config.json sets {key}=true, which transformers' {arch} does not read")
+    H, n_embd, L = f("num_attention_heads"), f("hidden_size"), f("num_hidden_layers")
+    n_kv, head_dim = f("num_key_value_heads") or H, f("head_dim") or n_embd // H
+    max_pos = f("max_position_embeddings")
+    activation = _gated_activation(f, arch)
+    # Qwen2 has q/k/v biases and no others whatever attention_bias says; Mistral and Phi-3 none (check_unread)
+    bias = {key: f(key) if key in f.table else False for key in ("attention_bias", "mlp_bias")}
     norm, norm_position, qk_norm = NORMS.get(arch, ("rmsnorm", "pre", "none"))
-    hd = head_dim or n_embd // H
-    window, sliding_layers = _windows(f, arch, d, L)
+    window, sliding_layers = _windows(f, arch, L)
     gemma = {}
     if arch in GEMMA:
         gemma["embed_scale"] = math.sqrt(n_embd)           # rounded to the model's dtype at run time, as Gemma does
     if arch in ("Gemma2ForCausalLM", "Gemma3ForCausalLM"):
-        gemma["attn_scale"] = get("query_pre_attn_scalar") ** -0.5
-        gemma["logit_softcap"] = get("final_logit_softcapping")
+        gemma["attn_scale"] = f("query_pre_attn_scalar") ** -0.5
+        gemma["logit_softcap"] = f("final_logit_softcapping")
     if arch == "Gemma2ForCausalLM":
-        gemma["attn_softcap"] = get("attn_logit_softcapping")
+        gemma["attn_softcap"] = f("attn_logit_softcapping")
     if arch == "Gemma3ForCausalLM":
-        f.pop("attn_logit_softcapping", None)    # stored, but transformers' Gemma 3 never applies it: neither do we
-        rope = _gemma3_rope(f, max_pos, hd, d, sliding=window is not None)
+        rope = _gemma3_rope(f, max_pos, head_dim, sliding=window is not None)
+    elif arch == "Phi3ForCausalLM":   # both versions read default and LongRoPE (also by its older names su, yarn)
+        original = f("original_max_position_embeddings")
+        rope = _rope(f, max_pos, head_dim, kinds=("default", "longrope"), partial_ok=True,
+                     original=lambda: f.used("original_max_position_embeddings", original))
     else:
-        rope = _rope(f, max_pos, hd, theta=get("rope_theta"), partial=f.pop("partial_rotary_factor", None),
-                     original=get("original_max_position_embeddings") if arch == "Phi3ForCausalLM" else None,
-                     kinds=("default", "linear", "llama3", "longrope") if arch == "Phi3ForCausalLM"
-                     else ("default", "linear", "llama3"), partial_ok=arch == "Phi3ForCausalLM")
-    return GPTConfig(block_size=max_pos, vocab_size=_need(f, "vocab_size", d), n_layer=L, n_head=H,
-                     n_kv_head=get("num_key_value_heads") or H, n_embd=n_embd,
-                     head_size=head_dim if head_dim not in (None, n_embd // H) else None,
-                     mlp_hidden=_need(f, "intermediate_size", d), norm=norm, norm_eps=get("rms_norm_eps"),
+        rope = _rope(f, max_pos, head_dim, kinds=ROPE_KINDS)
+    return GPTConfig(block_size=max_pos, vocab_size=f("vocab_size"), n_layer=L, n_head=H, n_kv_head=n_kv,
+                     n_embd=n_embd, head_size=head_dim if head_dim != n_embd // H else None,
+                     mlp_hidden=f("intermediate_size"), norm=norm, norm_eps=f("rms_norm_eps"),
                      norm_position=norm_position, qk_norm=qk_norm, activation=activation, position="rope", **rope,
                      sliding_window=window, sliding_layers=sliding_layers, **gemma, bias=False,
                      qkv_bias=arch == "Qwen2ForCausalLM", attn_bias=bias["attention_bias"], mlp_bias=bias["mlp_bias"],
-                     tie_embeddings=bool(get("tie_word_embeddings")))
+                     tie_embeddings=f("tie_word_embeddings"))
 
 
-def _gated_activation(f: dict, arch: str, defaults: dict) -> str:
-    """The gated MLP's activation. SwiGLU for all but Gemma, whose gate is tanh GELU (GeGLU): Gemma 1 reads
-    hidden_act (transformers 5.x runs its "gelu" as tanh GELU, as Gemma was trained; 4.x ran exact GELU), Gemma
-    2 and 3 hidden_activation; each ignores the other field, and so does this loader."""
-    if arch in GEMMA:
-        read, ignored = ("hidden_act", "hidden_activation") if arch == "GemmaForCausalLM" else \
-            ("hidden_activation", "hidden_act")
-        f.pop(ignored, None)
-        act = f.pop(read, None) or defaults[read]
-        if act not in ("gelu_pytorch_tanh", "gelu", "gelu_new"):
-            raise ValueError(f"unsupported {read} {act!r} for {arch}: its gated MLP is GeGLU (tanh GELU)")
+def _gated_activation(f: Fields, arch: str) -> str:
+    """The gated MLP's activation: SwiGLU (silu) for all but Gemma, whose gate is a GELU (GeGLU), exact or tanh as
+    named. Gemma 1 reads hidden_act, Gemma 2 and 3 hidden_activation (each ignores the other field). Gemma 1's
+    "gelu" (google/gemma-7b's config) is run as tanh GELU, as 5.x rewrites it and as Gemma was trained (4.x ran it
+    exact); Gemma 2 and 3 run "gelu" exact in both versions, and so does this loader."""
+    key = "hidden_activation" if arch in ("Gemma2ForCausalLM", "Gemma3ForCausalLM") else "hidden_act"
+    act = f(key)
+    if arch == "GemmaForCausalLM" and act == "gelu":
         return "geglu_tanh"
-    act = f.pop("hidden_act", "silu")
+    if arch in GEMMA:
+        if act not in GEGLU:
+            raise ValueError(f"unsupported {key} {act!r} for {arch}: its gated MLP is GeGLU ({sorted(GEGLU)})")
+        return GEGLU[act]
     if act not in ("silu", "swish"):
         raise ValueError(f"unsupported hidden_act {act!r} for {arch}: its gated MLP is SwiGLU (silu)")
     return "swiglu"
 
 
-def _windows(f: dict, arch: str, defaults: dict, n_layer: int) -> tuple:
+def _windows(f: Fields, arch: str, n_layer: int) -> tuple:
     """(sliding_window, sliding_layers): the window and which layers use it (None: every layer), from each
-    family's fields: Mistral and Phi-3 slide every layer; Qwen2/3 from max_window_layers on where
-    use_sliding_window says; Gemma 2 even layers, Gemma 3 all but every sliding_window_pattern-th; layer_types,
-    where given, say it layer by layer."""
+    family's fields: Mistral and Phi-3 slide every layer (a null window: none); Qwen2/3 from max_window_layers on
+    where use_sliding_window says; Gemma 2 even layers, Gemma 3 all but every sliding_window_pattern-th; layer_types,
+    where given, say it layer by layer (Qwen, Gemma 2 and 3: Mistral's and Phi-3's classes do not read it)."""
     if arch in ("LlamaForCausalLM", "Olmo2ForCausalLM", "GemmaForCausalLM"):
         return None, None
-    window = f.pop("sliding_window", defaults.get("sliding_window"))
-    layers = f.pop("layer_types", None)
+    window = f("sliding_window")
+    if arch in ("MistralForCausalLM", "Phi3ForCausalLM"):
+        return window, None
+    layers = f("layer_types")
     if arch.startswith("Qwen"):      # a window only with use_sliding_window, and then from max_window_layers on
-        on, first = f.pop("use_sliding_window", False), f.pop("max_window_layers", defaults["max_window_layers"])
+        on, first = f("use_sliding_window"), f("max_window_layers")
         window = window if on else None
-        layers = layers or ["sliding_attention" if window is not None and i >= first else "full_attention"
-                            for i in range(n_layer)]
+        if layers is None and window is not None:
+            first = f.used("max_window_layers", first)
+            layers = ["sliding_attention" if i >= first else "full_attention" for i in range(n_layer)]
     elif arch == "Gemma2ForCausalLM":
         layers = layers or ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layer)]
-    elif arch == "Gemma3ForCausalLM":
-        pattern = f.pop("sliding_window_pattern", defaults["sliding_window_pattern"])
-        layers = layers or ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention"
-                            for i in range(n_layer)]
-    layers = layers or ["sliding_attention"] * n_layer          # Mistral, Phi-3: the window on every layer
+    else:                            # Gemma 3
+        pattern = f("sliding_window_pattern")
+        if layers is None:
+            pattern = f.used("sliding_window_pattern", pattern)
+            layers = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(n_layer)]
+    if layers is None:
+        return None, None
     if len(layers) != n_layer or set(layers) - {"sliding_attention", "full_attention"}:
         raise ValueError(f"layer_types must name each of the {n_layer} layers sliding_attention or full_attention, "
                          f"got {sorted(set(layers))} for {len(layers)} layers")
-    if window is None or "sliding_attention" not in layers:
+    if "sliding_attention" not in layers:
         return None, None
+    if window is None:               # transformers builds a sliding mask without a window: it fails
+        raise ValueError("layer_types names sliding_attention layers, but there is no window (sliding_window null, "
+                         "or use_sliding_window false): transformers fails on that; give both, or neither")
     if "full_attention" not in layers:
         return window, None
     return window, "".join("s" if kind == "sliding_attention" else "f" for kind in layers)
 
 
-def _rope(f: dict, max_pos: int, head_dim: int, theta, partial=None, original=None,
-          kinds=("default", "linear", "llama3"), partial_ok: bool = False) -> dict:
-    """RoPE's knobs from either spelling: 4.x rope_theta + rope_scaling, or 5.x rope_parameters (whose own
-    values win over the top-level fields they repeat). `theta`, `partial` and `original`: the family's top-level
-    base, rotary fraction and original context (the caller reads them, in the family's spelling). partial_ok:
-    the family rotates part of each head (GPT-NeoX, Phi-3; the others' transformers classes rotate whole heads)."""
-    scaling, params = f.pop("rope_scaling", None), f.pop("rope_parameters", None)
+# RoPE's parameters, as rope_scaling (4.x) or rope_parameters (5.x) spell them: those of every kind, then each kind's
+ROPE_FIELDS = dict(rope_type=Field(STR, None), type=Field(STR, None),   # "type": the older spelling
+                   rope_theta=Field(NUM, None), partial_rotary_factor=Field(NUM, None))   # None: the top level's
+ROPE_KIND_FIELDS = {
+    "default": {},
+    "linear": dict(factor=Field(NUM)),
+    "llama3": dict(factor=Field(NUM), low_freq_factor=Field(NUM), high_freq_factor=Field(NUM),
+                   original_max_position_embeddings=Field(INT, None)),       # absent: max_position_embeddings (5.x)
+    "longrope": dict(short_factor=Field(NUMBER_LIST), long_factor=Field(NUMBER_LIST),
+                     factor=Field(NUM, None, null=None), attention_factor=Field(NUM, None, null=None),   # null:
+                     original_max_position_embeddings=Field(INT, None, null=None)),   # derived (5.x; 4.x refuses)
+}
+
+
+def _rope(f: Fields, max_pos: int, head_dim: int, kinds: tuple, theta_key: str = "rope_theta",
+          partial_key: str = "partial_rotary_factor", partial_ok: bool = False, original=None,
+          echoes: tuple = ()) -> dict:
+    """RoPE's knobs from either spelling: 4.x reads the top-level base and rotary fraction (`theta_key`,
+    `partial_key`: rope_theta and partial_rotary_factor, GPT-NeoX's rotary_emb_base and rotary_pct) with
+    rope_scaling; 5.x rope_parameters, whose own values win over the top-level ones. Given both, and different,
+    the two versions build two models: refused. `kinds`: the RoPE types the family's class computes; partial_ok:
+    it rotates part of each head (GPT-NeoX, Phi-3; the others rotate whole heads); `original`: LongRoPE's original
+    context, asked for only by a LongRoPE (Phi-3's top-level field); `echoes`: top-level fields neither version
+    reads (GPT-NeoX's), which must agree with what is read."""
+    top = [(name, key, f.given(key), f(key)) for name, key in (("rope_theta", theta_key),
+                                                                ("partial_rotary_factor", partial_key))]
+    scaling, params = f("rope_scaling"), f("rope_parameters")
     if scaling and params and scaling != params:
         raise ValueError(f"config.json has both rope_scaling {scaling} and rope_parameters {params}, and they differ")
-    p = dict(scaling or params or {})
-    if any(isinstance(v, dict) for v in p.values()):
-        raise ValueError(f"per-layer-type RoPE parameters {sorted(p)} are not supported for this family")
-    kind, old_kind = p.pop("rope_type", None), p.pop("type", None)    # "type" is the older spelling
+    where = "rope_scaling" if scaling else "rope_parameters"
+    p = Fields(scaling or params or {}, ROPE_FIELDS, f.family, where + ".")
+    if any(isinstance(v, dict) for v in p.left.values()):
+        raise ValueError(f"per-layer-type RoPE parameters {sorted(p.left)} are not supported for this family")
+    read = {}
+    for name, key, given, value in top:
+        inner = p(name)
+        if inner is not None and given and inner != value:
+            raise ValueError(f"config.json has {key}={value} and {where}.{name}={inner}: transformers 4.x reads the "
+                             f"first, 5.x the second; keep one")
+        read[name] = f.used(key, value) if inner is None else inner   # a null top-level value: moot, or refused
+    for echo in echoes:
+        value = f(echo)
+        if value is not None and value != read[echo]:
+            raise ValueError(f"config.json's {echo} disagrees with the value {f.family} reads ({read[echo]}); which "
+                             f"one holds is unclear: refused")
+    return _rope_parameters(p, max_pos, head_dim, read["rope_theta"], read["partial_rotary_factor"], kinds,
+                            partial_ok, original)
+
+
+def _rope_parameters(p: Fields, max_pos: int, head_dim: int, theta: float, partial: float, kinds: tuple,
+                     partial_ok: bool = False, original=None) -> dict:
+    """The knobs of one RoPE whose base and rotary fraction are known, from its parameters `p` (type, factors)."""
+    kind, old_kind = p("rope_type"), p("type")
     if kind and old_kind and kind != old_kind:
         raise ValueError(f"RoPE parameters name two types: rope_type={kind!r}, type={old_kind!r}")
-    kind = {"su": "longrope"}.get(kind or old_kind, kind or old_kind or "default")  # Phi-3's first name for it
-    theta = p.pop("rope_theta", theta if theta is not None else 10000.0)
-    partial = p.pop("partial_rotary_factor", partial if partial is not None else 1.0)
+    kind = kind or old_kind or "default"
+    if "longrope" in kinds:           # Phi-3's older names for LongRoPE, read as such by both versions
+        kind = {"su": "longrope", "yarn": "longrope"}.get(kind, kind)
     if not 0 < partial <= 1:
         raise ValueError(f"partial_rotary_factor (rotary_pct) must lie in (0, 1], got {partial}")
     if partial != 1 and not partial_ok:
@@ -482,65 +684,71 @@ def _rope(f: dict, max_pos: int, head_dim: int, theta, partial=None, original=No
     if dims % 2 or dims < 2:
         raise ValueError(f"RoPE on {dims} dims of each head (head_dim {head_dim} x {partial}) is not supported: an "
                          f"even number is")
-    out = dict(rope_theta=float(theta), rope_dims=dims if dims < head_dim else None)
     if kind not in kinds:
-        raise ValueError(f"RoPE type {kind!r} is not supported for this family; model.py computes {kinds} exactly")
+        raise ValueError(f"RoPE type {kind!r} is not supported for {p.family}: its transformers class computes "
+                         f"{', '.join(kinds)}, and so does model.py, exactly")
+    p.table = dict(p.table, **ROPE_KIND_FIELDS[kind])
+    out = dict(rope_theta=float(theta), rope_dims=dims if dims < head_dim else None)
     if kind == "linear":
-        out.update(rope_type="linear", rope_factor=float(_need(p, "factor", where="rope scaling")))
+        out.update(rope_type="linear", rope_factor=float(p("factor")))
     elif kind == "llama3":
-        out.update(rope_type="llama3", rope_factor=float(_need(p, "factor", where="rope scaling")),
-                   rope_low_freq_factor=float(_need(p, "low_freq_factor", where="rope scaling")),
-                   rope_high_freq_factor=float(_need(p, "high_freq_factor", where="rope scaling")),
-                   rope_original_context=int(p.pop("original_max_position_embeddings", max_pos)))
+        out.update(rope_type="llama3", rope_factor=float(p("factor")),
+                   rope_low_freq_factor=float(p("low_freq_factor")), rope_high_freq_factor=float(p("high_freq_factor")),
+                   rope_original_context=p("original_max_position_embeddings") or max_pos)
     elif kind == "longrope":
-        out.update(_longrope(p, max_pos, dims, original))
-    if p:
-        raise ValueError(f"RoPE parameter(s) {sorted(p)} are not understood for rope_type {kind!r}")
+        out.update(_longrope(p, max_pos, dims, original()))
+    if p.left:
+        raise ValueError(f"RoPE parameter(s) {sorted(p.left)} are not understood for rope_type {kind!r}")
     return out
 
 
-def _longrope(p: dict, max_pos: int, dims: int, original: Optional[int]) -> dict:
+def _longrope(p: Fields, max_pos: int, dims: int, original: int) -> dict:
     """Phi-3's LongRoPE up to its original context: each frequency divided by its short factor, cos and sin
     times the attention factor sqrt(1 + ln(factor) / ln(original)), factor = max_position_embeddings / original
     (5.x's own factor and attention_factor, where given, win). The top-level original_max_position_embeddings
     wins over rope_parameters' copy, as in transformers. Past the original context transformers switches to the
     long factors; the model refuses such sequences instead."""
-    p.pop("original_max_position_embeddings", None)
-    original = original or 4096
-    short, long = _need(p, "short_factor", where="longrope"), _need(p, "long_factor", where="longrope")
+    p("original_max_position_embeddings")
+    short, long = p("short_factor"), p("long_factor")
     if len(short) != dims // 2 or len(long) != dims // 2:
         raise ValueError(f"longrope needs one short and one long factor per frequency ({dims // 2}), got "
                          f"{len(short)} and {len(long)}")
-    factor = p.pop("factor", None) or max_pos / original
-    attention = p.pop("attention_factor", None)
+    factor = p("factor") or max_pos / original
+    attention = p("attention_factor")
     if attention is None:
         attention = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
     return dict(rope_type="longrope", rope_factors=tuple(float(s) for s in short), rope_attention_factor=attention,
                 rope_original_context=original)
 
 
-def _gemma3_rope(f: dict, max_pos: int, head_dim: int, defaults: dict, sliding: bool) -> dict:
+def _gemma3_rope(f: Fields, max_pos: int, head_dim: int, sliding: bool) -> dict:
     """Gemma 3's two RoPEs: the global (full_attention) layers' base with its scaling, the sliding layers' own
     base, unscaled. 4.x: rope_theta + rope_scaling, rope_local_base_freq; 5.x: rope_parameters per layer type."""
-    params = f.pop("rope_parameters", None)
-    if params is not None:
-        if set(params) - {"full_attention", "sliding_attention"} or not all(isinstance(v, dict)
-                                                                           for v in params.values()):
-            raise ValueError(f"Gemma 3's rope_parameters name each layer type's RoPE (full_attention, "
-                             f"sliding_attention), got {sorted(params)}: transformers would ignore a flat one")
-        full = dict(params.get("full_attention") or {"rope_theta": defaults["rope_theta"]})
-        local = dict(params.get("sliding_attention") or {"rope_theta": defaults["rope_local_base_freq"]})
-        if local.pop("rope_type", "default") != "default" or set(local) - {"rope_theta"}:
-            raise ValueError(f"Gemma 3's sliding layers use plain RoPE; got sliding_attention "
-                             f"{params.get('sliding_attention')}")
-        local_theta = local.get("rope_theta", defaults["rope_local_base_freq"])
-        for key in ("rope_theta", "rope_scaling", "rope_local_base_freq"):
-            if f.pop(key, None) is not None:
-                raise ValueError(f"config.json has both rope_parameters and {key}: which one holds is unclear")
-        rope = _rope(dict(rope_parameters=full), max_pos, head_dim, theta=defaults["rope_theta"])
-    else:
-        local_theta = f.pop("rope_local_base_freq", defaults["rope_local_base_freq"])
-        rope = _rope(f, max_pos, head_dim, theta=f.pop("rope_theta", defaults["rope_theta"]))
+    params = f("rope_parameters")
+    if params is None:
+        local = f("rope_local_base_freq")
+        rope = _rope(f, max_pos, head_dim, kinds=ROPE_KINDS)
+        return dict(rope, rope_local_theta=float(f.used("rope_local_base_freq", local)) if sliding else None)
+    if set(params) - {"full_attention", "sliding_attention"} or not all(v is None or isinstance(v, dict)
+                                                                       for v in params.values()):
+        raise ValueError(f"Gemma 3's rope_parameters name each layer type's RoPE (full_attention, "
+                         f"sliding_attention), got {sorted(params)}: transformers would ignore a flat one")
+    for key in ("rope_theta", "rope_scaling", "rope_local_base_freq"):
+        if f.given(key):
+            raise ValueError(f"config.json has both rope_parameters and {key}: which one holds is unclear")
+        f.left.pop(key, None)
+    partial = f("partial_rotary_factor")        # whole heads: anything else is refused below
+    full = Fields(params.get("full_attention") or {}, dict(ROPE_FIELDS, rope_theta=Field(NUM, 1e6)), f.family,
+                  "rope_parameters.full_attention.")
+    rope = _rope_parameters(full, max_pos, head_dim, full("rope_theta"), full("partial_rotary_factor") or partial,
+                            ROPE_KINDS)
+    local = Fields(params.get("sliding_attention") or {}, dict(rope_type=Field(STR, "default"),
+                                                               rope_theta=Field(NUM, 1e4)),
+                   f.family, "rope_parameters.sliding_attention.")
+    if local("rope_type") != "default" or local.left.keys() - {"rope_theta"}:
+        raise ValueError(f"Gemma 3's sliding layers use plain RoPE; got sliding_attention "
+                         f"{params.get('sliding_attention')}")
+    local_theta = local("rope_theta")
     return dict(rope, rope_local_theta=float(local_theta) if sliding else None)
 
 
@@ -556,8 +764,9 @@ def json_file(path: str, what: str):
 
 
 def read_dir(path: str):
-    """(GPTConfig, architecture, {shard file: its header}) of a Hugging Face directory: config.json read and
-    checked, the shards found (those the index names, else every *.safetensors) and their headers read."""
+    """(GPTConfig, architecture, {shard file: its header}, the config.json object of its fields) of a Hugging Face
+    directory: config.json read and checked, the shards found (those the index names, else every *.safetensors)
+    and their headers read. The fields (a Gemma 3 multimodal model's text_config) name a tensor's causes."""
     cfg_path, index = os.path.join(path, "config.json"), os.path.join(path, "model.safetensors.index.json")
     if not os.path.isfile(cfg_path):
         why = "no config.json" if os.path.isdir(path) else "a file" if os.path.isfile(path) else "no such directory"
@@ -581,7 +790,8 @@ def read_dir(path: str):
     if missing:
         raise FileNotFoundError(f"{path}: shard(s) {missing} named in model.safetensors.index.json are missing")
     headers = {os.path.join(path, f): read_header(os.path.join(path, f)) for f in files}
-    return config, hf["architectures"][0], headers
+    arch = hf["architectures"][0]
+    return config, arch, headers, hf["text_config"] if arch == "Gemma3ForConditionalGeneration" else hf
 
 
 # The safetensors library reads the files: a header of tensor names, dtypes, shapes and byte ranges, then the
@@ -698,32 +908,69 @@ def relative_name(hf_name: str, arch: str) -> Optional[str]:
     return hf_name
 
 
-def plan_weights(model: GPT, headers: dict, arch: str, where: str) -> list:
+# The config.json fields that decide whether a tensor exists, and its shape: a refusal of a tensor names them, as
+# config.json gives them (a null or an absent field stands for something: the refusal says which it was)
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "n_embd", "num_attention_heads", "n_head", "num_key_value_heads",
+                "head_dim", "intermediate_size", "n_inner", "n_positions")
+BIAS_FIELDS = ("attention_bias", "mlp_bias")
+LAYER_FIELDS = ("num_hidden_layers", "n_layer")
+
+
+def fields_note(fields: Optional[dict], arch: str, keys) -> str:
+    """' (config.json: key=value, ...)' for those of `keys` that the family reads; '' where none is."""
+    if fields is None:
+        return ""
+    text = arch == "Gemma3ForConditionalGeneration"
+    table = FIELDS["Gemma3ForCausalLM" if text else arch]
+    shown = [f"{key}={json.dumps(fields[key]) if key in fields else 'absent'}" for key in dict.fromkeys(keys)
+             if key in table]
+    return f" ({'its text_config' if text else 'config.json'}: {', '.join(shown)})" if shown else ""
+
+
+def tensor_fields(name: str, head: str, n_layer: int) -> tuple:
+    """The fields that decide whether the tensor `name` (relative to its prefix) is part of the model."""
+    layer = re.match(r"(?:layers|h)\.(\d+)\.", name)
+    return (("tie_word_embeddings",) if name == head else BIAS_FIELDS if name.endswith(".bias") else
+            LAYER_FIELDS if layer and int(layer[1]) >= n_layer else ())
+
+
+def plan_weights(model: GPT, headers: dict, arch: str, where: str, fields: Optional[dict] = None) -> list:
     """Every tensor of the headers checked against `model` (on any device, meta too) before a weight is read: a
-    missing, unknown, misshapen or twice-stored one is an error naming it. -> [(file, name, pieces)]"""
+    missing, unknown, misshapen or twice-stored one is an error naming it, and the config.json `fields` behind it.
+    -> [(file, name, pieces)]; a tied LM head stored beside the embedding comes last, its pieces None: its values
+    are compared with the embedding's as it loads (load_weights), which no plan can do."""
     targets, params = tensor_targets(model, arch), dict(model.named_parameters())
     head = "embed_out.weight" if arch == "GPTNeoXForCausalLM" else "lm_head.weight"
-    plan = {}
+    tied = model.config.tie_embeddings
+    plan, tied_head = {}, None
     for file, header in headers.items():
         for hf_name, (kind, shape) in header.items():
             name = relative_name(hf_name, arch)
-            if name is None or name == head and model.config.tie_embeddings:
-                continue       # not weights, a vision tower, a tied head's saved copy
-            if name not in targets or name in plan:
-                raise ValueError(f"{where}: tensor {hf_name!r} is " + ("stored twice" if name in plan else
-                                 f"not part of a {arch} with this config.json"))
+            if name is None:
+                continue       # not weights, a vision tower
+            twice = name in plan or name == head and tied_head is not None
+            if twice or name not in targets and not (tied and name == head):
+                raise ValueError(f"{where}: tensor {hf_name!r} is " + (
+                    "stored twice" if twice else f"not part of a {arch} with this config.json"
+                    + fields_note(fields, arch, tensor_fields(name, head, model.config.n_layer))))
             if kind not in SAFETENSORS_FLOATS:
                 raise ValueError(f"{where}: tensor {hf_name!r} has dtype {kind}; only F64/F32/BF16/F16 load")
-            want = expected_shape(targets[name], params)
+            want = tuple(params["transformer.wte.weight"].shape) if name == head and tied else \
+                expected_shape(targets[name], params)
             if shape != want:
                 raise ValueError(f"{where}: tensor {hf_name!r} has shape {list(shape)}, config.json implies "
-                                 f"{list(want)}")
-            plan[name] = (file, hf_name, targets[name])
-    missing = [f"{name} ({targets[name][0][0]})" for name in targets if name not in plan]
+                                 f"{list(want)}{fields_note(fields, arch, SHAPE_FIELDS)}")
+            if name == head and tied:
+                tied_head = (file, hf_name, None)
+            else:
+                plan[name] = (file, hf_name, targets[name])
+    missing = [name for name in targets if name not in plan]
     if missing:
-        raise ValueError(f"{where}: the tensor(s) {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} "
-                         f"of a {arch} are missing from the checkpoint")
-    return list(plan.values())
+        shown = ", ".join(f"{name} ({targets[name][0][0]})" for name in missing[:3])
+        causes = [key for name in missing for key in tensor_fields(name, head, model.config.n_layer)]
+        raise ValueError(f"{where}: the tensor(s) {shown}{' ...' if len(missing) > 3 else ''} of a {arch} are "
+                         f"missing from the checkpoint{fields_note(fields, arch, causes)}")
+    return list(plan.values()) + ([tied_head] if tied_head else [])
 
 
 def expected_shape(pieces: list, params: dict) -> tuple:
@@ -739,16 +986,37 @@ def expected_shape(pieces: list, params: dict) -> tuple:
 
 
 @torch.no_grad()
-def load_weights(model: GPT, headers: dict, arch: str, where: str) -> None:
+def load_weights(model: GPT, headers: dict, arch: str, where: str, fields: Optional[dict] = None) -> None:
     """Fill every parameter of `model` from the safetensors files, one tensor at a time, after plan_weights has
-    checked them all. A fused tensor is read once and split (or reordered) into its parameters."""
+    checked them all. A fused tensor is read once and split (or reordered) into its parameters. A tied LM head
+    stored beside the embedding is read last and must hold the embedding's values (in the model's dtype)."""
     params = dict(model.named_parameters())
-    for file, hf_name, pieces in plan_weights(model, headers, arch, where):
+    plan = plan_weights(model, headers, arch, where, fields)
+    for file, hf_name, pieces in plan:
         t = read_tensor(file, hf_name)
+        if pieces is None:
+            embedding = next(name for _, name, pieces in plan if pieces and pieces[0][0] == "transformer.wte.weight")
+            check_tied_head(t, params["transformer.wte.weight"], hf_name, embedding, where)
+            continue
         for param, rows, read, transpose in pieces:
             dest = params[param] if rows is None else params[param][rows]
             src = t if read is None else t[read]
             dest.copy_(src.T if transpose else src)
+
+
+def check_tied_head(head: torch.Tensor, embedding: torch.Tensor, head_name: str, embedding_name: str,
+                    where: str) -> None:
+    """tie_word_embeddings true and the LM head stored apart: transformers 4.x ties after loading (the embedding
+    is the head, the stored one dropped), 5.x keeps a stored head that differs (untied). Equal in the model's dtype,
+    both are this model; different, they are two: refused, naming both. Compared in slices of rows, on the
+    embedding's device, so the check holds no second copy of the table."""
+    rows = max(1, 2 ** 24 // max(1, embedding[0].numel()))
+    for i in range(0, embedding.shape[0], rows):
+        if not torch.equal(head[i:i + rows].to(embedding.device, embedding.dtype), embedding[i:i + rows]):
+            raise ValueError(f"{where}: tie_word_embeddings is true, but the checkpoint stores the LM head "
+                             f"{head_name!r} with other values than the embedding {embedding_name!r}: transformers "
+                             f"4.x would use the embedding as the head, 5.x the stored head; refused (drop the "
+                             f"stored head, or set tie_word_embeddings to false)")
 
 
 # ----------------------------------------------------------------------------- command line

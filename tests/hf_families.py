@@ -73,6 +73,8 @@ CASES = {
     # Gemma2: sandwich norms, softcaps (small, so tanh bites), query_pre_attn_scalar, window on even layers
     "gemma2": dict(family="gemma2", ids=[(2, 12)]),
     "gemma2-defaults-no-softcap": dict(family="gemma2", softcaps=False, minimal=True, ids=[(2, 12)]),
+    # Gemma 2 and 3 read hidden_activation "gelu" as exact (erf) GELU, in transformers 4.x and 5.x alike
+    "gemma2-exact-gelu": dict(family="gemma2", hidden_activation="gelu", ids=[(2, 12)]),
     # Gemma3: per-head q/k norm, layer_types, local rope base, global rope scaling
     "gemma3-1b-like": dict(family="gemma3", L=7, minimal=True, ids=[(2, 12)]),          # default pattern 6
     "gemma3-4b-like": dict(family="gemma3", pattern=2, kv=2, rope_scaling=dict(rope_type="linear", factor=8.0),
@@ -83,6 +85,7 @@ CASES = {
                                         ids=[(2, 12)]),
     "gemma3-conditional-generation": dict(family="gemma3", pattern=2, kv=2, conditional=True,
                                           rope_scaling=dict(rope_type="linear", factor=8.0), ids=[(2, 12)]),
+    "gemma3-exact-gelu": dict(family="gemma3", pattern=2, hidden_activation="gelu", ids=[(2, 12)]),
     # Phi3: fused qkv_proj and gate_up_proj, SwiGLU, optional window on every layer, longrope, partial rotary
     "phi3-mini-4k-like": dict(family="phi3", window=5, ids=[(2, 12)]),
     "phi3.5-longrope": dict(family="phi3", longrope=True, window=262144, ids=[(2, 12), (2, 20)]),
@@ -253,22 +256,26 @@ def _gemma(spelling, g, *, d=48, L=3, H=4, kv=1, hd=16, ffn=96, V=100, P=64, the
     return spec, cfg, t
 
 
+# Gemma 2 and 3's hidden_activation: transformers' ACT2FN names, as the naive forward's activation
+GELU_NAMES = {"gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
+
+
 def _gemma2(spelling, g, *, d=48, L=4, H=4, kv=2, hd=16, ffn=96, V=100, P=64, theta=10000.0, eps=1e-6, window=5,
-            softcaps=True, qpas=20, minimal=False):
+            softcaps=True, qpas=20, minimal=False, hidden_activation="gelu_pytorch_tanh"):
     if minimal:
         qpas = 256      # the class default, left out of config.json
     attn_cap, final_cap = (2.0, 3.0) if softcaps else (None, None)
     types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(L)]
     spec = dict(family="gemma2", arch="Gemma2ForCausalLM", prefix="model.", lm_head=None, tie=True, V=V, d=d, L=L,
                 H=H, KV=kv, hd=hd, ffn=ffn, P=P, norm="rmsnorm_plus1", norm_eps=eps, block="sandwich",
-                activation="gelu_tanh", mlp="gated", qkv="separate", attention_bias=False, qk_norm=None,
-                attn_scale=qpas ** -0.5, attn_softcap=attn_cap, final_softcap=final_cap,
+                activation=GELU_NAMES[hidden_activation], mlp="gated", qkv="separate", attention_bias=False,
+                qk_norm=None, attn_scale=qpas ** -0.5, attn_softcap=attn_cap, final_softcap=final_cap,
                 embed_scale=math.sqrt(d), windows=[window if ty == "sliding_attention" else None for ty in types],
                 ropes=[dict(type="default", theta=theta, dim=hd)] * L, layer_types=types)
     t = _gemma_common_tensors(g, "model.", V, d, L, H, kv, hd, ffn, True, False, False)
     cfg = dict(architectures=["Gemma2ForCausalLM"], model_type="gemma2", vocab_size=V, hidden_size=d,
                intermediate_size=ffn, num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=kv,
-               head_dim=hd, hidden_activation="gelu_pytorch_tanh", max_position_embeddings=P, rms_norm_eps=eps,
+               head_dim=hd, hidden_activation=hidden_activation, max_position_embeddings=P, rms_norm_eps=eps,
                sliding_window=window, attn_logit_softcapping=attn_cap, final_logit_softcapping=final_cap,
                query_pre_attn_scalar=qpas, pad_token_id=0, eos_token_id=1, bos_token_id=2,
                attention_bias=False, attention_dropout=0.0, initializer_range=0.02, use_cache=True,
@@ -283,7 +290,7 @@ def _gemma2(spelling, g, *, d=48, L=4, H=4, kv=2, hd=16, ffn=96, V=100, P=64, th
 
 def _gemma3(spelling, g, *, d=48, L=4, H=4, kv=1, hd=16, ffn=96, V=100, P=128, theta=1e6, local_theta=1e4, eps=1e-6,
             window=4, qpas=20, pattern=None, layer_types=None, rope_scaling=None, final_softcap=None,
-            attn_softcap_in_config=None, minimal=False, conditional=False):
+            attn_softcap_in_config=None, minimal=False, conditional=False, hidden_activation="gelu_pytorch_tanh"):
     if minimal:         # gemma-3-1b style: defaults left out (theta 1e6, local 1e4, pattern 6, qpas 256, ...)
         theta, local_theta, qpas, pattern = 1e6, 1e4, 256, None
     types = layer_types or ["sliding_attention" if (i + 1) % (pattern or 6) else "full_attention" for i in range(L)]
@@ -294,15 +301,16 @@ def _gemma3(spelling, g, *, d=48, L=4, H=4, kv=1, hd=16, ffn=96, V=100, P=128, t
     prefix = "language_model.model." if conditional else "model."
     arch = "Gemma3ForConditionalGeneration" if conditional else "Gemma3ForCausalLM"
     spec = dict(family="gemma3", arch=arch, prefix=prefix, lm_head=None, tie=True, V=V, d=d, L=L, H=H, KV=kv, hd=hd,
-                ffn=ffn, P=P, norm="rmsnorm_plus1", norm_eps=eps, block="sandwich", activation="gelu_tanh",
-                mlp="gated", qkv="separate", attention_bias=False, qk_norm="per_head_plus1",
-                attn_scale=qpas ** -0.5, attn_softcap=None,          # Gemma3 never applies attn_logit_softcapping
+                ffn=ffn, P=P, norm="rmsnorm_plus1", norm_eps=eps, block="sandwich",
+                activation=GELU_NAMES[hidden_activation], mlp="gated", qkv="separate", attention_bias=False,
+                qk_norm="per_head_plus1", attn_scale=qpas ** -0.5,
+                attn_softcap=None,                                   # Gemma3 never applies attn_logit_softcapping
                 final_softcap=final_softcap, embed_scale=math.sqrt(d),
                 windows=[window if ty == "sliding_attention" else None for ty in types],
                 ropes=[local_rope if ty == "sliding_attention" else full_rope for ty in types], layer_types=types)
     t = _gemma_common_tensors(g, prefix, V, d, L, H, kv, hd, ffn, True, True, False)
     text = dict(model_type="gemma3_text", vocab_size=V, hidden_size=d, intermediate_size=ffn, num_hidden_layers=L,
-                num_attention_heads=H, num_key_value_heads=kv, head_dim=hd, hidden_activation="gelu_pytorch_tanh",
+                num_attention_heads=H, num_key_value_heads=kv, head_dim=hd, hidden_activation=hidden_activation,
                 max_position_embeddings=P, rms_norm_eps=eps, sliding_window=window, query_pre_attn_scalar=qpas,
                 final_logit_softcapping=final_softcap, attn_logit_softcapping=attn_softcap_in_config,
                 pad_token_id=0, eos_token_id=1, bos_token_id=2, attention_bias=False, attention_dropout=0.0,

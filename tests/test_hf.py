@@ -399,7 +399,12 @@ def test_a_field_no_family_reads_is_refused_by_name_in_every_family(tmp_path, ca
     ("pythia", dict(rope_theta=12.0), "rope_theta disagrees"),
     ("gemma2", dict(use_bidirectional_attention=True), "use_bidirectional_attention"),
     ("gemma", dict(hidden_act="relu"), "hidden_act 'relu'"),
-    ("phi3-mini-4k-like", dict(rope_scaling={"type": "yarn", "factor": 4.0}), "RoPE type 'yarn'"),
+    # Phi-3's class reads default and LongRoPE (also by the older names su and yarn), in 4.x and 5.x: linear is
+    # refused by both; a yarn without LongRoPE's factors is a LongRoPE lacking them
+    ("phi3-mini-4k-like", dict(rope_scaling={"type": "linear", "factor": 4.0}),
+     "RoPE type 'linear' is not supported for Phi3ForCausalLM"),
+    ("phi3-mini-4k-like", dict(rope_scaling={"type": "yarn", "factor": 4.0}),
+     "rope_scaling lacks the field 'short_factor'"),
     ("phi3-mini-4k-like", dict(attention_bias=True), "attention_bias=true"),
     ("olmo2", dict(partial_rotary_factor=0.5), "RoPE on part of each head is not supported"),
     ("gemma3-1b-like", dict(layer_types=["full_attention"]), "layer_types must name each of the 7 layers"),
@@ -458,3 +463,442 @@ def test_each_family_through_every_script(tmp_path, case):
     seedprint.main([str(base), str(copy), "--sequences", "40", "--seq_len", "12", "--k", "8", "--device", "cpu",
                     "--out", str(tmp_path / "seedprint")])
     assert json.loads((tmp_path / "seedprint" / "results.json").read_text())["compare"]["related"]
+
+
+def test_phi3_reads_longrope_by_its_older_names(tmp_path):
+    """Phi-3's config class renames rope_scaling type "su" and "yarn" to "longrope" (4.x and 5.x alike): the same
+    model as the LongRoPE it is."""
+    spec, cfg, t = hf_families.checkpoint("phi3.5-longrope", "4.x")
+    ids = torch.randint(0, spec["V"], (2, 12), generator=torch.Generator().manual_seed(1))
+    reference = hf_families.naive_forward(spec, t, ids)
+    for name in ("su", "yarn"):
+        hf_families.write_checkpoint(tmp_path / name, dict(cfg, rope_scaling=dict(cfg["rope_scaling"], type=name)), t)
+        assert_matches(hf.load(str(tmp_path / name)).eval(), *reference, ids)
+
+
+# ----------------------------------------------------------------------------- nothing in silence, class by class
+# A tiny checkpoint of each family, its config.json edited by class of bad input: every field the family's
+# transformers class reads (and every field of the file) set to null; a field the class does not read, at a value
+# that would change the forward if it were obeyed; a tied LM head stored apart from the embedding; a model_type of
+# another family. Each edit is either refused by one error that names the field (or both tensors), or loads to the
+# logits of the naive float64 forward of the model transformers builds from the edited file. What transformers builds
+# is written down below, family by family, from its source (4.57 and 5.x: where one refuses the file and the other
+# builds a model, that model; where both fail, or they build two models, nothing: a refusal).
+
+CLASS_FAMILIES = {   # name: the tiny checkpoint (conftest's llama_family, GPT-2 above, or an hf_families case)
+    "llama": ("llama_family", dict(arch="LlamaForCausalLM", rope=LLAMA3, head_dim=16, attention_bias=True,
+                                   mlp_bias=True)),
+    "mistral": ("llama_family", dict(arch="MistralForCausalLM", window=5)),
+    "qwen2": ("llama_family", dict(arch="Qwen2ForCausalLM", tie=True)),
+    "qwen3": ("llama_family", dict(arch="Qwen3ForCausalLM", head_dim=12)),
+    "gpt2": ("gpt2", None),
+    "pythia": ("hf_families", "pythia"),
+    "olmo2": ("hf_families", "olmo2"),
+    "gemma": ("hf_families", "gemma"),
+    "gemma2": ("hf_families", "gemma2"),
+    "gemma3": ("hf_families", "gemma3-4b-like"),
+    "gemma3-multimodal": ("hf_families", "gemma3-conditional-generation"),
+    "phi3": ("hf_families", "phi3-mini-4k-like"),
+    "phi4-longrope": ("hf_families", "phi4-mini-longrope-partial"),
+}
+
+
+class Checkpoint:
+    """One family's tiny checkpoint in one config spelling: its weights written once (`root`/weights), then loaded
+    with edited config.json files (and, for the tied head, edited tensors) against its naive float64 forward."""
+
+    def __init__(self, name: str, spelling: str, root: Path):
+        kind, case = CLASS_FAMILIES[name]
+        if kind == "llama_family":     # its config.json with the model_type transformers writes beside it
+            self.spec, self.cfg, self.t = llama_family(spelling=spelling, **case)
+            self.cfg["model_type"] = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
+                                      "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3"}[case["arch"]]
+            self.naive, vocab = naive_llama_family, self.spec["V"]
+        elif kind == "gpt2":
+            self.cfg, self.t = gpt2_checkpoint()
+            self.spec, vocab = {}, self.cfg["vocab_size"]
+            self.naive = lambda spec, t, ids: naive_gpt2(self.cfg, t, ids)
+        else:
+            self.spec, self.cfg, self.t = hf_families.checkpoint(case, spelling)
+            self.naive, vocab = hf_families.naive_forward, self.spec["V"]
+        self.ids = torch.randint(0, vocab, (2, 12), generator=torch.Generator().manual_seed(1))
+        self.root, self.edits, self.base = root, 0, None
+        write_hf(root / "weights", self.cfg, self.t)
+
+    def load(self, cfg: dict, tensors: dict = None):
+        """(the model, None) or (None, the refusal's message) for this checkpoint with config.json `cfg`."""
+        self.edits += 1
+        path = self.root / f"edit{self.edits}"
+        if tensors is None:
+            path.mkdir()
+            for file in (self.root / "weights").iterdir():
+                if file.name != "config.json":
+                    (path / file.name).symlink_to(file)
+            (path / "config.json").write_text(json.dumps(cfg))
+        else:
+            write_hf(path, cfg, tensors)
+        try:
+            return hf.load(str(path)).eval(), None
+        except ValueError as e:
+            return None, str(e)
+
+    def mismatch(self, model, change: dict = None, tensors: dict = None) -> float:
+        """The largest relative error of the model's logits and final hidden state against the naive forward of the
+        checkpoint with `change` made to its spec (the unedited one computed once)."""
+        if change or tensors:
+            reference = self.naive(dict(self.spec, **(change or {})), tensors or self.t, self.ids)
+        else:
+            self.base = self.base or self.naive(self.spec, self.t, self.ids)
+            reference = self.base
+        with torch.no_grad():
+            logits = model(self.ids, self.ids)[0]
+            hidden = model.trace(self.ids, hidden="all")["hidden"][-1]
+        return max(((got.double() - ref).abs().max() / ref.abs().max()).item()
+                   for got, ref in zip((logits, hidden), reference))
+
+
+def edited(cfg: dict, path: str, value) -> dict:
+    """A copy of `cfg` with the field at the dotted `path` set to `value` (added where absent)."""
+    cfg = json.loads(json.dumps(cfg))
+    *parents, leaf = path.split(".")
+    inner = cfg
+    for key in parents:
+        inner = inner[key]
+    inner[leaf] = value
+    return cfg
+
+
+def field_paths(cfg: dict, prefix: str = ""):
+    """The dotted path of every field of `cfg`, nested objects' fields too."""
+    for key, value in cfg.items():
+        yield prefix + key
+        if isinstance(value, dict):
+            yield from field_paths(value, f"{prefix}{key}.")
+
+
+def names_the_field(message: str, path: str) -> bool:
+    """Whether a refusal names the field at `path`: every part of its dotted name appears in the message."""
+    return all(part in message for part in path.split("."))
+
+
+# ----- what a null means to each family's transformers class
+
+SAME = {}               # the edit leaves the model as it is
+REFUSED = "refused"     # transformers builds no one model from it: refused, naming the field
+# fields that never change an eval forward (token ids, dropout, initialization, caching, bookkeeping, a vision tower):
+# a null there changes nothing, nor does anything inside them
+INERT_FIELDS = {"bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype", "use_cache",
+                "initializer_range", "attention_dropout", "hidden_dropout", "classifier_dropout", "attn_pdrop",
+                "embd_pdrop", "resid_pdrop", "transformers_version", "pretraining_tp", "cache_implementation",
+                "n_ctx", "reorder_and_upcast_attn", "summary_type", "summary_use_proj", "summary_activation",
+                "summary_proj_to_labels", "summary_first_dropout", "task_specific_params", "_sliding_window_pattern",
+                "is_decoder", "add_cross_attention", "use_bidirectional_attention", "vision_config",
+                "mm_tokens_per_image", "boi_token_index", "eoi_token_index", "image_token_index"}
+LLAMA_LINEAGE_READS = ["num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "hidden_act",
+                       "tie_word_embeddings", "rope_theta", "rope_scaling", "rope_parameters", "partial_rotary_factor"]
+READS = {   # the fields each family's class reads, beyond those of its tiny config.json: nulled as well
+    "llama": LLAMA_LINEAGE_READS + ["attention_bias", "mlp_bias"],
+    "mistral": LLAMA_LINEAGE_READS + ["sliding_window"],
+    "qwen2": LLAMA_LINEAGE_READS + ["use_sliding_window", "sliding_window", "max_window_layers", "layer_types"],
+    "qwen3": LLAMA_LINEAGE_READS + ["attention_bias", "use_sliding_window", "sliding_window", "max_window_layers",
+                                    "layer_types"],
+    "gpt2": ["n_inner", "activation_function", "layer_norm_epsilon", "scale_attn_weights",
+             "scale_attn_by_inverse_layer_idx", "tie_word_embeddings"],
+    "pythia": ["hidden_act", "max_position_embeddings", "layer_norm_eps", "use_parallel_residual", "attention_bias",
+               "tie_word_embeddings", "rotary_pct", "rotary_emb_base", "rope_scaling", "rope_parameters",
+               "rope_theta", "partial_rotary_factor"],
+    "olmo2": LLAMA_LINEAGE_READS + ["attention_bias"],
+    "gemma": LLAMA_LINEAGE_READS + ["attention_bias", "hidden_activation"],
+    "gemma2": LLAMA_LINEAGE_READS + ["attention_bias", "hidden_activation", "query_pre_attn_scalar", "sliding_window",
+                                     "layer_types", "attn_logit_softcapping", "final_logit_softcapping"],
+    "gemma3": LLAMA_LINEAGE_READS + ["attention_bias", "hidden_activation", "query_pre_attn_scalar", "sliding_window",
+                                     "layer_types", "sliding_window_pattern", "final_logit_softcapping",
+                                     "attn_logit_softcapping", "rope_local_base_freq"],
+    "phi3": LLAMA_LINEAGE_READS + ["sliding_window", "original_max_position_embeddings"],
+}
+READS["phi4-longrope"] = READS["phi3"]
+READS["gemma3-multimodal"] = ["tie_word_embeddings"] + [f"text_config.{key}" for key in READS["gemma3"]]
+
+
+def from_rope_parameters(key: str):
+    """A null top-level RoPE field (its base, its rotary fraction): 5.x takes rope_parameters' own value where it
+    has one (the null is moot); 4.x fails on the None (None ** x, int(head_dim * None))."""
+    return lambda cfg, spec: SAME if (cfg.get("rope_parameters") or {}).get(key) is not None else REFUSED
+
+
+def llama_rope_nulls(theta: float) -> dict:
+    """The RoPE nulls of a conftest family (its spec: one RoPE) whose class's default base is `theta`: null
+    rope_scaling is none (the top-level base stays); null rope_parameters is none in 5.x, which then takes the base
+    from rope_theta, absent from its spelling: the class default; partial_rotary_factor null: whole heads (5.x)."""
+    return {"partial_rotary_factor": SAME, "rope_theta": from_rope_parameters("rope_theta"),
+            "rope_scaling": lambda cfg, spec: SAME if not cfg.get("rope_scaling") else
+            dict(rope=dict(kind="default", theta=cfg["rope_theta"])),
+            "rope_parameters": lambda cfg, spec: SAME if not cfg.get("rope_parameters") else
+            dict(rope=dict(kind="default", theta=theta))}
+
+
+def plain_ropes(spec: dict, theta: float, partial: float = 1.0) -> dict:
+    """hf_families' spec change: one unscaled RoPE on every layer."""
+    return dict(ropes=[dict(type="default", theta=theta, dim=int(spec["hd"] * partial))] * spec["L"])
+
+
+def family_rope_nulls(theta: float, partial: float = 1.0) -> dict:
+    """As llama_rope_nulls, for an hf_families spec (a RoPE per layer)."""
+    return {"partial_rotary_factor": SAME, "rope_theta": from_rope_parameters("rope_theta"),
+            "rope_scaling": lambda cfg, spec: SAME if not cfg.get("rope_scaling") else
+            plain_ropes(spec, cfg["rope_theta"], partial),
+            "rope_parameters": lambda cfg, spec: SAME if not cfg.get("rope_parameters") else
+            plain_ropes(spec, theta, partial)}
+
+
+def gemma3_layer_types(spec: dict, pattern: int) -> dict:
+    """Gemma 3's layers derived from sliding_window_pattern: layer i slides unless (i + 1) % pattern == 0; a sliding
+    layer has the window and the local RoPE, a full one neither (the spec's own of each kind)."""
+    sliding = [(i + 1) % pattern != 0 for i in range(spec["L"])]
+    kinds = list(zip(spec["windows"], spec["ropes"], spec["layer_types"]))
+    local = next((w, r) for w, r, kind in kinds if kind == "sliding_attention")
+    full = next((w, r) for w, r, kind in kinds if kind == "full_attention")
+    return dict(windows=[(local if s else full)[0] for s in sliding],
+                ropes=[(local if s else full)[1] for s in sliding])
+
+
+def gemma3_unscaled_global(spec: dict, theta: float) -> dict:
+    """Gemma 3 with its global layers' RoPE plain (no scaling) at base `theta`; the local layers' as they are."""
+    return dict(ropes=[dict(type="default", theta=theta, dim=spec["hd"]) if kind == "full_attention" else rope
+                       for rope, kind in zip(spec["ropes"], spec["layer_types"])])
+
+
+GEMMA3_NULLS = {
+    "final_logit_softcapping": SAME, "partial_rotary_factor": SAME, "attention_bias": SAME,   # none here already
+    "attn_logit_softcapping": SAME, "hidden_act": SAME,       # stored, never applied; Gemma 3 reads hidden_activation
+    # layer_types null: derived from sliding_window_pattern (absent: 6), which is read only then
+    "layer_types": lambda cfg, spec: gemma3_layer_types(spec, cfg.get("sliding_window_pattern", 6)),
+    "sliding_window_pattern": lambda cfg, spec: SAME if cfg.get("layer_types") else REFUSED,
+    # 4.x spelling: each base read (a null fails); 5.x: rope_parameters per layer type gives them, the nulls are moot
+    "rope_theta": lambda cfg, spec: SAME if cfg.get("rope_parameters") else REFUSED,
+    "rope_local_base_freq": lambda cfg, spec: SAME if cfg.get("rope_parameters") else REFUSED,
+    "rope_scaling": lambda cfg, spec: SAME if not cfg.get("rope_scaling") else
+    gemma3_unscaled_global(spec, cfg.get("rope_theta", 1e6)),
+    "rope_parameters": lambda cfg, spec: SAME if not cfg.get("rope_parameters") else gemma3_unscaled_global(spec, 1e6),
+    "rope_parameters.full_attention": lambda cfg, spec: gemma3_unscaled_global(spec, 1e6),   # 5.x: its defaults
+    "rope_parameters.sliding_attention": SAME,                   # its defaults: plain RoPE at 1e4, the spec's own
+}
+PHI3_NULLS = {
+    "sliding_window": lambda cfg, spec: SAME if cfg.get("sliding_window") is None else
+    dict(windows=[None] * spec["L"]),                            # null: no window (both versions)
+    "partial_rotary_factor": from_rope_parameters("partial_rotary_factor"), "rope_theta":
+    from_rope_parameters("rope_theta"),
+    "rope_parameters.original_max_position_embeddings": SAME,    # the top-level field wins over it, in both versions
+    # null: no scaling, the top-level base and rotary fraction (5.x: rope_theta absent from its spelling, 10000)
+    "rope_scaling": lambda cfg, spec: SAME if not cfg.get("rope_scaling") else
+    plain_ropes(spec, cfg["rope_theta"], cfg["partial_rotary_factor"]),
+    "rope_parameters": lambda cfg, spec: SAME if not cfg.get("rope_parameters") else
+    plain_ropes(spec, 10000.0, cfg["partial_rotary_factor"]),
+}
+NULLS = {   # family: {dotted path: what a null there builds (a change of the naive forward's spec), SAME or REFUSED,
+            # or a function (the object holding the field, the spec) -> one of those}; any other field: REFUSED
+    # num_key_value_heads and head_dim null mean num_attention_heads and hidden_size // heads for LLaMA and Mistral
+    # (and Qwen, OLMo-2, Phi-3 for the heads), which this checkpoint's k/v and head widths do not fit: refused
+    "llama": dict(tie_word_embeddings=SAME, **llama_rope_nulls(10000.0)),
+    "mistral": dict(head_dim=SAME, sliding_window=dict(window=None), tie_word_embeddings=SAME,
+                    **llama_rope_nulls(10000.0)),
+    "qwen2": dict(use_sliding_window=SAME, sliding_window=SAME, max_window_layers=SAME, layer_types=SAME,
+                  **llama_rope_nulls(10000.0)),                  # the window is off: none of its fields is used
+    "qwen3": dict(attention_bias=SAME, tie_word_embeddings=SAME, use_sliding_window=SAME, sliding_window=SAME,
+                  max_window_layers=SAME, layer_types=SAME, **llama_rope_nulls(10000.0)),
+    "gpt2": dict(n_inner=SAME, scale_attn_by_inverse_layer_idx=SAME),   # 4 * n_embd; off (4.x), as stored
+    "pythia": {"use_parallel_residual": dict(block="sequential"), "tie_word_embeddings": SAME,   # 4.x: None is false
+               "rope_scaling": SAME, "rope_parameters": SAME,    # 5.x: from rotary_pct / rotary_emb_base, or their
+               "rope_theta": SAME, "partial_rotary_factor": SAME,   # defaults (this checkpoint's); echoes: unread
+               "rotary_pct": from_rope_parameters("partial_rotary_factor"),
+               "rotary_emb_base": from_rope_parameters("rope_theta")},
+    "olmo2": dict(attention_bias=SAME, tie_word_embeddings=SAME, **family_rope_nulls(10000.0)),
+    "gemma": dict(attention_bias=SAME, hidden_activation=SAME, **family_rope_nulls(10000.0)),   # Gemma 1: hidden_act
+    "gemma2": dict(attn_logit_softcapping=dict(attn_softcap=None), final_logit_softcapping=dict(final_softcap=None),
+                   layer_types=SAME, attention_bias=SAME, hidden_act=SAME, **family_rope_nulls(10000.0)),
+    "gemma3": GEMMA3_NULLS,
+    "gemma3-multimodal": {f"text_config.{path}": means for path, means in GEMMA3_NULLS.items()},
+    "phi3": dict(PHI3_NULLS, num_key_value_heads=SAME, original_max_position_embeddings=SAME,   # heads: 4; no
+                 tie_word_embeddings=SAME),                                                     # LongRoPE; untied
+    "phi4-longrope": PHI3_NULLS,
+}
+
+
+def null_means(name: str, path: str, ck: Checkpoint):
+    """What transformers builds from a null at `path` of family `name`'s checkpoint: a spec change, SAME or
+    REFUSED."""
+    if path.removeprefix("text_config.").split(".")[0] in INERT_FIELDS:
+        return SAME
+    means = NULLS[name].get(path, REFUSED)
+    if callable(means):
+        holder = ck.cfg["text_config"] if path.startswith("text_config.") else ck.cfg
+        means = means(holder, ck.spec)
+    return means
+
+
+@pytest.mark.parametrize("spelling", ["4.x", "5.x"])
+@pytest.mark.parametrize("name", list(CLASS_FAMILIES))
+def test_a_null_in_any_field_is_refused_by_name_or_read_as_transformers_reads_it(tmp_path, name, spelling):
+    """Every field of the file, and every field the family's class reads, set to null one at a time: refused by one
+    error naming the field, or the logits of the model transformers builds from it (within 1e-5)."""
+    ck = Checkpoint(name, spelling, tmp_path)
+    paths = dict.fromkeys([*field_paths(ck.cfg), *READS.get(name, ())])
+    failures = []
+    for path in paths:
+        means = null_means(name, path, ck)
+        model, refusal = ck.load(edited(ck.cfg, path, None))
+        if means == REFUSED and refusal is None:
+            failures.append(f"{path}: loaded, but transformers builds no one model from its null")
+        elif means == REFUSED and not names_the_field(refusal, path):
+            failures.append(f"{path}: refused without naming it: {refusal}")
+        elif means != REFUSED and refusal is not None:
+            failures.append(f"{path}: refused ({refusal}), but transformers reads its null as {means or 'absent'}")
+        elif means != REFUSED and ck.mismatch(model, means) > 1e-5:
+            failures.append(f"{path}: loaded another model than transformers builds from its null ({means})")
+    assert not failures, "\n".join(failures)
+
+
+# ----- a field the family's class does not read
+
+def layer_list(cfg: dict, *kinds: str) -> list:
+    """A layer_types value for this checkpoint: `kinds` repeated over its layers."""
+    n = cfg.get("num_hidden_layers", cfg.get("n_layer"))
+    return [kinds[i % len(kinds)] for i in range(n)]
+
+
+ALTERNATING = ("sliding_attention", "full_attention")
+UNREAD = {   # family: fields its transformers class never reads (4.57 and 5.x), at values that would change the
+             # forward if obeyed: refused by name, or ignored as transformers ignores them (the unedited model)
+    "llama": [("sliding_window", 4), ("layer_types", ALTERNATING), ("use_sliding_window", True),
+              ("max_window_layers", 1), ("sliding_window_pattern", 2), ("final_logit_softcapping", 3.0),
+              ("attn_logit_softcapping", 2.0), ("query_pre_attn_scalar", 20), ("rope_local_base_freq", 2e4),
+              ("use_parallel_residual", True), ("hidden_activation", "gelu")],
+    "mistral": [("use_sliding_window", False), ("max_window_layers", 1), ("attention_bias", True),
+                ("mlp_bias", True), ("final_logit_softcapping", 3.0)],
+    "qwen2": [("attention_bias", True), ("mlp_bias", True), ("sliding_window_pattern", 2),
+              ("attn_logit_softcapping", 2.0)],
+    "qwen3": [("mlp_bias", True), ("query_pre_attn_scalar", 20)],
+    "gpt2": [("sliding_window", 4), ("layer_types", ALTERNATING), ("use_parallel_residual", True),
+             ("rope_theta", 5e5), ("rotary_pct", 0.5), ("hidden_act", "relu")],
+    "pythia": [("rms_norm_eps", 0.5), ("sliding_window", 4), ("mlp_bias", False), ("final_logit_softcapping", 3.0),
+               ("head_dim", 8)],
+    "olmo2": [("mlp_bias", True), ("sliding_window", 4), ("layer_types", ALTERNATING), ("query_pre_attn_scalar", 20)],
+    "gemma": [("hidden_activation", "gelu"), ("mlp_bias", True), ("sliding_window", 4),
+              ("final_logit_softcapping", 3.0), ("attn_logit_softcapping", 2.0), ("query_pre_attn_scalar", 20)],
+    "gemma2": [("hidden_act", "gelu"), ("sliding_window_pattern", 3), ("rope_local_base_freq", 2e4),
+               ("mlp_bias", True), ("use_sliding_window", False)],
+    "gemma3": [("hidden_act", "gelu"), ("attn_logit_softcapping", 1.0), ("mlp_bias", True),
+               ("use_sliding_window", False), ("max_window_layers", 1)],
+    "gemma3-multimodal": [("text_config.hidden_act", "gelu"), ("text_config.attn_logit_softcapping", 1.0),
+                          ("text_config.mlp_bias", True), ("sliding_window", 4), ("final_logit_softcapping", 3.0)],
+    "phi3": [("layer_types", ("full_attention",)), ("attention_bias", True), ("mlp_bias", True),
+             ("use_sliding_window", False), ("final_logit_softcapping", 3.0)],
+    "phi4-longrope": [("layer_types", ALTERNATING), ("rope_local_base_freq", 2e4)],
+}
+AGREEING = {   # unread fields at the value that says what the class builds anyway: must load, the unedited model
+    "llama": [("layer_types", ("full_attention",)), ("use_sliding_window", False), ("sliding_window", None)],
+    "mistral": [("layer_types", ("sliding_attention",))],        # the window on every layer, as Mistral has it
+    "qwen2": [("attention_bias", False)],
+    "pythia": [("rope_theta", 10000.0), ("partial_rotary_factor", 0.25)],   # 4.x's echoes, agreeing
+    "gemma2": [("sliding_window_pattern", 2), ("use_sliding_window", True)],
+    "phi3": [("layer_types", ("sliding_attention",))],
+}
+NO_ONE_MODEL = {   # (spelling, field, value) that transformers 4.x and 5.x (or AutoModel and the class) read as two
+                   # models, or both fail on: refused by name
+    "llama": [("4.x", "original_max_position_embeddings", 16),   # 5.x: llama3's original context; 4.x: unread
+              ("5.x", "rope_theta", 1234.0)],                    # 4.x: this base; 5.x: rope_parameters'
+    "mistral": [("5.x", "layer_types", ALTERNATING)],            # AutoModel reads it as a MinistralForCausalLM
+    "qwen2": [("5.x", "layer_types", ALTERNATING)],              # sliding layers, the window off: both fail
+    "pythia": [("5.x", "rotary_pct", 0.5)],                      # 4.x: this; 5.x: rope_parameters' 0.25
+    "gemma3": [("5.x", "rope_local_base_freq", 2e4)],            # 4.x: this; 5.x: rope_parameters' own
+    "phi3": [("5.x", "partial_rotary_factor", 0.5)],             # 4.x: this; 5.x: rope_parameters' 1.0
+}
+
+
+def with_value(cfg: dict, path: str, value) -> dict:
+    """`cfg` with the field at `path` set to `value` (a tuple of layer kinds: repeated over the layers)."""
+    holder = cfg["text_config"] if path.startswith("text_config.") else cfg
+    return edited(cfg, path, layer_list(holder, *value) if isinstance(value, tuple) else value)
+
+
+@pytest.mark.parametrize("name", list(CLASS_FAMILIES))
+def test_a_field_the_class_does_not_read_is_refused_by_name_or_ignored_as_there(tmp_path, name):
+    ck = Checkpoint(name, "5.x", tmp_path)
+    failures = []
+    for path, value in UNREAD.get(name, []):
+        model, refusal = ck.load(with_value(ck.cfg, path, value))
+        if refusal is not None and not names_the_field(refusal, path):
+            failures.append(f"{path}={value}: refused without naming it: {refusal}")
+        elif refusal is None and ck.mismatch(model) > 1e-5:
+            failures.append(f"{path}={value}: obeyed, though transformers' class does not read it")
+    for path, value in AGREEING.get(name, []):
+        model, refusal = ck.load(with_value(ck.cfg, path, value))
+        if refusal is not None or ck.mismatch(model) > 1e-5:
+            failures.append(f"{path}={value}: says what the class builds anyway, yet {refusal or 'another model'}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("name", list(NO_ONE_MODEL))
+def test_a_field_transformers_reads_as_two_models_or_none_is_refused_by_name(tmp_path, name):
+    for spelling, path, value in NO_ONE_MODEL[name]:
+        ck = Checkpoint(name, spelling, tmp_path / spelling)
+        model, refusal = ck.load(with_value(ck.cfg, path, value))
+        assert refusal is not None and names_the_field(refusal, path), (path, refusal)
+
+
+# ----- a tied LM head stored apart from the embedding
+
+HEADS = {"gpt2": ("transformer.wte.weight", "lm_head.weight"),
+         "pythia": ("gpt_neox.embed_in.weight", "embed_out.weight"),
+         "gemma3-multimodal": ("language_model.model.embed_tokens.weight", "language_model.lm_head.weight")}
+
+
+@pytest.mark.parametrize("name", list(CLASS_FAMILIES))
+def test_a_tied_head_stored_apart_loads_only_as_the_embedding_itself(tmp_path, name):
+    """tie_word_embeddings true and the LM head stored too: transformers 4.x uses the embedding as the head, 5.x a
+    stored head that differs. A head equal to the embedding is one model (it loads as the tied one); a head that
+    differs is two: refused, naming both tensors, as the weights load (no plan reads values)."""
+    ck = Checkpoint(name, "5.x", tmp_path)
+    embedding, head = HEADS.get(name, ("model.embed_tokens.weight", "lm_head.weight"))
+    cfg = dict(ck.cfg, tie_word_embeddings=True)
+    if "text_config" in cfg:
+        cfg["text_config"] = dict(cfg["text_config"], tie_word_embeddings=True)
+    other = torch.randn(ck.t[embedding].shape, generator=torch.Generator().manual_seed(5)) * 0.2
+    model, refusal = ck.load(cfg, dict(ck.t, **{head: other}))
+    assert refusal is not None and embedding in refusal and head in refusal, refusal
+    hf.read_config(str(ck.root / f"edit{ck.edits}"))          # the plan alone accepts it: values are not read there
+    same = dict(ck.t, **{head: ck.t[embedding].clone()})
+    model, refusal = ck.load(cfg, same)
+    assert refusal is None and ck.mismatch(model, dict(tie=True), same) <= 1e-5, refusal
+
+
+def test_gemma3_multimodal_ties_by_one_field_both_versions_read_alike(tmp_path):
+    """4.x ties Gemma 3's head by text_config.tie_word_embeddings, 5.x by the top level's: differing (a null is
+    false, an absent one true), they are refused by name."""
+    ck = Checkpoint("gemma3-multimodal", "5.x", tmp_path)
+    for top, text in ((False, True), (None, True), (True, None)):
+        cfg = dict(ck.cfg, tie_word_embeddings=top, text_config=dict(ck.cfg["text_config"], tie_word_embeddings=text))
+        model, refusal = ck.load(cfg)
+        assert refusal is not None and "text_config.tie_word_embeddings" in refusal, (top, text, refusal)
+
+
+# ----- a config that contradicts its own architecture
+
+@pytest.mark.parametrize("name", list(CLASS_FAMILIES))
+def test_a_model_type_of_another_family_is_refused(tmp_path, name):
+    """transformers' AutoModelForCausalLM builds the class of the model_type, the named class's from_pretrained its
+    own: a model_type naming another family (or none, a null) is two models, refused by name; absent, the class."""
+    ck = Checkpoint(name, "5.x", tmp_path)
+    cfg = {k: v for k, v in ck.cfg.items() if k != "model_type"}
+    assert hf.config_from_json(cfg) == hf.config_from_json(ck.cfg)
+    for other in ("llama", "mistral", "ministral", "qwen2", "qwen3", "olmo2", "gemma", "gemma2", "gemma3",
+                  "gemma3_text", "phi3", "gpt2", "gpt_neox", None):
+        if other != ck.cfg["model_type"]:
+            with pytest.raises(ValueError, match="model_type"):
+                hf.config_from_json(dict(cfg, model_type=other))
+    with pytest.raises(ValueError, match="architectures names several classes"):
+        hf.config_from_json(dict(ck.cfg, architectures=[*ck.cfg["architectures"], "LlamaForCausalLM"]
+                                 if name != "llama" else ["LlamaForCausalLM", "MistralForCausalLM"]))
+    if "text_config" in cfg:
+        with pytest.raises(ValueError, match="text_config.model_type"):
+            hf.config_from_json(dict(cfg, text_config=dict(cfg["text_config"], model_type="gemma2")))
