@@ -31,8 +31,8 @@ import zipfile
 from typing import Optional
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, Progress, atomic_write, check_output, lock_dir, one_line, read_json, run_script,
-                    seed_of, torchrun_rank, write_json)
+from common import (ArgumentParser, Progress, atomic_write, check_output, flag_type, lock_dir, one_line, read_json,
+                    run_script, seed_of, torchrun_rank, write_json)
 import numpy as np
 import torch
 
@@ -463,7 +463,8 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="output directory (default: data/NAME_TOKENIZER)")
     p.add_argument("--tokenizer", default="gpt2", choices=("gpt2", "bytes"),
                    help="gpt2: tiktoken BPE, honours TIKTOKEN_CACHE_DIR; bytes: UTF-8 bytes, vocab 256, offline")
-    p.add_argument("--val_fraction", type=float, default=0.1)
+    p.add_argument("--val_fraction", type=flag_type("(0,1)"), default=0.1,
+                   help="the share of the tokens held out for validation (the last ones)")
     p.add_argument("--from", dest="from_dir", default=None, help=f"offline: a directory holding the named corpora's "
                    f"files ({', '.join(c['file'] for c in CORPORA.values())}); default ${OFFLINE_ENV}")
     args = p.parse_args(argv)

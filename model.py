@@ -710,7 +710,7 @@ def forward_flops(model: GPT, seq_len: int, logits_positions: int = 1) -> float:
 
 def write_checkpoint(path: str, model: GPT, step: int = 0, **meta) -> None:
     """Save `model` (and any metadata) at `path`; load_checkpoint rebuilds the model from the file alone.
-    The project's scripts write through common.save_checkpoint: atomically, with the run's provenance."""
+    The project's scripts write it through common.atomic_write (whole or not at all), with the run's provenance."""
     state = dict(config=dataclasses.asdict(model.config), model=model.state_dict(), step=step, **meta)
     torch.save(state, path)
 

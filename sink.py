@@ -156,7 +156,7 @@ def massive_activations(model: GPT, tokens: torch.Tensor) -> list:
         disp = dimension_disparity(h)
         rows.append(dict(state=layer, top=top.item(), median=median.item(), ratio=(top / median).item(),
                          top_position=int((a == top).nonzero()[0, 1]) + 1, disparity_first=disp[:, 0].mean().item(),
-                         disparity_rest=disp[:, 1:].mean().item() if h.shape[1] > 1 else float("nan")))
+                         disparity_rest=disp[:, 1:].mean().item() if h.shape[1] > 1 else None))
     return rows
 
 
@@ -442,6 +442,8 @@ def check_args(p, args):
         unused = [f"--{k}" for k in names if getattr(args, k) is not None and not applies]
         if unused:
             p.error(f"{', '.join(unused)} would do nothing without {needs}; drop {'them' if len(unused) > 1 else 'it'}")
+    if args.exp in ("interventions", "variance") and len(args.lengths) > 1:
+        p.error(f"--exp {args.exp} measures at one length: give one --lengths (got {len(args.lengths)})")
     if args.exp == "interventions":
         for k, default in INTERVENTIONS.items():
             setattr(args, k, default if getattr(args, k) is None else getattr(args, k))

@@ -297,7 +297,7 @@ def run_differences(args: TrainConfig, config: GPTConfig, meta: dict, state: dic
 def ensure(args: TrainConfig) -> dict:
     """Train the run `args` describes unless out_dir already holds it finished; continue it if it stopped
     part-way. Returns its log. How experiments get a trained model: one call, never a second training. A
-    finished run made with other settings (another --lr, --steps, model or data into the same --out) is
+    finished run made with other settings (another --lr, --max_steps, model or data into the same --out) is
     refused, never passed off as this one."""
     args = args.resolved()
     found = list_checkpoints(args.out_dir)

@@ -361,11 +361,19 @@ def draw_map(path: str) -> None:
 
 # ----------------------------------------------------------------------------- the command line
 
+def write_whole(path: str, text: str) -> None:
+    """`text` at `path`, through a temp file renamed into place: a killed run leaves the old file or the new one
+    (the page is the lecture's one source)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
 def write_notebook() -> None:
     with open(PAGE) as fh:
         text = fh.read()
-    with open(NOTEBOOK, "w") as fh:
-        fh.write(notebook(text, map_bytes()))
+    write_whole(NOTEBOOK, notebook(text, map_bytes()))
     print(f"wrote {os.path.relpath(NOTEBOOK)}")
 
 
@@ -392,9 +400,9 @@ def regenerate() -> None:
     read = lambda name: figures.setdefault(name, open(os.path.join(FIGURE_DIR, name), "rb").read())
     page = rewrite(text, run["printed"], run["values"], read)
     problems = stale(page, read)
-    assert not problems, problems
-    with open(PAGE, "w") as fh:
-        fh.write(page)
+    if problems:                 # the page just written would fail its own currency check: a bug here, not input
+        raise RuntimeError(f"the regenerated page is not current: {problems}")
+    write_whole(PAGE, page)
     print(f"ran the page in {time.time() - start:.0f} s; wrote {os.path.relpath(PAGE)}", file=sys.stderr)
 
 
