@@ -24,7 +24,12 @@ embedding table (init.py's embed_seed), Gaussian input embeddings fed past the t
 table -- makes coordinates align by construction. A deliberate permutation of B's basis, signs flipped or not,
 hides a true lineage (a false negative, never a false positive); the aligned verdict (--align on) matches B's
 coordinates to A's first (by the token tables where they agree unmistakably, else on held-out inputs) and sees
-through it.
+through it. Models of two widths (a child pruned in width, or grown) have no exact test: the narrower one's
+coordinates are matched into the wider one's the same way, and that matched test is the verdict.
+
+In a dispute the models rarely sit on one machine: a fingerprint file holds everything a verdict reads of one
+model, so owners publish files, not weights, and one suspect is searched against a folder of them (each base's
+verdict Holm-adjusted across the folder: derives from one, from none, or inconclusive).
 
 The reference implementation's own tests (an analytic z of mean tau, a t-test and a Mann-Whitney U against taus
 of independent Gaussian matrices) are not verdicts here: unrelated models are two random functions of the *same*
@@ -33,6 +38,8 @@ inputs, so their taus spread far wider than those nulls allow. studies/lineage_f
     python seedprint.py A B            # two train.py checkpoints or Hugging Face directories
     python seedprint.py A B C D        # every pair, Holm-adjusted, grouped into lineages
     python seedprint.py A B --align on # the aligned verdict: sees through a permuted residual basis
+    python seedprint.py A --save reg/a.npz           # A's fingerprint file, made where A lives
+    python seedprint.py SUSPECT --against reg        # the suspect against every fingerprint file in reg/
 
 The studies that calibrate the verdict and reproduce the paper's Tables 4-5 train their models in studies/
 (studies/__init__.py lists them). Imports model.py, hf.py (models by path), data.py (the random inputs) and
@@ -49,8 +56,9 @@ from typing import Callable, Optional
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from common import (ArgumentParser, DTYPES, Progress, add_device_flags, add_settings_flags, atomic_write,
-                    check_dtype_runs, check_output, check_settings, figure, lock_dir, parse_bool, print_table,
-                    resolve_device, run_script, save_figure, setting, settings_given, update_results)
+                    check_dtype_runs, check_output, check_settings, figure, flag_type, lock_dir, parse_bool,
+                    print_table, provenance, resolve_device, run_script, save_figure, setting, settings_given,
+                    update_results)
 from model import GPT, GPTConfig, read_checkpoint
 import hf
 from data import random_batches
@@ -64,6 +72,11 @@ ALPHA = 0.01
 # The aligned verdict's floor on a match fit on held-out inputs: fit by studies/aligned_floor.py, whose numbers
 # are in docs/seedprint.md ("The aligned verdict").
 ALIGNED_TAU_FLOOR = 0.06
+# The same floor for models of two widths: a narrower model's coordinates matched into a wider one's choose among
+# more candidates, over a smaller identity set, so unrelated pairs reach larger matched taus. Fit by studies/pruned.py
+# on one set of seeds (twice their largest, rounded up) and tested on another (docs/seedprint.md, "Derivatives
+# pruned in width or depth").
+PARTIAL_TAU_FLOOR = 0.21
 # The mean |r| from which a (whitened) token-table match is trusted: chosen and tested in studies/aligned_floor.py
 # (docs/seedprint.md, "The aligned verdict": descendants' and unrelated models' values).
 TABLE_MATCH_R = 0.5
@@ -164,33 +177,55 @@ class SeedPrintResult:
     n_identity_aligned: int = 0
     matched_on: str = ""    # ... what the match was fit on: "token table" (trusted: table_gate) or "held-out inputs"
     table_fit: Optional[float] = None  # ... the token-table match's mean |r| (None: no tables to match)
+    widths: Optional[tuple] = None     # (A's, B's); two widths: the matched test alone is the verdict (p_exact None)
     shared: str = ""        # what the two models' own records say they share by construction (shared_by_construction)
 
     def explain(self) -> str:
         """The verdict in one line: which test, on which set, how many dimensions, and what the models' records
         say they share by construction."""
         what = "RELATED (shared initialization)" if self.related else "unrelated"
+        if self.aligned and self.p_exact is None:
+            return self.explain_matched(what) + (f". By construction, {self.shared}" if self.shared else "")
         exact = (f"dimension-permutation test of mean tau {self.mean_tau:+.4f} over |S| = {self.n_identity} identity "
                  f"dimensions (k = {self.k}), N = {self.n_inputs}: p_perm {self.p_perm:.3g}, p_overlap "
                  f"{self.p_overlap:.3g}, combined p {self.p_exact if self.aligned else self.p:.3g}")
         if not self.aligned:
             line = f"{what}: {exact} vs alpha {ALPHA}"
         else:
-            floor = "reaches" if self.tau_aligned >= ALIGNED_TAU_FLOOR else "is below"
-            r = "|r|" if self.signed else "r"
-            if self.matched_on == "token table":
-                how = f"by their whitened token tables (matched columns' mean {r} {self.table_fit:.3f}, trusted)"
-            else:
-                how = "on held-out inputs" + ("" if self.table_fit is None else
-                                              f" (the token tables' match, mean {r} {self.table_fit:.3f}, untrusted)")
+            floor = "it does" if self.tau_aligned >= self.floor() else "it is below"
             line = (f"{what}: aligned verdict, p {self.p:.3g} vs alpha {ALPHA} (twice the smaller of two tests): "
                     f"the exact {exact}; after matching B's coordinates to A's{' with signs' if self.signed else ''} "
-                    f"{how}, {self.moved} moved: matched mean tau {self.tau_aligned:+.4f} over |S| = "
+                    f"{self.how_matched()}, {self.moved} moved: matched mean tau {self.tau_aligned:+.4f} over |S| = "
                     f"{self.n_identity_aligned}, p {self.p_aligned:.3g}")
             if self.matched_on != "token table":
-                line += (f", which counts only if the tau {floor} the floor {ALIGNED_TAU_FLOOR} (models trained "
-                         f"from other inits on the same data stay below it)")
+                line += (f", which counts only where the tau reaches the floor {ALIGNED_TAU_FLOOR} ({floor}; models "
+                         f"trained from other inits on the same data stay below it)")
         return line + (f". By construction, {self.shared}" if self.shared else "")
+
+    def floor(self) -> float:
+        """The matched mean tau a match on held-out inputs must reach to count: ALIGNED_TAU_FLOOR for one width,
+        PARTIAL_TAU_FLOOR for two."""
+        return ALIGNED_TAU_FLOOR if self.widths is None or self.widths[0] == self.widths[1] else PARTIAL_TAU_FLOOR
+
+    def how_matched(self) -> str:
+        """What the coordinates were matched on, and how well, in words."""
+        r = "|r|" if self.signed else "r"
+        if self.matched_on == "token table":
+            return f"by their whitened token tables (matched columns' mean {r} {self.table_fit:.3f}, trusted)"
+        return "on held-out inputs" + ("" if self.table_fit is None else
+                                       f" (the token tables' match, mean {r} {self.table_fit:.3f}, untrusted)")
+
+    def explain_matched(self, what: str) -> str:
+        """The verdict of two models of unequal widths: the matched test alone."""
+        wa, wb = self.widths
+        line = (f"{what}: matched verdict (widths {wa} and {wb}: no exact test), p {self.p:.3g} vs alpha {ALPHA}: the "
+                f"narrower model's {min(wa, wb)} coordinates matched into the wider one's "
+                f"{self.how_matched()}; matched mean tau {self.tau_aligned:+.4f} over |S| = {self.n_identity}, p "
+                f"{self.p_aligned:.3g}")
+        if self.matched_on != "token table":
+            reached = "it does" if self.tau_aligned >= self.floor() else "it is below"
+            line += f", which counts only where the tau reaches the floor {self.floor()} ({reached})"
+        return line
 
 
 @dataclass(frozen=True)
@@ -200,7 +235,8 @@ class Options:
     sequences: int = setting(2000, "random input sequences N", "int>=10")
     seq_len: int = setting(64, "tokens per input (the paper: 1024)", "int>=1")
     input_seed: int = setting(0, "seed of the random inputs", "seed")
-    k: int = setting(400, "identity dimensions per model (capped at half the width)", "int>=2")
+    k: int = setting(400, "identity dimensions per model (by default capped at half the width; given, at most half "
+                     "the narrower width)", "int>=2")
     rank_by: str = setting("smallest", "the identity dimensions: the k of smallest, largest or largest |mean output|",
                            choices=("smallest", "largest", "abs"))
     set_mode: str = setting("coset", "coset: A's identity set intersected with B's; base: A's alone",
@@ -237,24 +273,27 @@ def align_coordinates(XA: np.ndarray, XB: np.ndarray, signed: bool = True):
     the coordinates: RMS(x) ignores signs, and the gains move with their coordinates), and x -> -x alone hides a
     lineage from the exact verdict. signed=False (LayerNorm models, whose mean does not commute with a sign
     flip): the permutation maximizing the summed correlation, every sign +1. Fit on held-out inputs or tokens,
-    never on the test's: under H0 the match is then mostly fitted noise, independent of the test inputs."""
+    never on the test's: under H0 the match is then mostly fitted noise, independent of the test inputs.
+    Models of two widths (a child pruned in width, or grown): the partial match, each coordinate of the narrower
+    model given its own coordinate of the wider one; where B is the narrower, A's coordinates that none of B's plays
+    have match -1 and sign 0."""
     za = (XA - XA.mean(0)) / np.maximum(XA.std(0), 1e-12)
     zb = (XB - XB.mean(0)) / np.maximum(XB.std(0), 1e-12)
     corr = za.T @ zb / len(XA)
-    rows, match = optimize.linear_sum_assignment(np.abs(corr) if signed else corr, maximize=True)
-    match = match[np.argsort(rows)]
-    r = corr[np.arange(len(match)), match]
-    if not signed:
-        return match, np.ones(len(match)), float(r.mean())
-    return match, np.where(r < 0, -1.0, 1.0), float(np.abs(r).mean())
+    rows, cols = optimize.linear_sum_assignment(np.abs(corr) if signed else corr, maximize=True)
+    r = corr[rows, cols]
+    match, sign = np.full(XA.shape[1], -1), np.zeros(XA.shape[1])
+    match[rows], sign[rows] = cols, np.where(r < 0, -1.0, 1.0) if signed else 1.0
+    return match, sign, float(np.abs(r).mean() if signed else r.mean())
 
 
-def table_gate(rows: int, d: int) -> float:
+def table_gate(rows: int, d: int, d2: int = None) -> float:
     """The mean |r| a token-table match must reach to be trusted: TABLE_MATCH_R, or, where the table has few rows,
     the largest |r| that any two independent columns reach except with probability about 1e-3 (r sqrt(rows) taken
-    as standard normal, P(|z| > t) <= 2 exp(-t^2 / 2), over all d^2 pairs; spot-checked by Monte Carlo in the
-    tests), whichever is larger. Above 1 (fewer than about 35 rows at width 32) no match is trusted."""
-    return max(TABLE_MATCH_R, math.sqrt(2 * math.log(2000 * d * d) / max(rows, 1)))
+    as standard normal, P(|z| > t) <= 2 exp(-t^2 / 2), over all d x d2 pairs, d2 the other model's width, d by
+    default; spot-checked by Monte Carlo in the tests), whichever is larger. Above 1 (fewer than about 35 rows at
+    width 32) no match is trusted."""
+    return max(TABLE_MATCH_R, math.sqrt(2 * math.log(2000 * d * (d2 or d)) / max(rows, 1)))
 
 
 def whiten(X: np.ndarray) -> np.ndarray:
@@ -273,12 +312,12 @@ def table_match(TA: np.ndarray, TB: np.ndarray, signed: bool = True):
     columns that correlate through them whatever their bases. Whitened, only a map that moves whole columns -- a
     descendant's signed permutation -- correlates columns one to one; a rotation of the same table spreads each
     over all."""
-    rows, d = TA.shape
-    WA, WB = (whiten(T.astype(np.float64)) if rows >= d and T.std() > 0 else None for T in (TA, TB))
+    rows = len(TA)
+    WA, WB = (whiten(T.astype(np.float64)) if rows >= T.shape[1] and T.std() > 0 else None for T in (TA, TB))
     if WA is None or WB is None:
         return None, None, None, False
     match, sign, fit = align_coordinates(WA, WB, signed)
-    return match, sign, fit, fit >= table_gate(rows, d)
+    return match, sign, fit, fit >= table_gate(rows, TA.shape[1], TB.shape[1])
 
 
 def signs_keep_function(*configs) -> bool:
@@ -305,32 +344,45 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
         its base's ranking, same-data models a small one. So this test counts only where its matched mean tau
         reaches ALIGNED_TAU_FLOOR.
     The verdict is their union at alpha / 2 each: p = min(1, 2 min(p_exact, p_aligned)), so it never misses what
-    the exact test sees."""
+    the exact test sees.
+    Models of two widths (a child pruned in width, or grown wider): no exact test exists, coordinate j of one is not
+    coordinate j of the other. The narrower model's coordinates are matched into the wider one's (a partial signed
+    matching from the same two sources, the tables trusted as before; matched on inputs, the test counts from
+    PARTIAL_TAU_FLOOR), and the matched test alone is the verdict, at alpha."""
     check_options(k, rank_by, set_mode, temperature, alpha)
-    if HA.shape != HB.shape:
-        raise ValueError(f"fingerprints differ in shape {HA.shape} vs {HB.shape}: the models must have the same "
-                         f"width and see the same N inputs")
-    exact = permutation_verdict(HA, HB, k, rank_by, set_mode, temperature, alpha)
+    if len(HA) != len(HB):
+        raise ValueError(f"fingerprints on {len(HA)} and {len(HB)} inputs: the models must see the same N inputs")
+    equal = HA.shape[1] == HB.shape[1]
     if align is None:
-        return exact
-    if align[0].shape[1] != HA.shape[1] or align[1].shape != align[0].shape:
-        raise ValueError("the held-out fingerprints must have the test fingerprints' width, and the same shape")
+        if not equal:
+            raise ValueError(f"models of widths {HA.shape[1]} and {HB.shape[1]} have no exact test: coordinate j of "
+                             f"one is not coordinate j of the other; compare them with the aligned verdict")
+        return permutation_verdict(HA, HB, k, rank_by, set_mode, temperature, alpha)
+    if [x.shape[1] for x in align] != [HA.shape[1], HB.shape[1]] or len(align[0]) != len(align[1]):
+        raise ValueError("the held-out fingerprints must have the test fingerprints' widths, and as many inputs")
     on, table_fit = "held-out inputs", None
     if tables is not None and tables[0] is not None and tables[1] is not None:
-        if tables[0].shape != tables[1].shape or tables[0].shape[1] != HA.shape[1]:
-            raise ValueError(f"the token tables' held-out rows differ in shape ({tables[0].shape} vs "
-                             f"{tables[1].shape}) or from the fingerprints' width {HA.shape[1]}")
+        if len(tables[0]) != len(tables[1]) or [t.shape[1] for t in tables] != [HA.shape[1], HB.shape[1]]:
+            raise ValueError(f"the token tables' held-out rows ({tables[0].shape} and {tables[1].shape}) must be as "
+                             f"many and as wide as the fingerprints ({HA.shape[1]} and {HB.shape[1]})")
         match, sign, table_fit, trusted = table_match(*tables, signed=signed)
         on = "token table" if trusted else on
     if on == "held-out inputs":
         match, sign, _ = align_coordinates(*align, signed=signed)
-    matched = permutation_verdict(HA, HB[:, match] * sign, k, rank_by, set_mode, temperature, alpha)
-    counted = matched.p if on == "token table" or matched.mean_tau >= ALIGNED_TAU_FLOOR else 1.0
+    kept = match >= 0                                   # all of A's coordinates, unless B is the narrower
+    matched = permutation_verdict(HA[:, kept], HB[:, match[kept]] * sign[kept], k, rank_by, set_mode, temperature,
+                                  alpha)
+    floor = ALIGNED_TAU_FLOOR if equal else PARTIAL_TAU_FLOOR
+    counted = matched.p if on == "token table" or matched.mean_tau >= floor else 1.0
+    moved = int(((match[kept] != np.flatnonzero(kept)) | (sign[kept] < 0)).sum())
+    aligned = dict(aligned=True, signed=signed, moved=moved, p_aligned=matched.p, tau_aligned=matched.mean_tau,
+                   n_identity_aligned=matched.n_identity, matched_on=on, table_fit=table_fit,
+                   widths=(HA.shape[1], HB.shape[1]))
+    if not equal:                  # the matched test is the verdict: its numbers in the exact test's fields too
+        return dataclasses.replace(matched, related=bool(counted < alpha), p=counted, **aligned)
+    exact = permutation_verdict(HA, HB, k, rank_by, set_mode, temperature, alpha)
     p = min(1.0, 2 * min(exact.p, counted))
-    return dataclasses.replace(exact, related=bool(p < alpha), p=p, aligned=True, signed=signed,
-                               moved=int(((match != np.arange(len(match))) | (sign < 0)).sum()), p_exact=exact.p,
-                               p_aligned=matched.p, tau_aligned=matched.mean_tau,
-                               n_identity_aligned=matched.n_identity, matched_on=on, table_fit=table_fit)
+    return dataclasses.replace(exact, related=bool(p < alpha), p=p, p_exact=exact.p, **aligned)
 
 
 def permutation_verdict(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = "smallest",
@@ -435,7 +487,7 @@ def held_out_rows(m, vocab: int):
     """The token table's rows of the alignment's tokens, [vocab // 2, vocab) (aligned_sets), float32 (rows x d),
     for the aligned verdict's table match; None for a model whose weights are not at hand (a callable, a
     fingerprint array)."""
-    return token_rows(m, vocab // 2, vocab)
+    return m.rows if isinstance(m, Fingerprint) else token_rows(m, vocab // 2, vocab)
 
 
 def token_rows(m, lo: int, hi: int):
@@ -461,7 +513,8 @@ class Recipe:
 def fingerprint_all(models: list, cache_dir: str = None, device="cpu", dtype: str = None, options: dict = None,
                     sets: list = None) -> list:
     """out[i][j]: the fingerprint of model i on input set j: the options updated by sets[j] (default: one set, the
-    options themselves). A model is a GPT, a path, a Recipe, a callable, or a fingerprint array (one set only).
+    options themselves). A model is a GPT, a path, a Recipe, a callable, a Fingerprint, or a fingerprint array (one
+    set only).
     Each model is loaded once. Paths and recipes are read from the cache under cache_dir, keyed on the identity
     of their weights and every option (device and dtype included), and saved to it only once every fingerprint
     is computed: a run that fails on one model (a damaged file, NaN activations) writes nothing."""
@@ -469,6 +522,9 @@ def fingerprint_all(models: list, cache_dir: str = None, device="cpu", dtype: st
     sets = [dict(options, **s) for s in (sets or [{}])]
     out, new = [], []
     for m in models:
+        if isinstance(m, Fingerprint):          # its sets were made under the options compare_many agreed on
+            out.append([m.sets[SETS.index(set_name(opts))] for opts in sets])
+            continue
         if isinstance(m, np.ndarray):
             if len(sets) > 1:
                 raise ValueError("a fingerprint array holds one set of inputs; give the model for held-out inputs")
@@ -496,7 +552,7 @@ def fingerprint_all(models: list, cache_dir: str = None, device="cpu", dtype: st
                 model = m.build().to(device) if isinstance(m, Recipe) else hf.load(
                     m, device, getattr(torch, dtype) if dtype else None)
                 model.eval()
-            name = m if isinstance(m, str) else m.key if isinstance(m, Recipe) else "model"
+            name = model_name(m)
             row.append(fingerprint(model, name=name, progress=isinstance(m, str), **opts))
             if file:
                 new.append((file, row[-1], key))
@@ -514,61 +570,307 @@ def fingerprint_all(models: list, cache_dir: str = None, device="cpu", dtype: st
 HELD_OUT_SEED = 1_000_003
 
 
-def compare(model_a, model_b, k: int = 400, rank_by: str = "smallest", set_mode: str = "coset",
+# ----------------------------------------------------------------------------- fingerprint files
+# A model's fingerprint travels without its weights: one .npz file holds everything a verdict reads of it (its
+# fingerprints on the exact, the aligned test and the held-out inputs, and its token table's held-out rows), the
+# options that fixed them, the identity of the weights and how it was made. A verdict from two files is the
+# verdict from the two models: the same arrays reach the same test.
+
+FILE_FORMAT, FILE_VERSION = "seedprint-fingerprint", 1
+SETS = ("exact", "test", "held_out")          # [{}] + aligned_sets(...): the arrays fingerprint_all makes
+
+
+def set_name(options: dict) -> str:
+    """Which of SETS the fingerprint options of one input set (fingerprint_all's) are: the exact set draws ids from
+    0 up, the aligned test set from 0 up to half the vocabulary (low 0), the held-out set from half up."""
+    return "exact" if "low" not in options else "test" if options["low"] == 0 else "held_out"
+
+
+@dataclass
+class Fingerprint:
+    """One model's fingerprint file, in memory."""
+    sets: list          # the fingerprints on SETS' inputs, each N x d float32
+    rows: np.ndarray    # the token table's held-out rows [vocab // 2, vocab), float32 (held_out_rows)
+    options: dict       # what fixed the inputs and the statistic: file_options()
+    config: dict        # the model's GPTConfig fields (its width, vocabulary, norm)
+    weights: dict       # the weights it came from: each file's name, size and sha256 (weights_record)
+    provenance: dict    # device, dtype, versions, date, command
+    path: str = ""
+
+
+def file_options(sequences: int = None, seq_len: int = None, seed: int = None, vocab: int = None, k: int = None,
+                 rank_by: str = None, set_mode: str = None) -> dict:
+    """Every option a fingerprint file records, None where not given: the inputs (N, T, their seed, the token ids'
+    bound) and the statistic (k, rank_by, set_mode)."""
+    return dict(sequences=sequences, seq_len=seq_len, seed=seed, vocab=vocab, k=k, rank_by=rank_by,
+                set_mode=set_mode)
+
+
+def default_options() -> dict:
+    """file_options' defaults, Options' own (vocab: the smaller vocabulary of the models compared)."""
+    o = Options()
+    return file_options(o.sequences, o.seq_len, o.input_seed, None, o.k, o.rank_by, o.set_mode)
+
+
+def agreed_options(models: list, asked: dict) -> dict:
+    """The options of a comparison: the fingerprint files' among `models` (which must all agree), the ones asked
+    for (None: not asked; where files are given, they must agree with them), else the defaults. A disagreement is
+    refused in one line naming every option that differs."""
+    files = [m for m in models if isinstance(m, Fingerprint)]
+    for f in files[1:]:
+        differ = [f"{k} {files[0].options[k]} vs {f.options[k]}" for k in default_options()
+                  if f.options[k] != files[0].options[k]]
+        if differ:
+            raise ValueError(f"{files[0].path} and {f.path} were made with other options ({'; '.join(differ)}): "
+                             f"make every fingerprint with the same options")
+    opts = {**default_options(), **(files[0].options if files else {})}
+    given = {k: v for k, v in asked.items() if v is not None}
+    other = sorted(set(given) - set(opts))
+    if files and other:          # a file's fingerprints are of token inputs as file_options fix them, nothing else
+        raise ValueError(f"{files[0].path} holds fingerprints on random tokens as its options fix them: "
+                         f"{', '.join(other)} cannot apply to it")
+    if files:
+        differ = [f"{k} {v} vs the file's {opts[k]}" for k, v in given.items() if k in opts and v != opts[k]]
+        if differ:
+            raise ValueError(f"{files[0].path} was made with other options than asked for ({'; '.join(differ)}): "
+                             f"drop those options, or make the file with them")
+    return {**opts, **given}
+
+
+def make_fingerprint(m, cache_dir: str = None, device="cpu", dtype: str = None, **options) -> Fingerprint:
+    """A model's fingerprint file in memory (write_fingerprint saves it): a path, a GPT or a Recipe, fingerprinted
+    on the exact, the aligned test and the held-out inputs that `options` (file_options) fix; vocab (the token
+    ids' bound) defaults to the model's own vocabulary."""
+    opts = {**default_options(), **{k: v for k, v in file_options(**options).items() if v is not None}}
+    test = {key: opts.pop(key) for key in ("k", "rank_by", "set_mode")}
+    check_options(**test)
+    config = config_of(m)
+    if config is None:
+        raise ValueError("a fingerprint file is made of a model (a path, a GPT or a Recipe): its token table and "
+                         "architecture are part of it")
+    opts["vocab"] = opts["vocab"] or config.vocab_size
+    name = model_name(m)
+    check_seq_len(opts["seq_len"], [config], [name])
+    check_vocab(opts["vocab"], [config], [name])
+    sets = fingerprint_all([m], cache_dir, device, dtype, opts, [{}] + aligned_sets(opts["vocab"], opts["seed"]))[0]
+    return Fingerprint(sets, held_out_rows(m, opts["vocab"]), dict(opts, **test), dataclasses.asdict(config),
+                       weights_record(m), provenance(device, dtype), path=str(name))
+
+
+def write_fingerprint(path: str, fp: Fingerprint) -> None:
+    """fp as one .npz file, written whole: the arrays, and their meta (format, version, options, config, weights,
+    provenance) with a sha256 over all of it, so that a damaged or edited file is refused when read. The table's
+    rows are stored in the narrowest float type that holds them exactly (bf16 weights stay two bytes a number)."""
+    rows, rows_dtype = compact(fp.rows)
+    arrays = dict(zip(SETS, fp.sets), rows=rows)
+    meta = dict(format=FILE_FORMAT, version=FILE_VERSION, options=fp.options, config=fp.config, weights=fp.weights,
+                provenance=fp.provenance, rows_dtype=rows_dtype)
+    meta["sha256"] = file_digest(meta, arrays)
+
+    def save(tmp):
+        with open(tmp, "wb") as fh:
+            np.savez(fh, meta=np.array(json.dumps(meta, sort_keys=True)), **arrays)
+    atomic_write(path, save)
+
+
+def read_fingerprint(path: str) -> Fingerprint:
+    """A fingerprint file, checked: a file that is no fingerprint, one from a newer format, or one whose content
+    does not match its sha256 (damaged, truncated or edited) is refused in one line."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no fingerprint file at {path!r}" + (" (a directory)" if os.path.isdir(path) else ""))
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {name: z[name] for name in z.files}
+        meta = json.loads(str(arrays.pop("meta"))) if "meta" in arrays else None
+    except Exception as e:         # zip, npy and json each raise their own kinds for a damaged or foreign file
+        raise ValueError(f"{path} is not a readable fingerprint file: damaged, truncated or another format "
+                         f"({type(e).__name__}: {str(e)[:80]})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FILE_FORMAT:
+        raise ValueError(f"{path} is not a SeedPrint fingerprint file (make one with python seedprint.py MODEL "
+                         f"--save FILE)")
+    if not isinstance(meta.get("version"), int) or meta["version"] > FILE_VERSION:
+        raise ValueError(f"{path} is a fingerprint file of format version {meta.get('version')}, newer than this "
+                         f"seedprint.py reads ({FILE_VERSION}): update the project")
+    if set(arrays) != {*SETS, "rows"} or meta.get("sha256") != file_digest(
+            {k: v for k, v in meta.items() if k != "sha256"}, arrays):
+        raise ValueError(f"{path} does not match its own sha256: the file is damaged or was edited; make it again")
+    sets = [arrays[name].astype(np.float32) for name in SETS]
+    return Fingerprint(sets, expand(arrays["rows"], meta["rows_dtype"]), meta["options"], meta["config"],
+                       meta["weights"], meta["provenance"], path=path)
+
+
+def is_fingerprint_file(m) -> bool:
+    """Whether a model given by path is a fingerprint file (an .npz), not a checkpoint or directory."""
+    return isinstance(m, str) and m.endswith(".npz")
+
+
+def file_digest(meta: dict, arrays: dict) -> str:
+    """sha256 of a fingerprint file's meta (without its digest) and of each array's name, dtype, shape and bytes."""
+    h = hashlib.sha256(json.dumps(meta, sort_keys=True).encode())
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def compact(rows: np.ndarray):
+    """(array, dtype name): float32 rows in the narrowest float type that holds every value exactly -- bfloat16
+    (stored as its uint16 bits), float16, else float32. expand() undoes it bit for bit."""
+    t = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))
+    if torch.equal(t.bfloat16().float(), t):
+        return t.bfloat16().view(torch.int16).numpy().view(np.uint16), "bfloat16"
+    if np.array_equal(rows.astype(np.float16).astype(np.float32), rows):
+        return rows.astype(np.float16), "float16"
+    return rows.astype(np.float32), "float32"
+
+
+def expand(rows: np.ndarray, dtype: str) -> np.ndarray:
+    """compact's array back to float32."""
+    if dtype == "bfloat16":
+        return torch.from_numpy(rows.view(np.int16)).view(torch.bfloat16).float().numpy()
+    return rows.astype(np.float32)
+
+
+def weights_record(m) -> dict:
+    """What weights a fingerprint comes from: a model on disk, each of its files' name, size and sha256 (read
+    once, streamed); a model built in code, its recipe's key."""
+    if isinstance(m, Recipe):
+        return dict(recipe=m.key)
+    if not isinstance(m, str):
+        return dict(in_memory=type(m).__name__)
+    files = {}
+    for f in weights_identity(m):
+        h = hashlib.sha256()
+        with open(f[0], "rb") as fh:
+            while chunk := fh.read(1 << 24):
+                h.update(chunk)
+        files[os.path.relpath(f[0], m if os.path.isdir(m) else os.path.dirname(m))] = dict(bytes=f[1],
+                                                                                             sha256=h.hexdigest())
+    return dict(path=os.path.abspath(m), files=files)
+
+
+def compare(model_a, model_b, k: int = None, rank_by: str = None, set_mode: str = None,
             temperature: float = 10.0, alpha: float = ALPHA, cache_dir: str = None, device="cpu", dtype: str = None,
             align: bool = False, **fingerprint_options) -> SeedPrintResult:
-    """Do model_a (the base) and model_b share an initialization? Each may be a GPT, a path (train.py
-    checkpoint or Hugging Face directory), a Recipe, a callable ids -> states, or a fingerprint array. Token
-    inputs use ids below the smaller of the two vocabularies. Options are checked before any work.
+    """Do model_a (the base) and model_b share an initialization? Each may be a GPT, a path (train.py checkpoint,
+    Hugging Face directory, or fingerprint file), a Fingerprint, a Recipe, a callable ids -> states, or a
+    fingerprint array. Token inputs use ids below the smaller of the two vocabularies. Options are checked before
+    any work; left out (None), they are a fingerprint file's, else Options' defaults.
     align=True: the aligned verdict, B's coordinates also matched to A's by their token tables where that match
-    is trusted, else on held-out inputs (see seedprint_test)."""
+    is trusted, else on held-out inputs (see seedprint_test). Models of two widths: the matched verdict."""
     return compare_many([model_a, model_b], k, rank_by, set_mode, temperature, alpha, cache_dir, device, dtype,
                         align, **fingerprint_options)["results"][(0, 1)]
 
 
-def compare_many(models: list, k: int = 400, rank_by: str = "smallest", set_mode: str = "coset",
+def compare_many(models: list, k: int = None, rank_by: str = None, set_mode: str = None,
                  temperature: float = 10.0, alpha: float = ALPHA, cache_dir: str = None, device="cpu",
                  dtype: str = None, align: bool = False, **fingerprint_options) -> dict:
     """Every pair of models, each fingerprinted once. Returns {"results": {(i, j): SeedPrintResult} for i < j,
     with p and the verdict Holm-adjusted across the pairs (the unadjusted p kept as p_raw), "groups": the
-    lineages, i.e. the models joined by a chain of related pairs}."""
-    check_options(k, rank_by, set_mode, temperature, alpha)
-    opts = dict(fingerprint_options)
+    lineages, i.e. the models joined by a chain of related pairs}. A pair of two widths gets the matched verdict."""
+    run = fingerprinted(models, dict(fingerprint_options, k=k, rank_by=rank_by, set_mode=set_mode), temperature,
+                        alpha, cache_dir, device, dtype, align)
+    pairs = [(i, j) for i in range(len(models)) for j in range(i + 1, len(models))]
+    results = holm_verdicts(run, pairs, alpha)
+    return dict(results=results, groups=lineages(len(models), [pr for pr in pairs if results[pr].related]),
+                options=run["options"])
+
+
+def fingerprinted(models: list, asked: dict, temperature: float = 10.0, alpha: float = ALPHA, cache_dir: str = None,
+                  device="cpu", dtype: str = None, align: bool = False) -> dict:
+    """Every check of a comparison, then each model's fingerprints (and its token table's held-out rows where the
+    coordinates are matched), ready for verdicts of any of its pairs (verdict). asked: file_options' keys and any
+    of fingerprint()'s options, None where not given."""
+    models = [read_fingerprint(m) if is_fingerprint_file(m) else m for m in models]
+    opts = agreed_options(models, asked)
+    test = {key: opts.pop(key) for key in ("k", "rank_by", "set_mode")}
+    check_options(**test, temperature=temperature, alpha=alpha)
     every = [config_of(m) for m in models]               # configs only: no weights (None: unknown)
     configs = [c for c in every if c is not None]
-    check_seq_len(opts.get("seq_len", 64), every, models)
-    if len({c.n_embd for c in configs}) > 1:
-        raise ValueError(f"the models differ in width ({sorted({c.n_embd for c in configs})}): SeedPrint compares "
-                         f"models of one architecture")
-    if opts.get("inputs", "tokens") == "tokens" and "vocab" not in opts and configs:
+    check_seq_len(opts["seq_len"], every, models)
+    if opts.get("inputs", "tokens") == "tokens" and opts.get("vocab") is None and configs:
         opts["vocab"] = min(c.vocab_size for c in configs)
-    if align and "vocab" not in opts:
+    check_vocab(opts.get("vocab"), every, models)
+    widths = sorted({c.n_embd for c in configs})
+    matched = align or len(widths) > 1                   # a pair of two widths has no exact test: it is matched
+    if matched and opts.get("vocab") is None:
         raise ValueError("the aligned verdict draws token ids from two halves of the vocabulary: give vocab= for "
                          "models whose vocabulary is not known (callables, fingerprint arrays)")
-    H = fingerprint_all(models, cache_dir, device, dtype, opts,
-                        aligned_sets(opts["vocab"], opts.get("seed", 0)) if align else None)
-    widths = {h[0].shape[1] for h in H}
-    if len(widths) > 1:
-        raise ValueError(f"the models differ in width ({sorted(widths)}): SeedPrint compares models of one "
-                         f"architecture")
-    pairs = [(i, j) for i in range(len(models)) for j in range(i + 1, len(models))]
-    tables = [held_out_rows(m, opts["vocab"]) if align else None for m in models]
-    results = {(i, j): seedprint_test(H[i][0], H[j][0], k, rank_by, set_mode, temperature, alpha,
-                                      align=(H[i][1], H[j][1]) if align else None,
-                                      signed=signs_keep_function(every[i], every[j]), tables=(tables[i], tables[j]))
-               for i, j in pairs}
+    # the aligned (and the matched) verdict tests on the lower half's inputs and fits its match on the upper half's
+    # (aligned_sets); where widths are mixed without --align, a pair of one width keeps the exact verdict
+    sets = ([] if align else [{}]) + (aligned_sets(opts["vocab"], opts["seed"]) if matched else [])
+    H = fingerprint_all(models, cache_dir, device, dtype, opts, sets)
+    tables = [held_out_rows(m, opts["vocab"]) if matched else None for m in models]
+    return dict(models=models, configs=every, H=H, tables=tables, align=align, matched=matched, test=test,
+                temperature=temperature, alpha=alpha, options=dict(opts, **test))
+
+
+def verdict(run: dict, i: int, j: int) -> SeedPrintResult:
+    """The verdict of models i (the base) and j of a fingerprinted() comparison, before any adjustment."""
+    H, kw = run["H"], dict(run["test"], temperature=run["temperature"], alpha=run["alpha"])
+    if not run["matched"] or not run["align"] and H[i][0].shape[1] == H[j][0].shape[1]:
+        return seedprint_test(H[i][0], H[j][0], **kw)                       # the exact verdict (refuses two widths)
+    test, held = len(H[i]) - 2, len(H[i]) - 1                               # the aligned sets come last
+    return seedprint_test(H[i][test], H[j][test], **kw, align=(H[i][held], H[j][held]),
+                          tables=(run["tables"][i], run["tables"][j]),
+                          signed=signs_keep_function(run["configs"][i], run["configs"][j]))
+
+
+def holm_verdicts(run: dict, pairs: list, alpha: float) -> dict:
+    """{pair: verdict} of the pairs, p and the verdict Holm-adjusted across them (p_raw: before)."""
+    results = {pair: verdict(run, *pair) for pair in pairs}
     for (i, j), p in zip(pairs, holm([results[pr].p for pr in pairs])):
         r = results[(i, j)]
         r.p_raw, r.p, r.related = r.p, p, bool(p < alpha)
-        r.shared = shared_by_construction(models[i], models[j])
-    return dict(results=results, groups=lineages(len(models), [pr for pr in pairs if results[pr].related]))
+        r.shared = shared_by_construction(run["models"][i], run["models"][j])
+    return results
+
+
+def search(suspect, bases: list, alpha: float = ALPHA, cache_dir: str = None, device="cpu", dtype: str = None,
+           align: bool = False, temperature: float = 10.0, **asked) -> dict:
+    """One suspect against many known bases (each a model or a fingerprint file): which one, if any, does it derive
+    from? Each base's verdict, Holm-adjusted across the bases, so that the chance of "derives from" said of a
+    suspect related to none stays below alpha however many bases there are. The answer:
+      "derives from"  exactly one base is related;
+      "none"          no base is;
+      "inconclusive"  several are. Bases of one lineage (a base and its own fine-tune, both registered) are each
+                      related to a suspect of that lineage, and this test cannot tell which of them it came from:
+                      the related bases are tested against one another, and the answer says whether they are one
+                      lineage (then the suspect derives from that lineage) or not.
+    Returns {"results": [verdict per base], "answer", "base" (its index, or None), "related" (indices),
+    "among_related": {(i, j): verdict} of the related bases}."""
+    run = fingerprinted([suspect, *bases], asked, temperature, alpha, cache_dir, device, dtype, align)
+    results = holm_verdicts(run, [(b, 0) for b in range(1, len(bases) + 1)], alpha)   # the base first: B is the suspect
+    related = [b - 1 for (b, _), r in results.items() if r.related]
+    among = holm_verdicts(run, [(i + 1, j + 1) for n, i in enumerate(related) for j in related[n + 1:]], alpha)
+    one_lineage = len(related) > 1 and len(lineages(len(related), [(related.index(i - 1), related.index(j - 1))
+                                                                for (i, j), r in among.items() if r.related])) == 1
+    answer = "derives from" if len(related) == 1 else "none" if not related else "inconclusive"
+    return dict(results=list(results.values()), answer=answer, base=related[0] if len(related) == 1 else None,
+                related=related, one_lineage=one_lineage,
+                among_related={(i - 1, j - 1): r for (i, j), r in among.items()}, options=run["options"])
+
+
+def model_name(m) -> str:
+    """How a message names a model: its path, a fingerprint file's path, a recipe's key, else "a model"."""
+    return m if isinstance(m, str) else getattr(m, "path", None) or getattr(m, "key", None) or "a model"
+
+
+def check_vocab(vocab, configs: list, names: list = None) -> None:
+    """Every model (its config; None: unknown) must have a token for every id below `vocab` (the inputs' bound)."""
+    for i, c in enumerate(configs):
+        if vocab is not None and c is not None and vocab > c.vocab_size:
+            name = model_name(names[i]) if names else "a model"
+            raise ValueError(f"the inputs' token ids reach {vocab}, beyond the vocabulary of {name} ({c.vocab_size}): "
+                             f"give --vocab {c.vocab_size} (every fingerprint of a comparison made with it)")
 
 
 def check_seq_len(seq_len: int, configs: list, names: list = None) -> None:
     """Every model (its config; None: unknown, e.g. a callable) must fit inputs of seq_len tokens."""
     for i, c in enumerate(configs):
         if c is not None and seq_len > c.block_size:
-            name = names[i] if names and isinstance(names[i], str) else "a model"
+            name = model_name(names[i]) if names else "a model"
             raise ValueError(f"--seq_len {seq_len} exceeds the context of {name} ({c.block_size} tokens); "
                              f"lower --seq_len")
 
@@ -630,6 +932,8 @@ def config_of(m):
     names it; None for a callable, a fingerprint array or a Recipe that does not."""
     if isinstance(m, (GPT, Recipe)):
         return m.config
+    if isinstance(m, Fingerprint):
+        return GPTConfig(**m.config)
     if isinstance(m, str):
         return hf.read_config(m)
     return None
@@ -687,12 +991,23 @@ def report_matrix(models: list, out: str, res: dict, seconds: float) -> dict:
 
 def main(argv=None):
     p = ArgumentParser(prog="seedprint.py", description="SeedPrint: do two or more models share an "
-                       "initialization? Each pair gets the exact verdict (or, with --align on, the aligned one); "
-                       "with more than two models, every pair is Holm-adjusted and the models grouped by lineage.")
-    p.add_argument("models", nargs="+", help="two or more train.py checkpoints or Hugging Face directories (base "
-                   "first)")
-    add_settings_flags(p.add_argument_group("the test"), Options())
-    p.add_argument("--align", type=parse_bool, default=False, metavar="on|off",
+                       "initialization? Each pair gets the exact verdict (or, with --align on, the aligned one; two "
+                       "widths: the matched one); with more than two models, every pair is Holm-adjusted and the "
+                       "models grouped by lineage. --save writes one model's fingerprint file; --against tests one "
+                       "suspect against a folder of them.")
+    p.add_argument("models", nargs="+", help="train.py checkpoints, Hugging Face directories or fingerprint files "
+                   "(.npz): two or more (base first); one with --save or --against")
+    p.add_argument("--save", metavar="FILE.npz", default=None, help="write the one model's fingerprint file: what "
+                   "every verdict reads of it, the options, the identity of its weights")
+    p.add_argument("--against", metavar="DIR", default=None, help="the one model (the suspect) against every "
+                   "fingerprint file (*.npz) in DIR: each base's verdict, Holm-adjusted across them, and which base "
+                   "the suspect derives from, if any")
+    g = p.add_argument_group("the test (where fingerprint files are given, their options: flags must agree)")
+    add_settings_flags(g, Options())
+    p.set_defaults(**{f.name: None for f in dataclasses.fields(Options)})     # None: not given (a file's, or Options')
+    g.add_argument("--vocab", type=flag_type("int>=2"), default=None, help="the token ids' bound (default: the "
+                   "smaller vocabulary of the models; a fingerprint file records its own)")
+    g.add_argument("--align", type=parse_bool, default=False, metavar="on|off",
                    help="the aligned verdict: also match B's coordinates to A's (a signed permutation), by the "
                    "token tables' rows of held-out tokens where that match is trusted, else on held-out inputs, "
                    "where it counts only from a matched mean tau of ALIGNED_TAU_FLOOR; the exact test or the "
@@ -700,28 +1015,110 @@ def main(argv=None):
     add_device_flags(p, "load the models in this dtype (default: each checkpoint's own; float32 on CPU is exact)")
     p.add_argument("--out", default="out/seedprint", help="results.json, matrix.png and the fingerprint cache")
     args = p.parse_args(argv)
-    options = Options(**settings_given(args, Options))          # every range, before any model is read
-    if len(args.models) < 2:
-        p.error("give two or more models (base first)")
+    given = {k: v for k, v in settings_given(args, Options).items() if v is not None}
+    Options(**given)                                           # every range, before any model is read
+    asked = file_options(given.get("sequences"), given.get("seq_len"), given.get("input_seed"), args.vocab,
+                         given.get("k"), given.get("rank_by"), given.get("set_mode"))
+    one = args.save or args.against
+    if args.save and args.against:
+        p.error("--save writes one model's fingerprint file, --against tests one suspect: give one of them")
+    if bool(one) != (len(args.models) == 1):
+        p.error("give one model with --save or --against, else two or more models (base first)")
+    if args.save and (not args.save.endswith(".npz") or is_fingerprint_file(args.models[0])):
+        p.error("--save FILE.npz writes the fingerprint file of a model (a checkpoint or a Hugging Face directory)")
+    if args.save:
+        check_output(os.path.dirname(os.path.abspath(args.save)), "--save's folder")
+        if os.path.isdir(args.save):
+            p.error(f"--save {args.save} is a directory; give a file name ending in .npz")
+        unused = [flag for flag, value in (("--align", args.align), ("--out", args.out)) if value != p.get_default(
+            flag[2:])]
+        if unused:
+            p.error(f"{', '.join(unused)} would do nothing with --save (a file records no verdict); drop them")
+    bases = registry(args.against) if args.against else []
+    widths = [(GPTConfig(**read_fingerprint(m).config) if is_fingerprint_file(m) else hf.read_config(m)).n_embd
+              for m in args.models + bases]
+    if "k" in given and given["k"] > min(widths) // 2:       # left out, k is capped at half the width
+        p.error(f"--k {given['k']} is more than the narrower width {min(widths)} allows: the identity set is the k "
+                f"most extreme of its coordinates, at most half of them ({min(widths) // 2})")
     check_output(args.out)
     device = resolve_device(args.device)
     if args.dtype:
         check_dtype_runs(device, DTYPES[args.dtype])
-    check_seq_len(args.seq_len, [hf.read_config(path) for path in args.models], args.models)
     for path in args.models:                                   # every refusal before any work
-        hf.check_weights_finite(path)
-    with lock_dir(args.out):
-        t0 = time.time()
-        res = compare_many(args.models, **options.test(), cache_dir=os.path.join(args.out, "fingerprints"),
-                           device=str(device), dtype=args.dtype, align=args.align, **options.inputs())
-        seconds = time.time() - t0
-        if len(args.models) == 2:
-            r = res["results"][(0, 1)]
-            print(f"{r.explain()} [{seconds:.1f} s]")
-            results = {"compare": dict(a=args.models[0], b=args.models[1], **dataclasses.asdict(r), seconds=seconds)}
+        if is_fingerprint_file(path):
+            read_fingerprint(path)
         else:
-            results = {"matrix": report_matrix(args.models, args.out, res, seconds)}
+            hf.read_config(path)
+            hf.check_weights_finite(path)
+    t0 = time.time()
+    if args.save:
+        fp = make_fingerprint(args.models[0], device=str(device), dtype=args.dtype, **asked)
+        write_fingerprint(args.save, fp)
+        print(f"wrote {args.save}: {os.path.getsize(args.save) / 2 ** 20:.1f} MiB, {len(fp.sets[0])} inputs of "
+              f"{fp.options['seq_len']} tokens below {fp.options['vocab']}, width {fp.sets[0].shape[1]}, "
+              f"{len(fp.rows)} table rows [{time.time() - t0:.1f} s]")
+        return
+    with lock_dir(args.out):
+        cache = os.path.join(args.out, "fingerprints")
+        if args.against:
+            res = search(args.models[0], bases, cache_dir=cache, device=str(device), dtype=args.dtype,
+                         align=args.align, **asked)
+            results = {"search": report_search(args.models[0], bases, res, time.time() - t0)}
+        else:
+            res = compare_many(args.models, asked["k"], asked["rank_by"], asked["set_mode"], cache_dir=cache,
+                               device=str(device), dtype=args.dtype, align=args.align,
+                               **{k: asked[k] for k in ("sequences", "seq_len", "seed", "vocab")})
+            seconds = time.time() - t0
+            if len(args.models) == 2:
+                r = res["results"][(0, 1)]
+                print(f"{r.explain()} [{seconds:.1f} s]")
+                results = {"compare": dict(a=args.models[0], b=args.models[1], **dataclasses.asdict(r),
+                                           seconds=seconds, options=res["options"])}
+            else:
+                results = {"matrix": report_matrix(args.models, args.out, res, seconds)}
         update_results(os.path.join(args.out, "results.json"), results, str(device), args.dtype)
+
+
+def registry(folder: str) -> list:
+    """The fingerprint files (*.npz) of a folder, by name; an empty folder, or an .npz that is no fingerprint, is
+    refused."""
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"--against {folder}: {'a file' if os.path.exists(folder) else 'no such'} folder; "
+                                f"give a folder of fingerprint files (python seedprint.py MODEL --save DIR/NAME.npz)")
+    files = sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".npz"))
+    if not files:
+        raise FileNotFoundError(f"--against {folder} holds no fingerprint file (*.npz); make them with python "
+                                f"seedprint.py MODEL --save {folder}/NAME.npz")
+    for f in files:
+        read_fingerprint(f)
+    return files
+
+
+def report_search(suspect: str, bases: list, res: dict, seconds: float) -> dict:
+    """Print each base's verdict and the answer; return them for results.json."""
+    names = short_names(bases)
+    rows = []
+    for name, r in zip(names, res["results"]):
+        how = "exact" if not r.aligned else "aligned" if r.p_exact is not None else f"matched (widths {r.widths})"
+        rows.append(dict(base=name, verdict="RELATED" if r.related else "unrelated", p_holm=r.p, p=r.p_raw,
+                         mean_tau=r.tau_aligned if r.aligned else r.mean_tau, test=how))
+    print_table(rows, floats="{:.3g}")
+    related = [names[i] for i in res["related"]]
+    if res["answer"] == "derives from":
+        answer = f"{suspect} derives from {related[0]} (Holm-adjusted p {rows[res['base']]['p_holm']:.3g})"
+    elif res["answer"] == "none":
+        answer = (f"{suspect} derives from none of these {len(bases)} bases (smallest Holm-adjusted p "
+                  f"{min(r['p_holm'] for r in rows):.3g}, alpha {ALPHA})")
+    else:
+        lineage = ("they are one lineage by their own test: the suspect derives from that lineage, and this test "
+                   "cannot tell from which of them" if res["one_lineage"] else "they are not all one lineage by "
+                   "their own test, so no single base can be named")
+        answer = f"inconclusive: {suspect} is related to {', '.join(related)}; {lineage}"
+    print(f"{answer} [{seconds:.1f} s]")
+    return dict(suspect=suspect, answer=res["answer"], statement=answer, base=bases[res["base"]] if res["base"]
+                is not None else None, related=[bases[i] for i in res["related"]], one_lineage=res["one_lineage"],
+                bases=[dict(base=b, **dataclasses.asdict(r)) for b, r in zip(bases, res["results"])],
+                options=res["options"], seconds=seconds)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import numpy as np
 import data
 import seedprint
 from studies.lineage import (Lineage, add_lineage_flags, architecture, check_lineage_flags, checkpoints, corpus,
-                            init_checkpoint, permuted, rate_summary, sign_flip, trained, training)
+                            fit_floor, init_checkpoint, permuted, rate_summary, sign_flip, trained, training)
 
 # The conditions: where an earlier aligned verdict called same-data pairs related (GPT-2 vocabulary, few steps: most
 # tokens never seen) and where it did not (bytes, long training), at two widths. Each overrides these flags.
@@ -109,7 +109,7 @@ def aligned_summary(rows: list) -> dict:
     floor, alpha = seedprint.ALIGNED_TAU_FLOOR, seedprint.ALPHA
     fit_unrelated = [r["tau_aligned"] for r in rows if r["split"] == "fit" and not r["related"]
                      and r["matched_on"] != "token table"]
-    fitted = max(0.01, math.ceil(200 * max(fit_unrelated)) / 100) if fit_unrelated else None
+    fitted = fit_floor(fit_unrelated)
     counted = lambda r, at: r["matched_on"] == "token table" or r["tau_aligned"] >= at
     union = lambda r, at: 2 * min(r["p_exact"], r["p_aligned_test"] if counted(r, at) else 1) < alpha
     verdicts = {"token-table match trusted (not a verdict)": lambda r: r["matched_on"] == "token table",

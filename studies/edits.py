@@ -9,6 +9,7 @@ verdict) but not from its aligned verdict:
 
     changes the function a little     quantize, prune, merge, low_rank_update, add_noise, extend_vocab
     keeps the function                permute_residual (signs flipped or not), permute_mlp, rotate_residual (QuaRot)
+    makes a smaller child             prune_width (residual coordinates, by residual_importance), prune_depth
 
 Used by studies/derivatives.py on a real checkpoint, and by the calibration studies (permuted descendants).
 """
@@ -197,4 +198,61 @@ def rotate_residual(model: GPT, seed: int = 0) -> GPT:
                 new[h + writer + ".bias"] = src[h + writer + ".bias"] @ Q
     dtype = next(model.parameters()).dtype
     out.load_state_dict({n: p.to(dtype) for n, p in new.items()})
+    return out
+
+
+# ----------------------------------------------------------------------------- smaller children: width and depth
+
+@torch.no_grad()
+def residual_importance(model: GPT, tokens: torch.Tensor) -> torch.Tensor:
+    """How much each residual coordinate carries: its mean square over the residual stream's states (the input and
+    every block's output) on `tokens`, summed over them. Width pruning keeps the coordinates that carry most, as
+    activation-based pruning does (Minitron ranks embedding channels by their aggregated activations)."""
+    hidden = model.eval().trace(tokens, hidden="all")["hidden"][:-1]           # the final norm's output excluded
+    return sum(h.float().pow(2).mean(dim=(0, 1)) for h in hidden)
+
+
+@torch.no_grad()
+def prune_width(model: GPT, fraction: float, importance: torch.Tensor) -> GPT:
+    """The child that keeps the (1 - fraction) most important residual coordinates (importance: one score per
+    coordinate, residual_importance), in their order: every weight that reads or writes the stream keeps those
+    columns or rows; attention and MLP widths stay as they are (head_size and mlp_hidden are set, which would
+    otherwise follow the width)."""
+    d = model.config.n_embd
+    keep = torch.sort(importance.argsort(descending=True)[:d - int(round(fraction * d))]).values
+    if not 0 < len(keep) < d:
+        raise ValueError(f"pruning {fraction} of width {d} keeps {len(keep)} coordinates; keep some, drop some")
+    config = dataclasses.replace(model.config, n_embd=len(keep), head_size=model.config.head_dim,
+                                 mlp_hidden=model.config.mlp_width)
+    out = _copy(model, config)
+    new = dict(out.named_parameters())
+    for n, p in model.named_parameters():
+        side = _residual_sides(n, p, d)
+        new[n].copy_(p[:, keep] if side == "in" else p[keep] if side in ("out", "bias", "norm") else p)
+    return out
+
+
+@torch.no_grad()
+def prune_depth(model: GPT, fraction: float, tokens: torch.Tensor) -> GPT:
+    """The child without the round(fraction L) blocks that change their input least on `tokens` (the largest mean
+    cosine between a block's input and output states: Gromov et al. 2403.17887 drop such layers), the others in
+    their order."""
+    cfg = model.config
+    drop = int(round(fraction * cfg.n_layer))
+    if not 0 < drop < cfg.n_layer:
+        raise ValueError(f"pruning {fraction} of {cfg.n_layer} layers drops {drop}; drop some, keep some")
+    h = model.eval().trace(tokens, hidden="all")["hidden"]
+    change = [F.cosine_similarity(h[i].float(), h[i + 1].float(), dim=-1).mean().item() for i in range(cfg.n_layer)]
+    kept = sorted(sorted(range(cfg.n_layer), key=lambda i: change[i])[:cfg.n_layer - drop])
+    layers = None if cfg.sliding_layers is None else "".join(cfg.sliding_layers[i] for i in kept)
+    out = _copy(model, dataclasses.replace(cfg, n_layer=len(kept), sliding_layers=layers))
+    source = model.state_dict()
+    state = {}
+    for n in out.state_dict():
+        if n.startswith("transformer.h."):
+            i, rest = n.split(".", 3)[2:]
+            state[n] = source[f"transformer.h.{kept[int(i)]}.{rest}"]
+        else:
+            state[n] = source[n]
+    out.load_state_dict(state)
     return out

@@ -19,7 +19,8 @@ results.json, each entry with its provenance; gpu_check.png; stages.log, every c
                the first 20 steps, all inside the learning-rate warm-up, so both runs take the same steps
   fingerprint  studies.fingerprint_speed: SeedPrint's fingerprint of a llama2-7b-shaped model in bf16 on 2,000
                sequences of 1,024 tokens (the paper's and SeedPrints' setting): the build timed apart, the
-               fingerprint end to end, its MFU
+               fingerprint end to end, its MFU; and fingerprint files of two seeded tiny models made on the card
+               and on the CPU (kept beside results.json): how far the verdicts move between a GPU's file and a CPU's
   tests        python -m pytest tests with CUDA visible (tests/test_gpu.py and every test with a CUDA path):
                the summary line, the failures by name
   profile      (only when asked) where the benchmarks' time goes: the top kernels of a train step, a probe batch
@@ -62,8 +63,10 @@ import numpy as np
 import torch
 
 import data
+import seedprint
 import train
-from model import GPT, get_config
+from init import build
+from model import GPT, LLAMA_KNOBS, get_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -562,7 +565,30 @@ def stage_fingerprint(run: Run) -> dict:
             "tokens_per_s", "pflop", "tflops", "peak_memory_gib")
     return dict({k: r[k] for k in keep}, seconds_is="the fingerprint end to end (inputs drawn, states copied back); "
                 "the build apart", build_and_fingerprint_seconds=r["build_seconds"] + r["seconds"],
-                flops_per_token=per_token, mfu=run.mfu(r["tokens_per_s"], per_token))
+                flops_per_token=per_token, mfu=run.mfu(r["tokens_per_s"], per_token), files=file_drift(run))
+
+
+def file_drift(run: Run) -> dict:
+    """Fingerprint files of two seeded LLaMA-style tiny models, made on the card (bf16 autocast) and on its CPU
+    (float32), written beside results.json so that any later machine can compare with them: how far a verdict moves
+    when one side's files come from a GPU. The same model across the two (related: its tau should stay near 1), and
+    the two seeds on each side (unrelated: p and tau should barely move)."""
+    cfg = get_config("tiny", **LLAMA_KNOBS)
+    folder = os.path.join(os.path.dirname(run.results_path), "fingerprints")
+    files = {}
+    for where, device in (("card", str(run.device)), ("cpu", "cpu")):
+        for seed in (0, 1):
+            model = seedprint.Recipe(f"gpu_check|tiny|{seed}", lambda seed=seed: build(cfg, seed, seed), cfg)
+            files[where, seed] = os.path.join(folder, f"{where}_seed{seed}.npz")
+            seedprint.write_fingerprint(files[where, seed], seedprint.make_fingerprint(
+                model, device=device, sequences=run.size["fingerprint"]["sequences"], seq_len=64, k=32))
+    verdict = lambda a, b: (lambda r: dict(related=r.related, p=r.p, tau=r.tau_aligned))(
+        seedprint.compare(files[a], files[b], align=True))
+    return {"card seed 0 vs cpu seed 0": verdict(("card", 0), ("cpu", 0)),
+            "card seed 0 vs card seed 1": verdict(("card", 0), ("card", 1)),
+            "cpu seed 0 vs cpu seed 1": verdict(("cpu", 0), ("cpu", 1)),
+            "card seed 0 vs cpu seed 1": verdict(("card", 0), ("cpu", 1)),
+            "files": sorted(os.path.relpath(f, os.path.dirname(run.results_path)) for f in files.values())}
 
 
 def parse_pytest(text: str) -> dict:

@@ -1,7 +1,8 @@
 """
 studies/lineage.py: what the lineage studies share (seedprint_tables, lineage_fpr, fresh_inits, aligned_floor,
-derivatives) -- their flags, models trained from known seeds on known data, fresh inits, SeedPrint verdicts from
-fingerprints cached on disk, the reference implementation's tests, and rates with their intervals.
+derivatives, pruned, registry) -- their flags, models trained from known seeds on known data, fresh inits,
+SeedPrint verdicts from fingerprints cached on disk, the reference implementation's tests, rates with their
+intervals, and how a floor is fit.
 
 A study trains or builds many models and tests many pairs of them; each model is made once and kept under
 the study's --out, so a second run reuses every model and every fingerprint and takes minutes:
@@ -15,6 +16,7 @@ the study's --out, so a second run reuses every model and every fingerprint and 
     Lineage                        verdicts of pairs from cached fingerprints and token-table rows
     reference_tests(HA, HB, ...)   the SeedPrint reference implementation's tests, measured beside the verdict
     rate_summary(...)              a false-positive rate with its Clopper-Pearson interval, and the power
+    rate(x, n), fit_floor(taus)    one rate with its interval; a floor: twice the largest tau, rounded up
 """
 import dataclasses
 import functools
@@ -187,10 +189,12 @@ class Lineage:
         return self.rows[key]
 
     def pair(self, a, b, aligned: bool = True) -> tuple:
-        """(exact verdict, aligned verdict or None) of two models (paths or Recipes)."""
+        """(exact verdict, aligned verdict or None) of two models (paths or Recipes); two widths: (None, the matched
+        verdict)."""
         vocab = self.bound(a, b)
         A, B = self.fingerprints(a, vocab, aligned), self.fingerprints(b, vocab, aligned)
-        exact = seedprint.seedprint_test(A[0], B[0], **self.test)
+        equal = A[0].shape[1] == B[0].shape[1]
+        exact = seedprint.seedprint_test(A[0], B[0], **self.test) if equal else None
         if not aligned:
             return exact, None
         signed = seedprint.signs_keep_function(seedprint.config_of(a), seedprint.config_of(b))
@@ -260,6 +264,18 @@ def clopper_pearson(x: int, n: int, level: float = 0.95):
     return float(lo), float(hi)
 
 
+def rate(x: int, n: int) -> dict:
+    """x of n as a percentage with its 95% Clopper-Pearson interval, as the tables print them."""
+    lo, hi = clopper_pearson(x, n)
+    return dict(rate=f"{100 * x / n:.2f}%", CI95=f"[{100 * lo:.2f}, {100 * hi:.2f}]%")
+
+
+def fit_floor(taus: list):
+    """The floor a matched mean tau must reach, fit on unrelated pairs' taus: twice the largest, rounded up to 0.01
+    (at least 0.01); None without a pair. How ALIGNED_TAU_FLOOR and PARTIAL_TAU_FLOOR were fit."""
+    return max(0.01, math.ceil(200 * max(taus)) / 100) if taus else None
+
+
 def rate_summary(unrelated: list, related: list, permuted: list = ()) -> dict:
     """FPR with its 95% Clopper-Pearson interval on unrelated pairs' p, TPR on related pairs (and on the ones
     whose B was permuted)."""
@@ -268,8 +284,8 @@ def rate_summary(unrelated: list, related: list, permuted: list = ()) -> dict:
     if n == 0:
         out = dict(FPR="no pair", CI95="-")
     else:
-        lo, hi = clopper_pearson(x, n)
-        out = dict(FPR=f"{100 * x / n:.2f}%", CI95=f"[{100 * lo:.2f}, {100 * hi:.2f}]%")
+        fpr = rate(x, n)
+        out = dict(FPR=fpr["rate"], CI95=fpr["CI95"])
     if len(related):
         out["TPR"] = f"{100 * np.mean(np.array(related) < seedprint.ALPHA):.1f}%"
     if len(permuted):

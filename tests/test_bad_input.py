@@ -93,6 +93,18 @@ def files(tmp_path_factory):
         cfg = get_config("tiny", **{**dict(n_layer=2, n_embd=32, n_head=2, block_size=64, vocab_size=256), **knobs})
         write_checkpoint(str(root / f"{name}.pt"), build(cfg, 0))
         f[name] = root / f"{name}.pt"
+    import seedprint
+    f["reg"], f["reg_empty"] = root / "reg", root / "reg_empty"
+    f["reg_empty"].mkdir()
+    f["fp"], f["fp_other"] = f["reg"] / "base.npz", root / "other.npz"
+    seedprint.write_fingerprint(str(f["fp"]), seedprint.make_fingerprint(str(f["ckpt"]), sequences=20, seq_len=8))
+    seedprint.write_fingerprint(str(f["fp_other"]), seedprint.make_fingerprint(str(f["ckpt"]), sequences=20,
+                                                                              seq_len=4))
+    np.savez(root / "foreign.npz", H=np.zeros(3))
+    f["foreign_npz"] = root / "foreign.npz"
+    f["reg_foreign"] = root / "reg_foreign"
+    f["reg_foreign"].mkdir()
+    shutil.copy(f["foreign_npz"], f["reg_foreign"] / "x.npz")
     f["big_ids"] = root / "big_ids"
     shutil.copytree(f["data"], f["big_ids"])
     np.full(json.loads((f["data"] / "meta.json").read_text())["train_tokens"], 300, np.uint16).tofile(
@@ -167,7 +179,7 @@ CASES = [
     ("probe", ["--model", "nope"], "no preset"),
     ("probe", ["--model", "{hf_moe}"], "unsupported architecture 'PhimoeForCausalLM'"),
     ("seedprint", ["{ckpt}", "{ckpt}", "--k", "0"], "--k: must be an integer >= 2, got 0"),
-    ("seedprint", ["{ckpt}"], "give two or more models"),
+    ("seedprint", ["{ckpt}"], "give one model with --save or --against, else two or more models"),
     ("seedprint", ["{missing}", "{ckpt}"], "no model at"),
     ("seedprint", ["{hf_moe}", "{hf}"], "unsupported architecture 'PhimoeForCausalLM'"),
     ("seedprint", ["{hf}", "{hf_cut}"], "not a valid .safetensors file"),
@@ -175,7 +187,20 @@ CASES = [
     ("seedprint", ["{ckpt}", "{ckpt}", "--seq_len", "999"], "--seq_len 999 exceeds the context"),
     ("seedprint", ["{ckpt}", "{ckpt}", "--device", "tpu"], "unknown device 'tpu'"),
     ("studies.lineage_fpr", ["--fpr_trained", "99"], "--fpr_trained"),
-    ("seedprint", ["{ckpt}", "{wide}"], "the models differ in width"),
+    ("seedprint", ["{ckpt}", "{wide}", "--k", "20"], "--k 20 is more than the narrower width 32 allows"),
+    # fingerprint files and the registry
+    ("seedprint", ["{fp}", "{fp_other}"], "were made with other options (seq_len 8 vs 4)"),
+    ("seedprint", ["{fp}", "{ckpt}", "--sequences", "30"], "other options than asked for (sequences 30 vs"),
+    ("seedprint", ["{foreign_npz}", "{ckpt}"], "is not a SeedPrint fingerprint file"),
+    ("seedprint", ["{bad_npy}.npz", "{ckpt}"], "no fingerprint file at"),
+    ("seedprint", ["{ckpt}", "--against", "{reg_empty}"], "holds no fingerprint file"),
+    ("seedprint", ["{ckpt}", "--against", "{reg_foreign}"], "x.npz is not a SeedPrint fingerprint file"),
+    ("seedprint", ["{ckpt}", "--against", "{text}"], "a file folder"),
+    ("seedprint", ["{ckpt}", "{ckpt}", "--against", "{reg}"], "give one model with --save or --against"),
+    ("seedprint", ["{ckpt}", "--save", "{root}/x.pt"], "--save FILE.npz writes the fingerprint file of a model"),
+    ("seedprint", ["{fp}", "--save", "{root}/x.npz"], "--save FILE.npz writes the fingerprint file of a model"),
+    ("seedprint", ["{ckpt}", "--save", "{root}/x.npz", "--against", "{reg}"], "give one of them"),
+    ("seedprint", ["{ckpt}", "--save", "{root}/x.npz", "--vocab", "9999"], "beyond the vocabulary of"),
     ("studies.seedprint_tables", ["--exp", "table4b", "--lr", "nan"], "--lr: must be a finite number > 0, got nan"),
     ("studies.derivatives", ["--base", "{hf}"], "no tokenizer"),
     ("seedprint", ["{hf_huge}", "{hf}"], "non-finite activations (NaN/inf), first in block 1"),
@@ -282,7 +307,7 @@ def test_bad_input_is_refused_in_one_line_and_writes_nothing(files, tmp_path, sc
     out = tmp_path / "out"
     paths = dict({k: str(v) for k, v in files.items()}, missing=str(files["root"] / "missing.pt"))
     argv = [str(out) if a == "OUT" else a.format(**paths) for a in argv]
-    if script not in ("train", "hf", "data") and "--out" not in argv:          # hf.py writes nothing at all
+    if script not in ("train", "hf", "data") and "--out" not in argv and "--save" not in argv:   # hf.py writes nothing
         argv += ["--out", str(out)]
     before = snapshot(files["root"])
     name = script if script.startswith("studies.") else f"{script}.py"

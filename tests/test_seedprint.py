@@ -120,11 +120,13 @@ def test_identity_dims_and_the_set_modes():
 
 
 def test_bad_input_is_refused_before_any_work():
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(ValueError, match="widths 8 and 16 have no exact test"):
         seedprint.seedprint_test(np.zeros((10, 8)), np.zeros((10, 16)))
+    with pytest.raises(ValueError, match="the same N inputs"):
+        seedprint.seedprint_test(np.zeros((10, 8)), np.zeros((12, 8)))
     with pytest.raises(ValueError, match="set_mode"):
         seedprint.seedprint_test(np.zeros((10, 8)), np.zeros((10, 8)), set_mode="both")
-    with pytest.raises(ValueError, match="width"):
+    with pytest.raises(ValueError, match="widths 8 and 16 have no exact test"):
         seedprint.compare(np.zeros((10, 8)), np.zeros((10, 16)))
     with pytest.raises(ValueError, match="--k must be an integer >= 2"):
         seedprint.compare("/nonexistent/a.pt", "/nonexistent/b.pt", k=0)   # checked before the files are touched
@@ -441,7 +443,7 @@ def test_the_aligned_verdict_counts_a_match_only_above_the_tau_floor_and_keeps_t
     weak = seedprint.seedprint_test(a[test], b[test], k=20, align=(a[hold], b[hold]))
     assert weak.p_aligned < 1e-6 and 0 < weak.tau_aligned < seedprint.ALIGNED_TAU_FLOOR
     assert not weak.related and weak.p == pytest.approx(min(1.0, 2 * weak.p_exact))
-    assert "is below the floor" in weak.explain()
+    assert "reaches the floor 0.06 (it is below" in weak.explain()
     child = (a + 0.3 * rng.standard_normal((2 * N, d)))[:, rng.permutation(d)]
     strong = seedprint.seedprint_test(a[test], child[test], k=20, align=(a[hold], child[hold]))
     assert strong.tau_aligned >= seedprint.ALIGNED_TAU_FLOOR and strong.related
@@ -469,3 +471,169 @@ def test_the_verdict_line_says_what_the_checkpoints_share_by_construction(tmp_pa
     assert "B was trained from the other" in said(paths["a"], child)
     r = seedprint.compare(paths["a"], paths["b"], k=16, sequences=60, seq_len=8)
     assert "By construction, they share the embedding seed 0" in r.explain()
+
+
+# ----------------------------------------------------------------------------- fingerprint files and the registry
+
+LLAMA = dict(n_layer=2, vocab_size=400, block_size=32, norm="rmsnorm", activation="swiglu", bias=False,
+             tie_embeddings=False)
+FILE_OPTS = dict(sequences=200, seq_len=16, k=16)
+
+
+@pytest.fixture(scope="module")
+def family(tmp_path_factory):
+    """Checkpoints of a small lineage and strangers: a base, its noisy child, its permuted child, two unrelated."""
+    from model import write_checkpoint
+    root = tmp_path_factory.mktemp("family")
+    cfg = get_config("tiny", **LLAMA)
+    base = build(cfg, 1, 1)
+    models = {"base": base, "child": add_noise(base, 0.02, seed=3), "hidden": permute_residual(base, seed=5, flip=0.5),
+              "stranger": build(cfg, 2, 2), "other": build(cfg, 3, 3)}
+    paths = {}
+    for name, m in models.items():
+        paths[name] = str(root / f"{name}.pt")
+        write_checkpoint(paths[name], m)
+    return root, paths
+
+
+def test_a_verdict_from_files_is_the_verdict_from_the_models(family, tmp_path):
+    """File against file and file against model give the models' own verdict, exact and aligned, to the last digit;
+    the file holds every array a verdict reads, and the options and weights it came from."""
+    root, paths = family
+    files = {}
+    for name in ("base", "child", "hidden", "stranger"):
+        files[name] = str(tmp_path / f"{name}.npz")
+        seedprint.write_fingerprint(files[name], seedprint.make_fingerprint(paths[name], **FILE_OPTS))
+    fp = seedprint.read_fingerprint(files["base"])
+    assert [h.shape for h in fp.sets] == [(200, 64)] * 3 and fp.rows.shape == (200, 64)
+    assert fp.options == dict(sequences=200, seq_len=16, seed=0, vocab=400, k=16, rank_by="smallest",
+                              set_mode="coset")
+    import hashlib
+    assert fp.weights["files"]["base.pt"]["sha256"] == hashlib.sha256(open(paths["base"], "rb").read()).hexdigest()
+    assert np.array_equal(fp.rows, seedprint.held_out_rows(paths["base"], 400))         # stored exactly
+    for b, align in (("child", False), ("hidden", True), ("stranger", True)):
+        models = seedprint.compare(paths["base"], paths[b], align=align, **FILE_OPTS)
+        both = seedprint.compare(files["base"], files[b], align=align)
+        mixed = seedprint.compare(files["base"], paths[b], align=align)
+        for r in (both, mixed):
+            assert (r.related, r.p, r.mean_tau, r.tau_aligned) == (models.related, models.p, models.mean_tau,
+                                                                    models.tau_aligned), b
+    assert models.related is False and seedprint.compare(files["base"], files["hidden"], align=True).related
+
+
+def test_a_file_that_is_not_whole_or_not_ours_or_made_otherwise_is_refused_in_one_line(family, tmp_path):
+    root, paths = family
+    good = str(tmp_path / "good.npz")
+    seedprint.write_fingerprint(good, seedprint.make_fingerprint(paths["base"], **FILE_OPTS))
+    raw = open(good, "rb").read()
+    cases = {"cut.npz": raw[:len(raw) // 2], "empty.npz": b""}
+    for name, content in cases.items():
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(ValueError, match="is not a readable fingerprint file"):
+            seedprint.read_fingerprint(str(tmp_path / name))
+    np.savez(tmp_path / "foreign.npz", H=np.zeros(3))
+    with pytest.raises(ValueError, match="is not a readable fingerprint file|is not a SeedPrint fingerprint"):
+        seedprint.read_fingerprint(str(tmp_path / "foreign.npz"))
+    with np.load(good) as z:                      # an edited array, its meta (and digest) left as they were
+        arrays = {k: z[k] for k in z.files}
+    arrays["exact"] = arrays["exact"].copy()
+    arrays["exact"][0, 0] += 1.0
+    np.savez(tmp_path / "edited.npz", **arrays)
+    with pytest.raises(ValueError, match="does not match its own sha256"):
+        seedprint.read_fingerprint(str(tmp_path / "edited.npz"))
+    import json
+    meta = json.loads(str(arrays["meta"]))
+    meta["version"] = seedprint.FILE_VERSION + 1
+    arrays = dict(arrays, meta=np.array(json.dumps(meta)))
+    np.savez(tmp_path / "newer.npz", **arrays)
+    with pytest.raises(ValueError, match="format version 2, newer than this seedprint.py reads"):
+        seedprint.read_fingerprint(str(tmp_path / "newer.npz"))
+    other = str(tmp_path / "other.npz")
+    seedprint.write_fingerprint(other, seedprint.make_fingerprint(paths["stranger"], sequences=300, seq_len=8, k=16))
+    with pytest.raises(ValueError, match=r"made with other options \(sequences 200 vs 300; seq_len 16 vs 8\)"):
+        seedprint.compare(good, other)
+    with pytest.raises(ValueError, match=r"other options than asked for \(sequences 100 vs the file's 200\)"):
+        seedprint.compare(good, paths["child"], sequences=100)
+
+
+def test_one_suspect_against_many_bases(family, tmp_path):
+    """The registry: a suspect derived from one base is named; a stranger derives from none; a suspect whose
+    lineage is registered twice (the base and its own child) is inconclusive, the two bases one lineage."""
+    root, paths = family
+    reg = {}
+    for name in ("base", "stranger", "other"):
+        reg[name] = str(tmp_path / f"{name}.npz")
+        seedprint.write_fingerprint(reg[name], seedprint.make_fingerprint(paths[name], **FILE_OPTS))
+    bases = [reg["base"], reg["stranger"], reg["other"]]
+    found = seedprint.search(paths["child"], bases)
+    assert found["answer"] == "derives from" and found["base"] == 0 and found["related"] == [0]
+    ps = [r.p_raw for r in found["results"]]
+    assert [r.p for r in found["results"]] == pytest.approx(seedprint.holm(ps))   # Holm across the bases
+    assert seedprint.search(paths["other"], bases[:2])["answer"] == "none"
+    twice = str(tmp_path / "child.npz")
+    seedprint.write_fingerprint(twice, seedprint.make_fingerprint(paths["child"], **FILE_OPTS))
+    res = seedprint.search(paths["base"], [reg["base"], twice, reg["stranger"]])
+    assert res["answer"] == "inconclusive" and res["related"] == [0, 1] and res["one_lineage"]
+
+
+# ----------------------------------------------------------------------------- two widths
+
+def test_the_partial_match_recovers_a_subset_of_coordinates_whichever_model_is_wider():
+    rng = np.random.default_rng(4)
+    XA = rng.standard_normal((500, 40))
+    keep = np.sort(rng.choice(40, 24, replace=False))
+    flip = np.where(rng.random(24) < 0.5, -1.0, 1.0)
+    perm = rng.permutation(24)
+    XB = (XA[:, keep] * flip)[:, perm] + 0.2 * rng.standard_normal((500, 24))    # the narrow child, moved
+    match, sign, fit = seedprint.align_coordinates(XB, XA)                       # B (24) into A (40)
+    assert np.array_equal(match, keep[perm]) and np.array_equal(sign, flip[perm]) and fit > 0.9
+    back, back_sign, _ = seedprint.align_coordinates(XA, XB)                      # A (40): B plays 24 of them
+    kept = back >= 0
+    assert np.array_equal(np.flatnonzero(kept), keep) and (back_sign[~kept] == 0).all()
+    assert all(match[back[a]] == a for a in keep)                                 # the same pairs, either side
+
+
+def test_a_child_pruned_in_width_is_related_by_the_matched_verdict_and_a_stranger_is_not(family):
+    from studies.edits import prune_width, residual_importance
+    root, paths = family
+    base, stranger = (seedprint.hf.load(paths[n]).eval() for n in ("base", "stranger"))
+    tokens = torch.randint(0, 400, (16, 16), generator=torch.Generator().manual_seed(0))
+    child = prune_width(base, 0.25, residual_importance(base, tokens))
+    assert child.config.n_embd == 48
+    for a, b in ((base, child), (child, base)):                    # which is the wider one does not matter
+        r = seedprint.compare(a, b, **FILE_OPTS)
+        assert r.related and r.aligned and r.p_exact is None and sorted(r.widths) == [48, 64], r.explain()
+        assert "no exact test" in r.explain()
+    assert not seedprint.compare(stranger, child, **FILE_OPTS).related
+
+
+def test_mixed_widths_keep_the_exact_verdict_for_the_pairs_of_one_width(family):
+    """Among models of two widths, a pair of one width gets the verdict asked for (exact unless --align on), a pair
+    of two widths the matched one."""
+    from studies.edits import prune_width, residual_importance
+    root, paths = family
+    base = seedprint.hf.load(paths["base"]).eval()
+    tokens = torch.randint(0, 400, (16, 16), generator=torch.Generator().manual_seed(0))
+    narrow = prune_width(base, 0.5, residual_importance(base, tokens))
+    res = seedprint.compare_many([paths["base"], paths["child"], narrow], **FILE_OPTS)["results"]
+    assert not res[(0, 1)].aligned and res[(0, 1)].related                   # one width: the exact verdict
+    assert res[(0, 1)].p_raw == seedprint.compare(paths["base"], paths["child"], **FILE_OPTS).p
+    assert res[(0, 2)].p_exact is None and res[(0, 2)].related and res[(1, 2)].p_exact is None
+
+
+def test_the_command_line_saves_files_searches_a_folder_and_holds_the_files_to_their_options(family, tmp_path):
+    from conftest import cli_error
+    root, paths = family
+    reg = tmp_path / "reg"
+    for name in ("base", "stranger"):
+        seedprint.main([paths[name], "--save", str(reg / f"{name}.npz"), "--sequences", "200", "--seq_len", "16",
+                        "--k", "16"])
+    seedprint.main([paths["child"], "--against", str(reg), "--out", str(tmp_path / "out")])
+    import json
+    found = json.loads((tmp_path / "out" / "results.json").read_text())["search"]
+    assert found["answer"] == "derives from" and found["base"] == str(reg / "base.npz")
+    assert found["options"]["sequences"] == 200                              # the files' options
+    line = cli_error(seedprint.main, "seedprint.py", [paths["child"], "--against", str(reg), "--sequences", "2000",
+                                                      "--out", str(tmp_path / "out2")])
+    assert "other options than asked for (sequences 2000 vs the file's 200)" in line    # the default, given
+    assert not (tmp_path / "out2").exists()

@@ -120,7 +120,7 @@ def test_every_stage_runs_at_the_tiny_size_and_records_how(tiny_run):
     log = (tmp / "out" / "stages.log").read_text()
     assert "probe.py" in log and "torch.distributed.run" in log and "iter 5: loss" in log
     assert (tmp / "out" / "gpu_check.png").is_file()
-    assert sorted(os.listdir(tmp / "out")) == ["gpu_check.png", "results.json", "stages.log"]
+    assert sorted(os.listdir(tmp / "out")) == ["fingerprints", "gpu_check.png", "results.json", "stages.log"]
 
 
 def test_table1_and_the_fingerprint_report_mfu_against_the_peak_given(tiny_run):
@@ -143,6 +143,11 @@ def test_table1_and_the_fingerprint_report_mfu_against_the_peak_given(tiny_run):
     assert f["mfu"] == pytest.approx(f["tokens_per_s"] * per_token / 1e12, rel=1e-9)
     assert f["tokens_per_s"] == pytest.approx(f["sequences"] * T / f["seconds"], rel=1e-9)
     assert f["build_and_fingerprint_seconds"] == pytest.approx(f["build_seconds"] + f["seconds"])
+    files = f["files"]                   # the card's files against the CPU's: here both are the CPU, so they agree
+    assert sorted(files["files"]) == [f"fingerprints/{w}_seed{s}.npz" for w in ("card", "cpu") for s in (0, 1)]
+    assert files["card seed 0 vs cpu seed 0"]["related"] and files["card seed 0 vs cpu seed 0"]["tau"] > 0.99
+    assert not files["card seed 0 vs card seed 1"]["related"]
+    assert files["card seed 0 vs card seed 1"] == files["cpu seed 0 vs cpu seed 1"]
 
 
 def test_train_py_and_nanogpt_are_timed_the_same_way(tiny_run):

@@ -412,3 +412,84 @@ def test_the_reference_null_and_analytic_variance():
     a = null_taus(100, 32, k=16)
     assert null_taus(100, 32, k=16) is a                        # cached ...
     assert not np.array_equal(null_taus(100, 32, k=8), a)      # ... on every argument
+
+
+# ----------------------------------------------------------------------------- children made smaller
+
+def test_a_width_pruned_child_computes_the_kept_coordinates_of_its_parent():
+    """prune_width against its definition: a norm-free parent whose readers ignore the dropped coordinates (their
+    columns zeroed) computes, on the kept ones, exactly what the child computes; the most important are kept."""
+    from studies.edits import prune_width, residual_importance
+    cfg = get_config("tiny", n_layer=2, norm="none", vocab_size=50, block_size=16, **{"n_embd": 32, "n_head": 4})
+    parent = build(cfg, 0, 0).eval()
+    importance = torch.rand(32, generator=torch.Generator().manual_seed(1))
+    keep = torch.sort(importance.argsort(descending=True)[:24]).values
+    drop = torch.tensor([j for j in range(32) if j not in keep])
+    with torch.no_grad():
+        for name, p in parent.named_parameters():
+            if name.endswith(("attn.c_attn.weight", "mlp.c_fc.weight", "wte.weight")):
+                p[:, drop] = 0                            # nothing reads or carries the dropped coordinates
+    child = prune_width(parent, 0.25, importance)
+    assert child.config.n_embd == 24 and child.config.mlp_width == parent.config.mlp_width
+    x = torch.randint(0, 50, (3, 16), generator=torch.Generator().manual_seed(2))
+    h_parent = parent.trace(x, hidden="last")["hidden"][-1]
+    assert torch.allclose(child.trace(x, hidden="last")["hidden"][-1], h_parent[:, keep], atol=1e-6)
+    h = parent.trace(x, hidden="all")["hidden"][:-1]
+    assert torch.allclose(residual_importance(parent, x), sum(s.pow(2).mean((0, 1)) for s in h), rtol=1e-6)
+
+
+def test_a_depth_pruned_child_runs_its_parents_blocks_but_the_dropped_ones():
+    """prune_depth against a loop over the parent's own blocks that skips the blocks changing their input least."""
+    import torch.nn.functional as F
+    from studies.edits import prune_depth
+    parent = build(get_config("tiny", **LLAMA_KNOBS, vocab_size=50, block_size=16), 0, 0).eval()
+    x = torch.randint(0, 50, (4, 16), generator=torch.Generator().manual_seed(3))
+    h = parent.trace(x, hidden="all")["hidden"]
+    kept = sorted(sorted(range(4), key=lambda i: F.cosine_similarity(h[i], h[i + 1], dim=-1).mean().item())[:3])
+    child = prune_depth(parent, 0.25, x)
+    assert child.config.n_layer == 3
+    with torch.no_grad():
+        s = parent.transformer.wte(x)
+        rope = parent._ropes(s)["full"]
+        for i in kept:
+            s = parent.transformer.h[i](s, rope)
+        expected = parent.transformer.ln_f(s)[:, -1]
+    assert torch.allclose(child.trace(x, hidden="last")["hidden"][-1], expected, atol=1e-5)
+
+
+def test_the_pruned_study_finds_every_child_and_calls_no_stranger_related(corpora, tmp_path):
+    """studies.pruned on tiny models: each parent's three children (two narrower, one shallower) trained after the
+    cut are called related, every unrelated pair of unequal widths unrelated, and the table counts the pairs."""
+    from studies import pruned
+    out = tmp_path / "out"
+    pruned.main(["--tokenizer", "bytes", "--n_embd", "64", "--n_layer", "4", "--block_size", "16", "--seq_len",
+                 "16", "--max_steps", "40", "--child_steps", "10", "--ckpt_every", "40", "--batch_size", "8",
+                 "--sequences", "200", "--k", "16", "--parents", "0", "1", "--scratch", "100", "--device", "cpu",
+                 "--corpus", str(corpora / "a.txt"), "--corpus2", str(corpora / "b.txt"), "--out", str(out)])
+    res = json.loads((out / "results.json").read_text())["pruned"]
+    for r in res["pairs"]:
+        assert r["called"] == r["related"], r
+        assert (r["p_exact"] is None) == (r["widths"][0] != r["widths"][1])
+    counts = {r["kind"]: r["called_related"] for r in res["table"]}
+    assert counts["parent vs its width 50% child"] == "2/2" and counts["parent vs scratch at width 25%"] == "0/2"
+    assert sorted({tuple(r["widths"]) for r in res["pairs"]}) == [(64, 32), (64, 48), (64, 64)]
+
+
+def test_the_registry_study_names_each_base_once_and_none_for_strangers(corpora, tmp_path):
+    """studies.registry on tiny models: each continued base (permuted or not) is traced to its own base, every
+    stranger to none, the lineage registered twice is inconclusive and one lineage; bf16 files are compared."""
+    from studies import registry
+    out = tmp_path / "out"
+    registry.main(["--tokenizer", "bytes", "--n_embd", "64", "--n_layer", "2", "--block_size", "16", "--seq_len",
+                   "16", "--max_steps", "30", "--child_steps", "10", "--ckpt_every", "30", "--batch_size", "8",
+                   "--sequences", "150", "--k", "16", "--bases", "0", "1", "2", "--suspects", "10", "11",
+                   "--device", "cpu", "--corpus", str(corpora / "a.txt"), "--corpus2", str(corpora / "b.txt"),
+                   "--out", str(out)])
+    res = json.loads((out / "results.json").read_text())["registry"]
+    assert all(t["right"] for t in res["trials"]), res["trials"]
+    assert {r["kind"]: r["suspects"] for r in res["table"]} == {
+        "unrelated: trained on the bases' data": 2, "unrelated: a fresh init": 2, "related: a base continued": 3,
+        "related: continued, basis permuted": 3}
+    assert res["twice"] == dict(answer="inconclusive", related=[0, 1], one_lineage=True)
+    assert res["bf16_against_float32"]["pairs"] == 3 * len(res["trials"][::4])
+    assert sorted(os.listdir(out / "registry")) == ["base0.npz", "base1.npz", "base2.npz"]

@@ -1,0 +1,208 @@
+"""
+studies/pruned.py: does SeedPrint recognize a child made smaller -- pruned in width or in depth, then trained on --
+and does matching a narrower model into a wider one keep unrelated models apart? (paper Section 6.1's test,
+carried to the derivatives Minitron, Sheared-LLaMA and Llama-3.2 are made as)
+
+Children of each parent (activation-importance width pruning, as Minitron; depth pruning of the blocks that change
+their input least, as Gromov et al.), each trained on after the cut (--child_steps on --corpus2):
+
+    width 25%   the 75% most important residual coordinates kept      -> the matched verdict (two widths)
+    width 50%   half of them kept                                     -> the matched verdict
+    depth 25%   a quarter of the layers removed (the width kept)      -> the exact and the aligned verdicts
+
+and the unrelated pairs of unequal widths: every parent against every other parent's width-pruned children, and
+against models trained from scratch at the pruned widths on the parents' data (same-data pairs). Makes
+docs/seedprint.md's "Derivatives pruned in width or depth": power per kind and the false-positive rate, each with
+its 95% Clopper-Pearson interval.
+
+    python -m studies.pruned                                     # tiny byte-level models: 13 min on 2 cores
+    python -m studies.pruned --base DIR --sequences 300 --child_steps 20   # SmolLM2-135M: 9 min
+
+With --base, the parent is that model (its tokenizer tokenizes the corpora), its children are trained
+--child_steps on --corpus2, and the unrelated controls are fresh inits of each child's architecture.
+"""
+import copy
+import dataclasses
+import hashlib
+import json
+import os
+import time
+
+# common.py first: before torch is imported, it checks the requirements (and answers --help without them)
+from common import (ArgumentParser, Distinct, Progress, atomic_write, check_output, flag_type, lock_dir, print_table,
+                    provenance, resolve_device, run_script, seed_int, update_results)
+from model import write_checkpoint
+import numpy as np
+import torch
+
+import data
+import hf
+import seedprint
+from studies.edits import prune_depth, prune_width, residual_importance
+from studies.lineage import (TRAINING, Lineage, add_lineage_flags, architecture, check_lineage_flags, checkpoints,
+                             corpus, fit_floor, fresh_init, rate, trained, training)
+
+KINDS = {"width 25%": ("width", 0.25), "width 50%": ("width", 0.5), "depth 25%": ("depth", 0.25)}
+
+
+def cut(model, kind: str, tokens: torch.Tensor):
+    """The child of `kind` (KINDS) of `model`, cut with `tokens` as the calibration inputs."""
+    how, fraction = KINDS[kind]
+    if how == "width":
+        return prune_width(model, fraction, residual_importance(model, tokens))
+    return prune_depth(model, fraction, tokens)
+
+
+def save_cut(path: str, model, seed, tokenizer: str) -> str:
+    """The cut child as a checkpoint that train.py continues (--init_from), made once; it records its lineage's
+    seed where one is known (a parent trained here), as a descendant of that init."""
+    if not os.path.isfile(path):
+        seeds = {} if seed is None else dict(seeds=dict(init_seed=seed, embed_seed=seed))
+        meta = dict(**seeds, tokenizer=tokenizer, provenance=provenance())
+        atomic_write(path, lambda tmp: write_checkpoint(tmp, model, **meta))
+    return path
+
+
+def calibration_tokens(directory: str, T: int, n: int = 32) -> torch.Tensor:
+    """Up to n windows of T tokens of a prepared corpus's validation split: the inputs a cut is decided on."""
+    val = np.asarray(data.load_data(directory)["val"], dtype=np.int64)
+    return data.windows(val, T, min(n, len(val) // T), seed=0)
+
+
+def row(lineage: Lineage, a, b, kind: str, related: bool, label: str) -> dict:
+    """One pair's verdicts: the exact one where the widths agree, the aligned (or, two widths, matched) one."""
+    exact, aligned = lineage.pair(a, b)
+    return dict(pair=label, kind=kind, related=related, widths=list(aligned.widths),
+                p_exact=exact.p if exact else None, p=aligned.p, tau=aligned.tau_aligned,
+                matched_on=aligned.matched_on, table_fit=aligned.table_fit,
+                called=bool(aligned.related), called_exact=bool(exact.related) if exact else None)
+
+
+def fitted_floor(rows: list):
+    """The partial match's floor these pairs call for (fit_floor, how seedprint.PARTIAL_TAU_FLOOR was fit): from the
+    unrelated pairs of unequal widths matched on held-out inputs."""
+    return fit_floor([r["tau"] for r in rows if not r["related"] and r["widths"][0] != r["widths"][1]
+                      and r["matched_on"] == "held-out inputs"])
+
+
+def summary(rows: list) -> list:
+    """Per kind of pair: how many the verdict calls related, with the 95% Clopper-Pearson interval of the rate."""
+    out = []
+    for kind in dict.fromkeys(r["kind"] for r in rows):
+        rs = [r for r in rows if r["kind"] == kind]
+        x, n = sum(r["called"] for r in rs), len(rs)
+        exact = [r["called_exact"] for r in rs if r["called_exact"] is not None]
+        out.append(dict(kind=kind, truth="related" if rs[0]["related"] else "unrelated", called_related=f"{x}/{n}",
+                        **rate(x, n), exact_alone=f"{sum(exact)}/{len(exact)}" if exact else "-"))
+    return out
+
+
+def tiny(args, device: str) -> list:
+    """The byte-level study: parents, their children, models from scratch at the pruned widths; every pair."""
+    text, text2 = (corpus(args.out, c, args.tokenizer, args.data_from) for c in (args.corpus, args.corpus2))
+    meta = data.load_data(text)["meta"]
+    template = training(args, device)
+    parents = {s: checkpoints(trained(template, args.out, f"seed{s}", s, text))[-1][1] for s in args.parents}
+    tokens = calibration_tokens(text, args.seq_len)
+    children = {}
+    for s, path in parents.items():
+        parent = hf.load(path)
+        for kind in KINDS:
+            name = f"seed{s}_{kind.replace(' ', '').replace('%', '')}"
+            start = save_cut(os.path.join(args.out, "cuts", f"{name}.pt"), cut(parent, kind, tokens), s,
+                             meta["tokenizer"])
+            children[s, kind] = checkpoints(trained(template, args.out, name, s, text2, steps=args.child_steps,
+                                                    init_from=start))[-1][1]
+    widths = {kind: hf.read_config(children[args.parents[0], kind]).n_embd for kind in KINDS}
+    scratch = {}
+    for kind in ("width 25%", "width 50%"):
+        knobs = {**template.knobs, "n_embd": widths[kind], "head_size": architecture(args).head_dim,
+                 "mlp_hidden": architecture(args).mlp_width}
+        for u in args.scratch:
+            run = trained(dataclasses.replace(template, knobs=knobs), args.out, f"scratch{u}_w{widths[kind]}", u, text)
+            scratch[u, kind] = checkpoints(run)[-1][1]
+    lineage = Lineage(args, args.out, device, vocab=meta["vocab_size"])
+    pairs = [(parents[s], children[s, kind], f"parent vs its {kind} child", True, f"seed {s}") for s in parents
+             for kind in KINDS]
+    pairs += [(parents[s], children[t, kind], f"parent vs another's {kind} child", False, f"seed {s} vs {t}")
+              for s in parents for t in parents if t != s for kind in KINDS]
+    pairs += [(parents[s], scratch[u, kind], f"parent vs scratch at {kind}", False, f"seed {s} vs scratch {u}")
+              for s in parents for u in args.scratch for kind in ("width 25%", "width 50%")]
+    bar = Progress(len(pairs), "pairs tested", "pairs")
+    rows = []
+    for a, b, kind, related, label in pairs:
+        rows.append(row(lineage, a, b, kind, related, label))
+        bar.update()
+    return rows
+
+
+def base_study(args, device: str) -> list:
+    """A released parent (--base): its three children, each trained --child_steps after the cut, and a fresh init of
+    each child's architecture as the unrelated control."""
+    cfg = hf.read_config(args.base)
+    key = "base:" + json.dumps(seedprint.weights_identity(args.base))
+    out = os.path.join(args.out, f"pruned_base_{hashlib.sha256(key.encode()).hexdigest()[:10]}")   # per base
+    texts = {c: data.prepared([c], os.path.join(out, f"data_{data.corpus_label(c)}"), args.base, args.data_from)
+             for c in (args.corpus, args.corpus2)}
+    parent = hf.load(args.base, dtype=torch.float32).eval()
+    tokens = calibration_tokens(texts[args.corpus], args.seq_len)
+    template = dataclasses.replace(TRAINING, batch_size=8, seq_len=min(64, cfg.block_size), lr=1e-4,
+                                   ckpt_every=args.child_steps, log_every=10, device=device)
+    rows, lineage = [], Lineage(args, args.out, device, vocab=cfg.vocab_size)
+    base = seedprint.Recipe(key, lambda: copy.deepcopy(parent), cfg)        # fingerprinting moves it to the device
+    for kind in KINDS:
+        name = kind.replace(" ", "").replace("%", "")
+        child_model = cut(parent, kind, tokens)
+        start = save_cut(os.path.join(out, "cuts", f"{name}.pt"), child_model, None, args.base)
+        child = checkpoints(trained(template, out, name, 0, texts[args.corpus2], steps=args.child_steps,
+                                    init_from=start))[-1][1]
+        rows.append(row(lineage, base, child, f"parent vs its {kind} child", True, name))
+        control = fresh_init(child_model.config, 1)
+        rows.append(row(lineage, base, control, f"parent vs a fresh init at {kind}", False, name))
+    return rows
+
+
+def main(argv=None):
+    p = ArgumentParser(prog="studies.pruned", description="SeedPrint on children pruned in width (the matched "
+                       "verdict) or depth, trained after the cut, and on unrelated pairs of unequal widths.")
+    p.add_argument("--parents", type=seed_int, nargs="+", action=Distinct, default=list(range(8)),
+                   help="parents' init seeds (every one gets three children)")
+    p.add_argument("--scratch", type=seed_int, nargs="+", action=Distinct, default=list(range(100, 106)),
+                   help="seeds of the models trained from scratch at each pruned width (unrelated controls)")
+    p.add_argument("--child_steps", type=flag_type("int>=1"), default=150,
+                   help="steps each child is trained after the cut (on --corpus2)")
+    p.add_argument("--base", default=None, help="a Hugging Face directory (config.json, *.safetensors, "
+                   "tokenizer.json): the parent, instead of the tiny byte-level ones")
+    add_lineage_flags(p, out="out/pruned")
+    args = p.parse_args(argv)
+    check_lineage_flags(args)
+    if len(args.parents) < 2 and not args.base:
+        p.error("--parents: the unrelated pairs are between parents, so two or more are needed")
+    if set(args.parents) & set(args.scratch):
+        p.error("--scratch seeds must differ from --parents: a scratch model from a parent's seed is its twin")
+    if args.base:                       # the tiny parents' flags would do nothing: refused, never recorded
+        unused = [f"--{k}" for k in ("parents", "scratch", "max_steps", "ckpt_every", "batch_size", "lr")
+                  if getattr(args, k) != p.get_default(k)]
+        if unused:
+            them = "them" if len(unused) > 1 else "it"
+            p.error(f"with --base the parent is given and its children train with a fine-tune's recipe (batch 8, lr "
+                    f"1e-4, --child_steps): {', '.join(unused)} would do nothing; drop {them}")
+        seedprint.check_seq_len(args.seq_len, [hf.read_config(args.base)], [args.base])
+        data.get_tokenizer(args.base)              # its corpora are tokenized by the base's own tokenizer
+        hf.check_weights_finite(args.base)
+    check_output(args.out)
+    device = str(resolve_device(args.device))
+    with lock_dir(args.out):
+        t0 = time.time()
+        rows = base_study(args, device) if args.base else tiny(args, device)
+        table, floor = summary(rows), fitted_floor(rows)
+        print_table(table)
+        print(f"the floor these pairs call for: {floor} (seedprint.PARTIAL_TAU_FLOOR {seedprint.PARTIAL_TAU_FLOOR})")
+        update_results(os.path.join(args.out, "results.json"),
+                       {"pruned_base" if args.base else "pruned": dict(table=table, pairs=rows, fitted_floor=floor,
+                                                                       seconds=time.time() - t0)},
+                       device, args.dtype)
+
+
+if __name__ == "__main__":
+    run_script(main, "studies.pruned")
