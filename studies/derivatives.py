@@ -36,7 +36,7 @@ import seedprint
 import train
 from studies.edits import (add_noise, extend_vocab, low_rank_update, merge, permute_mlp, permute_residual, prune,
                            quantize, rotate_residual)
-from studies.lineage import Lineage, add_test_flags, checkpoints, fresh_init, test_options
+from studies.lineage import Lineage, add_test_flags, check_base, checkpoints, fresh_init, test_options
 
 
 def logit_change(a, b, vocab: int, seed: int = 0) -> float:
@@ -75,12 +75,7 @@ def main(argv=None):
     p.add_argument("--out", default="out/lineage", help="results.json, and every model and fingerprint made")
     args = p.parse_args(argv)
     test_options(args)
-    if not os.path.isdir(args.base):
-        raise FileNotFoundError(f"--base {args.base}: a Hugging Face directory is wanted (config.json, "
-                                f"*.safetensors, tokenizer.json)")
-    seedprint.check_seq_len(args.seq_len, [hf.read_config(args.base)], [args.base])
-    data.get_tokenizer(args.base)                  # its corpora are tokenized by the base's own tokenizer
-    hf.check_weights_finite(args.base)
+    check_base(args.base, args.seq_len)
     check_output(args.out)
     device = str(resolve_device(args.device))
     out = os.path.join(args.out, "derivatives")

@@ -82,6 +82,19 @@ def check_lineage_flags(args) -> GPTConfig:
     return config
 
 
+def check_base(base: str, seq_len: int) -> GPTConfig:
+    """A released model given as --base, checked before any work: a Hugging Face directory, its tokenizer (its
+    corpora are tokenized by it), its context long enough for the test, every weight finite. Its config."""
+    if not os.path.isdir(base):
+        raise FileNotFoundError(f"--base {base}: a Hugging Face directory is wanted (config.json, *.safetensors, "
+                                f"tokenizer.json)")
+    config = hf.read_config(base)
+    seedprint.check_seq_len(seq_len, [config], [base])
+    data.get_tokenizer(base)
+    hf.check_weights_finite(base)
+    return config
+
+
 def architecture(args, **overrides) -> GPTConfig:
     """The preset of --model with LLaMA-style blocks (paper Table 13) and the knob flags on top."""
     return get_config(args.model, **{**LLAMA_KNOBS, **config_overrides(args), **overrides})

@@ -39,8 +39,8 @@ import data
 import hf
 import seedprint
 from studies.edits import prune_depth, prune_width, residual_importance
-from studies.lineage import (TRAINING, Lineage, add_lineage_flags, architecture, check_lineage_flags, checkpoints,
-                             corpus, fit_floor, fresh_init, rate, trained, training)
+from studies.lineage import (TRAINING, Lineage, add_lineage_flags, architecture, check_base, check_lineage_flags,
+                             checkpoints, corpus, fit_floor, fresh_init, rate, trained, training)
 
 KINDS = {"width 25%": ("width", 0.25), "width 50%": ("width", 0.5), "depth 25%": ("depth", 0.25)}
 
@@ -187,9 +187,7 @@ def main(argv=None):
             them = "them" if len(unused) > 1 else "it"
             p.error(f"with --base the parent is given and its children train with a fine-tune's recipe (batch 8, lr "
                     f"1e-4, --child_steps): {', '.join(unused)} would do nothing; drop {them}")
-        seedprint.check_seq_len(args.seq_len, [hf.read_config(args.base)], [args.base])
-        data.get_tokenizer(args.base)              # its corpora are tokenized by the base's own tokenizer
-        hf.check_weights_finite(args.base)
+        check_base(args.base, args.seq_len)
     check_output(args.out)
     device = str(resolve_device(args.device))
     with lock_dir(args.out):

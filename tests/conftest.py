@@ -10,9 +10,23 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from common import run_script
+
+
+TEXT = "It was the best of times, it was the worst of times; naïve café, 東京 ✓.\n" * 60
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """TEXT prepared as bytes (20% held out for validation): the trainer's and data.py's tests read it."""
+    import data
+    root = tmp_path_factory.mktemp("data")
+    (root / "text.txt").write_text(TEXT, encoding="utf-8")
+    data.prepare([str(root / "text.txt")], str(root / "bytes"), tokenizer="bytes", val_fraction=0.2)
+    return str(root / "bytes")
 
 
 def cli_error(main, name: str, argv: list, code: int = 2) -> str:

@@ -13,21 +13,12 @@ import pytest
 import torch
 
 import data
-from conftest import cli_error
+from conftest import TEXT, cli_error
 from init import build
 from model import get_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
-TEXT = "It was the best of times, it was the worst of times; naïve café, 東京 ✓.\n" * 60
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    (root / "text.txt").write_text(TEXT, encoding="utf-8")
-    data.prepare([str(root / "text.txt")], str(root / "bytes"), tokenizer="bytes", val_fraction=0.2)
-    return str(root / "bytes")
 
 
 def tokens_of(data_dir):

@@ -12,21 +12,12 @@ import torch
 import data
 
 import train
-from conftest import cli_error, torchrun
+from conftest import TEXT, cli_error, torchrun
 from model import load_checkpoint, read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
-TEXT = "It was the best of times, it was the worst of times; naïve café, 東京 ✓.\n" * 60
 TINY = ["--n_layer", "2", "--n_embd", "32", "--n_head", "2", "--block_size", "16", "--device", "cpu",
         "--eval_sequences", "8"]
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    (root / "text.txt").write_text(TEXT, encoding="utf-8")
-    data.prepare([str(root / "text.txt")], str(root / "bytes"), tokenizer="bytes", val_fraction=0.2)
-    return str(root / "bytes")
 
 
 def run(data_dir, out_dir, *flags):
