@@ -245,13 +245,10 @@ class Options:
     def __post_init__(self):
         check_settings(self)
 
-    def inputs(self) -> dict:
-        """The fingerprint's options these fix (fingerprint's keyword arguments)."""
-        return dict(sequences=self.sequences, seq_len=self.seq_len, seed=self.input_seed)
-
-    def test(self) -> dict:
-        """The statistic's options these fix (seedprint_test's keyword arguments)."""
-        return dict(k=self.k, rank_by=self.rank_by, set_mode=self.set_mode)
+    def recorded(self) -> dict:
+        """These options as a fingerprint file records them (file_options, less the token ids' bound: a model's own)."""
+        options = file_options(self.sequences, self.seq_len, self.input_seed, None, self.k, self.rank_by, self.set_mode)
+        return {k: v for k, v in options.items() if v is not None}
 
 
 def check_options(k: int = 400, rank_by: str = "smallest", set_mode: str = "coset", temperature: float = 10.0,

@@ -82,8 +82,7 @@ def main(argv=None):
     check_output(args.out)
     device = str(resolve_device(args.device))
     test = test_options(args)
-    options = dict(sequences=test.sequences, seq_len=test.seq_len, seed=test.input_seed, k=test.k,
-                   rank_by=test.rank_by, set_mode=test.set_mode)
+    options = test.recorded()
     with lock_dir(args.out):
         t0 = time.time()
         text, text2 = (corpus(args.out, c, args.tokenizer, args.data_from) for c in (args.corpus, args.corpus2))
