@@ -191,6 +191,8 @@ def position_variance(model: GPT, inputs: torch.Tensor, batch_size: int = 32) ->
     embeddings (N, T, n_embd)."""
     if model.config.sublayers == "mlp":
         raise ValueError("the model has no attention layers (sublayers=mlp): no aggregated attention output")
+    if len(inputs) < 2:
+        raise ValueError(f"position_variance needs two or more sequences (a variance across them), got {len(inputs)}")
     s1 = s2 = None
     n = 0
     device = next(model.parameters()).device
@@ -201,7 +203,7 @@ def position_variance(model: GPT, inputs: torch.Tensor, batch_size: int = 32) ->
         s1 = h.sum(0) if s1 is None else s1 + h.sum(0)
         s2 = (h ** 2).sum(0) if s2 is None else s2 + (h ** 2).sum(0)
         n += h.shape[0]
-    var = (s2 - s1 ** 2 / n) / max(n - 1, 1)                          # (L, H, T, hd)
+    var = (s2 - s1 ** 2 / n) / (n - 1)                                # (L, H, T, hd)
     return var.mean(dim=(1, 3)).cpu().numpy()
 
 

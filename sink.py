@@ -424,7 +424,8 @@ def main(argv=None):
 def add_measure_flags(group, lengths=(64,)) -> None:
     """The measurement's flags, sink.py's and the sink studies' (Gu et al.: 100 sequences of 64, eps 0.3), each
     range checked as it is parsed. lengths=None: the study's context."""
-    group.add_argument("--sequences", type=flag_type("int>=1"), default=100, help="sequences measured")
+    # two at least: the variance across sequences (--exp variance, the sink studies) is undefined for one
+    group.add_argument("--sequences", type=flag_type("int>=2"), default=100, help="sequences measured")
     group.add_argument("--lengths", type=flag_type("int>=2"), nargs="+", action=Distinct,
                        default=list(lengths) if lengths else None,
                        help="sequence lengths T" + ("" if lengths else " (default: the context)"))

@@ -121,6 +121,13 @@ def test_calibration_flattens_position_variance(calibration):
     assert np.allclose(var, expected, rtol=rel * 1.5)
 
 
+def test_position_variance_refuses_one_sequence():
+    """A variance across one sequence is undefined: refused, never reported as zero."""
+    model = build(get_config("tiny", n_layer=1, n_head=2, n_embd=32, vocab_size=64, block_size=8), 0)
+    with pytest.raises(ValueError, match="two or more sequences"):
+        probe.position_variance(model, torch.randint(0, 64, (1, 8)))
+
+
 def planted_sink_model(beta=60.0):
     """Two layers in which a layer-2 key is large when its layer-1 attention output did not average.
     Residual dims: 0 constant 1, 1 the detector, 2-5 the token's four random signs (the 16 tokens are
