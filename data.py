@@ -86,7 +86,7 @@ def windows(ids: np.ndarray, T: int, n: int, seed: int = 0, bos=None, name: str 
     if slots < n:
         raise ValueError(f"{name} holds {len(ids)} tokens: {slots} windows of {width}, fewer than the {n} sequences "
                          f"asked for; lower --sequences or the lengths, or give more text")
-    pick = np.sort(np.random.default_rng(seed).choice(slots, size=min(n, slots), replace=False))
+    pick = np.sort(np.random.default_rng(seed).choice(slots, size=n, replace=False))
     return _with_bos(torch.from_numpy(np.stack([ids[s * width:(s + 1) * width] for s in pick]).astype(np.int64)), bos)
 
 
@@ -280,7 +280,7 @@ def prepare(sources, out_dir: str, tokenizer: str = "gpt2", val_fraction: float 
     if vocab_size > 2 ** 16:
         raise ValueError(f"vocab {vocab_size} does not fit uint16")
     with lock_dir(out_dir):                       # refused at once if another run writes there
-        files = [corpus_file(f, source=from_dir) if f in CORPORA else f for f in sources]
+        files = [text_file(f, from_dir) for f in sources]      # a file of that name first, as everywhere
         text = "\n\n".join(read_text(f) for f in files)
         most = len(text.encode("utf-8"))          # no tokenizer makes more tokens than bytes
         if int(most * val_fraction) < 2 or most - int(most * val_fraction) < 2:
@@ -379,7 +379,7 @@ def load_data(data_dir: str) -> dict:
            or isinstance(meta.get(k), bool) or (kind is int and meta[k] < 1)]
     if bad:
         raise ValueError(f"{meta_path} lacks valid {', '.join(bad)} (a {META_FIELDS[bad[0]].__name__}); "
-                         f"run prepare again")
+                         f"{remake(data_dir)}")
     doc_len = meta.get("doc_len", 0)
     if isinstance(doc_len, bool) or not isinstance(doc_len, int) or doc_len < 0 or doc_len == 1 or (
             doc_len and (meta["train_tokens"] % doc_len or meta["val_tokens"] % doc_len)):
@@ -392,7 +392,7 @@ def load_data(data_dir: str) -> dict:
         path = os.path.join(data_dir, f"{name}.bin")
         if not os.path.isfile(path) or os.path.getsize(path) != 2 * meta[f"{name}_tokens"]:
             raise ValueError(f"{path} is missing or does not hold the {meta[f'{name}_tokens']} tokens meta.json "
-                             f"says; run prepare again")
+                             f"says; {remake(data_dir)}")
         data[name] = np.memmap(path, dtype=np.uint16, mode="r")
         # one pass over the file per process and version of it (an experiment loads its data for every run);
         # under torchrun rank 0 alone reads it (torchrun stops every rank when one fails)
@@ -402,6 +402,11 @@ def load_data(data_dir: str) -> dict:
             check_tokens(data[name], meta, path)
             CHECKED_TOKENS.add(key)
     return data
+
+
+def remake(data_dir: str) -> str:
+    """What to do about a damaged token directory: make it again from its text."""
+    return f"make it again with python data.py SOURCES --tokenizer NAME --out {data_dir or '.'}"
 
 
 CHECKED_TOKENS = set()      # token files this process has read through, by path, size, mtime and inode
@@ -417,12 +422,12 @@ def check_tokens(tokens: np.ndarray, meta: dict, path: str, chunk: int = 1 << 26
         digest.update(part.tobytes())
     if top >= meta["vocab_size"]:
         raise ValueError(f"{path} holds token id {top}, beyond the vocabulary of {meta['vocab_size']} in meta.json; "
-                         f"the file is damaged or belongs to other data: run prepare again")
+                         f"the file is damaged or belongs to other data: {remake(os.path.dirname(path))}")
     name = os.path.basename(path).split(".")[0]
     expected = (meta.get("sha256") or {}).get(name) if isinstance(meta.get("sha256"), dict) else None
     if expected and digest.hexdigest() != expected:
         raise ValueError(f"{path} does not hold the tokens meta.json records (sha256 {digest.hexdigest()[:12]}..., "
-                         f"expected {expected[:12]}...): it changed after prepare; run prepare again")
+                         f"expected {expected[:12]}...): it changed after prepare; {remake(os.path.dirname(path))}")
 
 
 # ----------------------------------------------------------------------------- training batches

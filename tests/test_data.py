@@ -153,8 +153,18 @@ def test_token_files_are_read_through_once_per_version(tmp_path, monkeypatch):
     ids[[0, 1]] = ids[[1, 0]] if ids[0] != ids[1] else ids[[0, 1]] + 1   # same size, other tokens
     ids.tofile(path)
     os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns + 10 ** 9))
-    with pytest.raises(ValueError, match="changed after prepare"):
+    with pytest.raises(ValueError, match="changed after prepare; make it again with python data.py"):
         data.load_data(out)
+
+
+def test_a_file_named_like_a_corpus_is_read_as_everywhere_else(tmp_path, monkeypatch):
+    """prepare reads a local file before a corpus of the same name, as text_file (sink.py --text) does."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "shakespeare").write_text("a local file, not the corpus\n" * 4)
+    assert data.text_file("shakespeare") == "shakespeare"
+    data.prepare(["shakespeare"], "d", tokenizer="bytes")
+    stored = np.concatenate([np.fromfile(f"d/{name}.bin", dtype=np.uint16) for name in ("train", "val")])
+    assert bytes(stored.astype(np.uint8)) == (tmp_path / "shakespeare").read_bytes()
 
 
 def test_random_inputs_are_the_same_whatever_the_batch_size_and_the_script():
