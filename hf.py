@@ -80,7 +80,7 @@ def load(path, device="cpu", dtype: Optional[torch.dtype] = None) -> GPT:
         model = load_checkpoint(path, device=device)               # checked finite as stored ...
         return model if dtype is None else check_model_weights_finite(model.to(dtype), path)    # ... and as cast
     config, arch, headers, fields = read_dir(path)
-    found = {kind for header in headers.values() for kind, _ in header.values()}
+    found = {kind for _, _, kind in read_weights(headers, arch)}
     dtype = dtype or next((SAFETENSORS_FLOATS[k] for k in SAFETENSORS_FLOATS if k in found), torch.float32)
     with torch.device("meta"):
         model = GPT(config).to(dtype)        # dtype on the meta device: nothing allocated yet
@@ -117,16 +117,25 @@ def planned(path: str):
 
 
 def tensors(path):
-    """(name, tensor) of every floating-point tensor of the model at `path`, one at a time (memory: the largest;
-    a checkpoint is memory-mapped)."""
+    """(name, tensor) of every floating-point tensor the loader reads from the model at `path`, one at a time
+    (memory: the largest; a checkpoint is memory-mapped). Tensors it never reads (NOT_READ: a vision tower, a
+    mask buffer) are skipped, so what they hold cannot refuse a model that loads."""
     path = checked_path(path)
     if os.path.isfile(path):
         yield from ((name, t) for name, t in read_checkpoint(path, mmap=True)["model"].items() if t.is_floating_point())
         return
-    for file, header in read_dir(path)[2].items():
+    _, arch, headers, _ = read_dir(path)
+    for file, name, kind in read_weights(headers, arch):
+        if kind in SAFETENSORS_FLOATS:
+            yield name, read_tensor(file, name)
+
+
+def read_weights(headers: dict, arch: str):
+    """(file, name, safetensors dtype) of each stored tensor the loader reads (relative_name is not None)."""
+    for file, header in headers.items():
         for name, (kind, _) in header.items():
-            if kind in SAFETENSORS_FLOATS:
-                yield name, read_tensor(file, name)
+            if relative_name(name, arch) is not None:
+                yield file, name, kind
 
 
 def check_weights_finite(path) -> None:
@@ -1037,7 +1046,7 @@ def main(argv=None) -> None:
             config, arch = (read_config(path), "train.py checkpoint") if os.path.isfile(path) else planned(path)[:2]
             with torch.device("meta"):
                 found.append((path, config, arch, GPT(config).num_params()))
-    except (ValueError, FileNotFoundError, ImportError) as e:
+    except (ValueError, OSError, ImportError) as e:           # OSError: also a folder that cannot be read
         sys.stderr.write(f"hf.py: error: {' '.join(str(e).split())}\n")
         sys.exit(2)
     default = {f.name: f.default for f in dataclasses.fields(GPTConfig)}

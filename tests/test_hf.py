@@ -337,6 +337,25 @@ def test_each_family_loads_exactly(tmp_path, case, spelling):
         assert_matches(model, *hf_families.naive_forward(spec, t, ids), ids)
 
 
+def test_a_tensor_never_read_neither_refuses_nor_sets_the_dtype(tmp_path):
+    """Gemma 3's vision tower is not read (NOT_READ): a NaN in it, or its dtype, does not touch the text model that
+    loads; a NaN in a tensor that is read is still refused by the weight check."""
+    spec, cfg, t = hf_families.checkpoint("gemma3-conditional-generation", "5.x")
+    tower = "vision_tower.vision_model.post_layernorm.weight"
+    t = {k: v.to(torch.bfloat16) if k.startswith("language_model") else v for k, v in t.items()}
+    t[tower] = torch.full_like(t[tower], float("nan"))
+    hf_families.write_checkpoint(tmp_path / "nan_in_tower", cfg, t, shards=2)
+    model = hf.load(str(tmp_path / "nan_in_tower"))
+    assert model.transformer.wte.weight.dtype == torch.bfloat16         # the text weights' dtype, not the tower's
+    hf.check_weights_finite(str(tmp_path / "nan_in_tower"))
+    read = next(k for k in t if k.startswith("language_model") and k.endswith("embed_tokens.weight"))
+    t[read] = t[read].clone()
+    t[read][0, 0] = float("nan")
+    hf_families.write_checkpoint(tmp_path / "nan_in_text", cfg, t, shards=2)
+    with pytest.raises(ValueError, match="NaN"):
+        hf.check_weights_finite(str(tmp_path / "nan_in_text"))
+
+
 SPEC_CHANGES = [   # (case, a change of the naive forward's spec): each must move the logits, or a test passes
     ("pythia", dict(block="sequential")),  # vacuously on a knob the loader drops
     ("pythia", dict(ropes=None)),
