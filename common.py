@@ -19,7 +19,8 @@ before any third-party package,
     from common import ...      # first: checks the requirements before torch is imported
 
 and importing it checks them, so `python SCRIPT.py --help` answers even without them, and a run without
-them is refused in one line. model.py, hf.py and theory.py are libraries and need none of it.
+them is refused in one line. model.py and theory.py are libraries and need none of it; hf.py's small command
+line does without it too (it is the one door to a model on disk, which common.py never opens).
 """
 import argparse
 import contextlib
@@ -287,6 +288,19 @@ def add_settings_flags(parser, template, names=None) -> None:
             extra = dict(type=int, metavar="INT")
         shown = "" if default is None or isinstance(default, bool) else f" (default {default})"
         parser.add_argument(f"--{f.name}", default=default, help=f.metadata["help"] + shown, **extra)
+
+
+def refuse_unused(args: argparse.Namespace, names, template: str, parser=None) -> None:
+    """A flag that would do nothing is refused, never recorded as if it had done something. The flags among
+    `names` that the command line set -- apart from their default in `parser`, or from None without one -- are
+    refused in one line: `template` says why, naming them as {flags}."""
+    default = parser.get_default if parser is not None else (lambda name: None)
+    unused = [f"--{name}" for name in names if getattr(args, name) != default(name)]
+    if unused:
+        message = template.format(flags=", ".join(unused)) + f"; drop {'them' if len(unused) > 1 else 'it'}"
+        if parser is not None:
+            parser.error(message)
+        raise ValueError(message)
 
 
 def settings_given(args: argparse.Namespace, cls, names=None) -> dict:

@@ -35,8 +35,8 @@ from typing import Optional
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from common import (ArgumentParser, DTYPES, Distinct, Progress, add_device_flags, check_dtype_runs,
                     check_output, figure, flag_type, join_process_group, leave_process_group, lock_dir, parse_bool,
-                    peak_flops, print_table, rank_device, resolve_device, run_script, save_figure, seed_int, seed_range,
-                    torchrun_rank, update_results)
+                    peak_flops, print_table, rank_device, refuse_unused, resolve_device, run_script, save_figure,
+                    seed_int, seed_range, torchrun_rank, update_results)
 from model import GPT, PRESETS, GPTConfig, forward_flops
 import numpy as np
 import torch
@@ -613,10 +613,9 @@ def check_args(args, config) -> None:
         raise ValueError(f"--exp {seeded[0]} builds fresh inits from seeds (block seed against embedding seed), not "
                          f"the weights of --model {args.model}: give a preset; on a given model probe.py runs "
                          f"table1, contraction and dims")
-    unused = [f"--{k}" for k in ("seeds", "models", "embed_seed") if getattr(args, k) is not None]
-    if given_model(args) and unused:        # a flag that would do nothing is refused, never recorded as if it did
-        raise ValueError(f"--model {args.model} brings its own weights: {', '.join(unused)} (fresh inits' seeds) "
-                         f"would do nothing; drop {'them' if len(unused) > 1 else 'it'}")
+    if given_model(args):
+        refuse_unused(args, ("seeds", "models", "embed_seed"),
+                      f"--model {args.model} brings its own weights: {{flags}} (fresh inits' seeds) would do nothing")
     if args.models is not None and "direction" not in exps:
         raise ValueError("--models counts the seeds of --exp direction, which is not asked for: drop --models, or "
                          "add --exp direction")
@@ -653,8 +652,8 @@ def run_experiments(args, config, rank: int, world: int) -> None:
     for name in exps:
         if name in PER_SEED:            # each rank takes every world-th seed; rank 0 merges and reports
             run, report = PER_SEED[name]
+            # table1: --seeds ([None] for a given model: it once); direction (presets only): --models from the first
             seeds = args.seeds if name == "table1" else list(range(args.seeds[0], args.seeds[0] + args.models))
-            seeds = [None] if given_model(args) else seeds               # the model given, once
             parts = _gather(run(args, config, seeds[rank::world]), world)
             res = {key: _merge([p[key] for p in parts]) for key in parts[0]}
             res["rows"].sort(key=lambda r: (r["seed"], r.get("seq_len", 0)))

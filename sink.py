@@ -27,8 +27,8 @@ import os
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from common import (ArgumentParser, DTYPES, Distinct, Progress, add_device_flags, check_dtype_runs, check_output,
-                    figure, flag_type, lock_dir, parse_bool, print_table, read_json, resolve_device, run_script,
-                    save_figure, seed_int, update_results)
+                    figure, flag_type, lock_dir, parse_bool, print_table, read_json, refuse_unused, resolve_device,
+                    run_script, save_figure, seed_int, update_results)
 from model import GPT, allowed_keys, read_checkpoint
 import numpy as np
 import torch
@@ -306,7 +306,7 @@ def exp_interventions(args, stream) -> dict:
     model = loaded(args)
     T = args.lengths[0]
     tokens = input_tokens(args, model, stream, T)
-    ks = args.k or [T // 8, T // 4, T // 2]
+    ks = args.k                                                     # check_args filled in the default
     w_o = model.transformer.h[args.layer].attn.c_proj
     base = key_scores(model, tokens)
     per_layer = lambda alpha, k: alpha[..., k - 1].mean(dim=(0, 2)).tolist()     # mean over sequences and heads
@@ -437,12 +437,10 @@ def check_args(p, args):
     before any work. Returns the token stream of --text or --ids (None: random tokens), read once."""
     if args.text and args.ids:
         p.error("give --text or --ids, not both")
-    # a flag that would do nothing is refused, never recorded as if it did
-    for needs, applies, names in (("--text", bool(args.text), ("tokenizer", "data_from")),
-                                  ("--exp interventions", args.exp == "interventions", tuple(INTERVENTIONS))):
-        unused = [f"--{k}" for k in names if getattr(args, k) is not None and not applies]
-        if unused:
-            p.error(f"{', '.join(unused)} would do nothing without {needs}; drop {'them' if len(unused) > 1 else 'it'}")
+    if not args.text:
+        refuse_unused(args, ("tokenizer", "data_from"), "{flags} would do nothing without --text", p)
+    if args.exp != "interventions":
+        refuse_unused(args, INTERVENTIONS, "{flags} would do nothing without --exp interventions", p)
     if args.exp in ("interventions", "variance") and len(args.lengths) > 1:
         p.error(f"--exp {args.exp} measures at one length: give one --lengths (got {len(args.lengths)})")
     if args.exp == "interventions":
@@ -463,9 +461,13 @@ def check_args(p, args):
             windows(stream, T, args.sequences, args.data_seed, 0 if args.bos else None, args.text or args.ids)
     if args.exp == "interventions":
         T = args.lengths[0]
-        ks = args.k or [T // 8, T // 4, T // 2]
-        if any(not 2 <= k <= T for k in ks):
-            raise ValueError(f"--k positions must lie in [2, T={T}] (1-indexed; 1 is the first token), got {ks}")
+        if args.k is None:                  # the default, T/8, T/4, T/2: three distinct positions from T = 16
+            if T < 16:
+                raise ValueError(f"the default --k (T/8, T/4, T/2) needs T >= 16, got T = {T}: give --k positions "
+                                 f"in [2, {T}]")
+            args.k = [T // 8, T // 4, T // 2]
+        if any(not 2 <= k <= T for k in args.k):
+            raise ValueError(f"--k positions must lie in [2, T={T}] (1-indexed; 1 is the first token), got {args.k}")
         if not 0 <= args.layer < cfg.n_layer:
             raise ValueError(f"--layer must index an attention layer in [0, {cfg.n_layer - 1}], got {args.layer}")
     return stream

@@ -224,6 +224,7 @@ CASES = [
     ("sink", ["{ckpt}", "--exp", "interventions", "--lengths", "16", "--k", "17"],
      "--k positions must lie in [2, T=16]"),
     ("sink", ["{ckpt}", "--exp", "interventions", "--lengths", "16", "--layer", "7"], "--layer must index"),
+    ("sink", ["{ckpt}", "--exp", "interventions", "--lengths", "8"], "the default --k (T/8, T/4, T/2) needs T >= 16"),
     ("sink", ["{ckpt}", "--exp", "interventions", "--lengths", "16", "--lambdas", "nan"],
      "--lambdas: must be a finite number >= 0, got nan"),
     ("studies.sink_testbed", ["--max_steps", "0"], "--max_steps: must be an integer >= 1, got 0"),

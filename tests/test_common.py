@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from common import (STARTED, Distinct, SEED_LIMIT, add_settings_flags, atomic_write, check_settings, flag_type,
-                    leave_process_group, moved_command, provenance, rank_device, setting, settings_given,
+                    leave_process_group, moved_command, provenance, rank_device, refuse_unused, setting, settings_given,
                     torchrun_rank, update_results)
 from init import add_config_flags, build, config_from_flags
 from model import PRESETS, get_config, read_checkpoint, write_checkpoint
@@ -72,6 +72,19 @@ def test_a_list_flag_refuses_a_value_given_twice():
     assert parser.parse_args(["--seeds", "1", "2"]).seeds == [1, 2]
     with pytest.raises(SystemExit):
         parser.parse_args(["--seeds", "1", "2", "1"])
+
+
+def test_a_flag_that_would_do_nothing_is_refused_only_when_set_apart_from_its_default():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--tag", default=None)
+    template = "{flags} would do nothing here"
+    refuse_unused(parser.parse_args(["--lr", "0.1"]), ("lr", "tag"), template, parser)      # its default: not set
+    refuse_unused(parser.parse_args([]), ("tag",), template)                               # None without a parser
+    with pytest.raises(ValueError, match="^--lr, --tag would do nothing here; drop them$"):
+        refuse_unused(parser.parse_args(["--lr", "0.2", "--tag", "x"]), ("lr", "tag"), template)
+    with pytest.raises(SystemExit):
+        refuse_unused(parser.parse_args(["--lr", "0.2"]), ("lr",), template, parser)
 
 
 def test_a_moved_command_is_named_wherever_its_words_stand():
