@@ -1,11 +1,13 @@
 """
-studies/gpu_check.py: the code on one GPU, in one prepared command: the test suite with CUDA visible, Table 1 at
+studies/gpu_check.py: the code on one GPU, in prepared commands: the test suite with CUDA visible, Table 1 at
 the paper's size, the trainer beside nanoGPT, torchrun against one plain process, SeedPrint's 7B fingerprint.
 
 It makes, stage by stage, each under its own time limit and all within --budget seconds (out/gpu_check/:
 results.json, each entry with its provenance; gpu_check.png; stages.log, every command's whole output):
   env          the card, its memory, torch, CUDA, cuDNN and the driver; the dense bf16 peak MFU is read against
                (common.BF16_PEAK_FLOPS) beside a measured bf16 matrix product (8192^3); whether flash attention runs
+  tests        python -m pytest tests with CUDA visible (tests/test_gpu.py and every test with a CUDA path):
+               the summary line, the failures by name; second, as no other stage checks code that never ran on CUDA
   table1       probe.py at the paper's size: gpt2-nano, block seeds 42 and 43, 10,000 random sequences at 64, 256
                and 1,024 tokens, bf16 weights, compiled: each row's top-1 token and its share of the sequences (x
                uniform, log10 p), the pass's tokens/s and MFU
@@ -21,18 +23,26 @@ results.json, each entry with its provenance; gpu_check.png; stages.log, every c
                sequences of 1,024 tokens (the paper's and SeedPrints' setting): the build timed apart, the
                fingerprint end to end, its MFU; and fingerprint files of two seeded tiny models made on the card
                and on the CPU (kept beside results.json): how far the verdicts move between a GPU's file and a CPU's
-  tests        python -m pytest tests with CUDA visible (tests/test_gpu.py and every test with a CUDA path):
-               the summary line, the failures by name
   profile      (only when asked) where the benchmarks' time goes: the top kernels of a train step, a probe batch
                and a fingerprint batch by device time, and the share of wall time the device was busy
 and the issue's targets read off those numbers (not tests): train.py >= nanoGPT tokens/s and >= 40% MFU; the probe
 at T = 1,024 >= 50% MFU; the 7B fingerprint under 90 s; top-1 counts of the order of the paper's 58.5 times the top
 count of uniform draws.
 
-    python -m studies.gpu_check --prepare --nanogpt_from CLONE   # once, on any machine: .gpu_check/, seconds
-    python -m studies.gpu_check --size full --out OUT            # one H100 or H200: sized for under 10 minutes
-    python -m studies.gpu_check --size full --stages ddp tests   # some stages again (results merge in OUT)
-    python -m studies.gpu_check                                  # the same stages, tiny, on the CPU
+    python -m studies.gpu_check --prepare --nanogpt_from CLONE                # once, on any machine: .gpu_check/
+    python -m studies.gpu_check --size full --stages env tests fingerprint --out OUT    # limits 540 s
+    python -m studies.gpu_check --size full --stages train nanogpt ddp --out OUT        # limits 510 s
+    python -m studies.gpu_check --size full --stages table1 --out OUT                   # limits 240 s
+    python -m studies.gpu_check --size full --stages ddp tests --out OUT      # some stages again (results merge)
+    python -m studies.gpu_check                                               # every stage, tiny, on the CPU
+
+At full size the stages' time limits add up to 1,290 s, more than two runs of under 10 minutes hold: the full check
+is the three commands above on one H100 or H200 (the same OUT), each under 10 minutes by its limits. A stage starts
+only where its limit fits in what is left of --budget (train, nanogpt and ddp start together or not at all: nanoGPT
+is timed beside train.py on the same card, and ddp reuses train's losses); the rest is left for the next run, whose
+command is printed. So `--size full --out OUT` alone runs, in order, the stages that fit in --budget (at their
+limits, env, tests and fingerprint), and the printed command completes it; stages usually finish well inside their
+limits, and then one run holds more.
 
 --prepare writes nanoGPT's four files at NANOGPT_COMMIT (downloaded from GitHub, or copied from a clone or a
 directory; each checked against its sha256) and GPT-2 tokens of tiny-shakespeare, WikiText-2 (test) and Brown
@@ -84,11 +94,13 @@ CORPORA_USED = ("shakespeare", "wikitext2", "brown")     # data.py's corpora: 1.
 TOKENIZER = "gpt2"
 CARRY_LIMIT = 64 * 2 ** 20                      # what a GPU machine receives beside the repository, at most
 
-STAGES = ("env", "table1", "train", "nanogpt", "ddp", "fingerprint", "tests")
+# tests right after env: the suite with CUDA visible checks the most code that has never run on one, so a run short
+# of --budget leaves benchmarks for the next one, not the tests
+STAGES = ("env", "tests", "table1", "train", "nanogpt", "ddp", "fingerprint")
 OPTIONAL_STAGES = ("profile",)
+TOGETHER = ("train", "nanogpt", "ddp")          # one run, one card: nanoGPT timed beside train.py, ddp on its losses
 NEEDS_DATA = ("train", "nanogpt", "ddp", "profile")
 LR, MIN_LR = 6e-4, 6e-5                         # nanoGPT's GPT-2 recipe; weight decay 0.1, clip 1.0 below
-MIN_STAGE_SECONDS = 20                          # a stage with less time than this left is skipped, not started
 
 # Each size: where it runs and how big each stage is. "full": the paper's sizes and the benchmarks' on one GPU;
 # "tiny": the same stages on a CPU, so that the command runs in the CPU suite and cannot rot before a GPU is lent.
@@ -109,8 +121,10 @@ SIZES = {
                               micro=4, accum=2, warm=2, timed=4, lr_warmup=4, ddp_steps=4),
                  fingerprint=dict(model="tiny", sequences=100, seq_len=64, batch_size=25),
                  tests=("tests/test_gpu.py",),
-                 limits=dict(env=60, table1=120, train=120, nanogpt=120, ddp=120, fingerprint=120, tests=120,
-                             profile=120)),
+                 # each stage takes under 6 s on 2 CPU cores; 60 s is ten times that, and all seven limits fit in
+                 # the default --budget, so that one run makes every stage
+                 limits=dict(env=60, table1=60, train=60, nanogpt=60, ddp=60, fingerprint=60, tests=60,
+                             profile=60)),
 }
 PAPER_X_TOP_UNIFORM = 58.5
 TARGETS = (  # (key, what is measured, threshold, "min": at least, "max": at most, "order": within a factor of 10)
@@ -811,8 +825,8 @@ def report(results: dict, order: list) -> None:
 # ----------------------------------------------------------------------------- the command line
 
 def main(argv=None):
-    p = ArgumentParser(prog="studies.gpu_check", description="The project on one GPU in one command: the tests "
-                       "with CUDA, Table 1 at the paper's size, train.py beside nanoGPT, torchrun against a plain "
+    p = ArgumentParser(prog="studies.gpu_check", description="The project on one GPU in prepared commands: the "
+                       "tests with CUDA, Table 1 at the paper's size, train.py beside nanoGPT, torchrun against a plain "
                        "run, the 7B fingerprint. Prepare once with --prepare.")
     p.add_argument("--prepare", action="store_true", help="the CPU step: nanoGPT's files and the tokenized data into "
                    "--gpu_dir, then stop")
@@ -825,9 +839,11 @@ def main(argv=None):
     p.add_argument("--size", choices=tuple(SIZES), default=None, help="full: the paper's and the benchmarks' sizes on "
                    "one CUDA GPU; tiny (default): the same stages on the CPU in under a minute")
     p.add_argument("--stages", nargs="+", choices=STAGES + OPTIONAL_STAGES, action=Distinct, default=None,
-                   help=f"which stages, in this order (default {' '.join(STAGES)}; profile only when named)")
+                   help=f"which stages, in this order, train, nanogpt and ddp together at the first one's place (default "
+                   f"{' '.join(STAGES)}; profile only when named)")
     p.add_argument("--budget", type=flag_type("int>=1"), default=570, help="seconds for all stages together: a "
-                   "stage is cut to what is left, and skipped with under 20 s (default 570: a 600 s device call)")
+                   "stage starts only where its time limit fits in what is left (train, nanogpt and ddp: their limits "
+                   "together), else it is left for another run (default 570: a 600 s device call)")
     p.add_argument("--tests", nargs="+", default=None, help="what the tests stage gives pytest (default: tests at "
                    "full size, tests/test_gpu.py at tiny size)")
     p.add_argument("--peak_tflops", type=flag_type("float>0"), default=None, help="the peak MFU is read against "
@@ -867,13 +883,21 @@ def main(argv=None):
         if vocab > run.train_config.vocab_size:
             raise ValueError(f"{run.data_dir} holds a vocabulary of {vocab}, more than the trainer's "
                              f"{run.train_config.vocab_size}: prepare it again with --prepare")
-    failed = []
+    failed, deferred = [], []
     with lock_dir(args.out):
         run.work = args.work or tempfile.mkdtemp(prefix="gpu_check_")
         os.makedirs(run.work, exist_ok=True)
         try:
-            for name in stages:
-                failed += [name] if run_stage(run, name) != "ok" else []
+            for group in plan(stages):
+                need, left = sum(size["limits"][s] for s in group), run.deadline - time.time()
+                if need > left:            # started, it could be cut short: its limits' worth of work for nothing
+                    for name in group:
+                        run_stage(run, name, skip=f"needs {need} s by its limits ({' + '.join(group)}), "
+                                                  f"{max(left, 0):.0f} s of --budget left")
+                    deferred += group
+                    continue
+                for name in group:
+                    failed += [name] if run_stage(run, name) != "ok" else []
         finally:
             if not args.work:
                 shutil.rmtree(run.work, ignore_errors=True)
@@ -882,20 +906,44 @@ def main(argv=None):
         run.results.update(final)
         draw(run.results, os.path.join(args.out, "gpu_check.png"))
     report(run.results, [s for s in STAGES + OPTIONAL_STAGES if s in run.results.get("stages", {})])
+    if deferred:
+        print(f"{len(deferred)} of {len(stages)} stages left for another run (their limits exceed what was left of "
+              f"--budget): python -m studies.gpu_check --size {args.size} --stages {' '.join(deferred)} --out "
+              f"{shlex.quote(args.out)}")
     if failed:
         print(f"{len(failed)} of {len(stages)} stages did not finish ok: {', '.join(failed)} (see "
               f"{run.log_path}); rerun them with --stages {' '.join(failed)}")
+    if failed or deferred:
         sys.exit(1)
 
 
-def run_stage(run: Run, name: str) -> str:
-    """One stage under its time limit; its entry (or its failure) and the stages' table into results.json."""
+def plan(stages: list) -> list:
+    """The stages in the order given, in groups that start together or not at all: train, nanogpt and ddp at the
+    place of the first of them named (nanoGPT is timed beside train.py on one card; ddp reuses train's losses)."""
+    groups, together = [], None
+    for name in stages:
+        if name not in TOGETHER:
+            groups.append([name])
+        elif together is None:
+            together = [name]
+            groups.append(together)
+        else:
+            together.append(name)
+    return groups
+
+
+def run_stage(run: Run, name: str, skip: str = None) -> str:
+    """One stage under its time limit; its entry (or its failure) and the stages' table into results.json.
+    skip: why it is left for another run; an entry an earlier run made in --out is then kept as it is."""
     left = run.deadline - time.time()
-    limit = min(run.size["limits"][name], left)
-    record = dict(limit=round(limit, 1))
+    limit = min(run.size["limits"][name], left)        # the plan left it the whole limit: only a guard
+    record = dict(limit=round(run.size["limits"][name] if skip else limit, 1))
     t0 = time.time()
-    if limit < MIN_STAGE_SECONDS:
-        record.update(status="skipped", seconds=0.0, error=f"{left:.0f} s of --budget left")
+    if skip:
+        if name in run.results:
+            print(f"  {name}: not run ({skip}); the earlier run's entry kept", flush=True)
+            return "skipped"
+        record.update(status="skipped", seconds=0.0, error=skip)
         entry = None
     else:
         run.begin(name, limit)

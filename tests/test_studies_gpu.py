@@ -215,6 +215,51 @@ def test_the_loss_comparison_fails_where_the_losses_differ():
         gpu_check.compare_losses(plain[:2], plain, "float32")
 
 
+def test_the_full_check_is_the_documented_runs_each_within_a_run_of_10_minutes():
+    """The module's three --size full commands: every stage once, tests right after env, each command's stages'
+    limits (the sum its comment gives) under 540 s, and the plain command's --budget picks the first of them."""
+    full = gpu_check.SIZES["full"]["limits"]
+    runs = [(line.split("--stages ")[1].split(" --out")[0].split(), int(line.split("# limits ")[1].split()[0]))
+            for line in gpu_check.__doc__.splitlines() if "# limits" in line]
+    assert sorted(s for stages, _ in runs for s in stages) == sorted(gpu_check.STAGES)
+    for stages, said in runs:
+        assert sum(full[s] for s in stages) == said <= 540, stages
+    assert gpu_check.STAGES[:2] == ("env", "tests")
+    groups = gpu_check.plan(list(gpu_check.STAGES))
+    assert groups == [["env"], ["tests"], ["table1"], ["train", "nanogpt", "ddp"], ["fingerprint"]]
+    assert gpu_check.plan(["ddp", "env", "train"]) == [["ddp", "train"], ["env"]]
+    budget, first = 570, []                 # the default --budget, each stage taking its whole limit
+    for group in groups:
+        if sum(full[s] for s in group) <= budget:
+            first += group
+            budget -= sum(full[s] for s in group)
+    assert first == runs[0][0]
+    assert sum(gpu_check.SIZES["tiny"]["limits"][s] for s in gpu_check.STAGES) <= 570     # the tiny run: one
+
+
+def test_stages_over_the_budget_are_left_for_the_next_run_together(gpu_dir, tmp_path, capsys):
+    """--budget 100: env (limit 60) runs; train, nanogpt and ddp (180 together) are not started, none of them, and
+    the command that runs them is printed; an earlier run's entry of a stage not run is kept."""
+    out = tmp_path / "out"
+    argv = ["--gpu_dir", str(gpu_dir), "--work", str(tmp_path / "work"), "--out", str(out), "--budget", "100",
+            "--stages", "env", "train", "nanogpt", "ddp"]
+    with pytest.raises(SystemExit) as stopped:
+        gpu_check.main(argv)
+    assert stopped.value.code == 1
+    res = json.loads((out / "results.json").read_text())
+    assert res["stages"]["env"]["status"] == "ok"
+    for name in ("train", "nanogpt", "ddp"):
+        assert res["stages"][name]["status"] == "skipped" and "needs 180 s" in res["stages"][name]["error"]
+    assert not (tmp_path / "work" / "train").exists()
+    said = capsys.readouterr().out
+    assert f"--size tiny --stages train nanogpt ddp --out {out}" in said
+    res["train"] = dict(losses=[1.0], size="tiny", stage=dict(status="ok"))        # as if an earlier run made it
+    (out / "results.json").write_text(json.dumps(res))
+    with pytest.raises(SystemExit):
+        gpu_check.main(argv)
+    assert json.loads((out / "results.json").read_text())["train"] == res["train"]
+
+
 def test_a_stage_over_its_limit_is_stopped_with_everything_it_started(tmp_path):
     """A command that started a process of its own and sleeps: after its limit both are gone."""
     code = ("import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
