@@ -546,8 +546,8 @@ def fingerprint_all(models: list, cache_dir: str = None, device="cpu", dtype: st
                 row.append(np.load(file)["H"])
                 continue
             if model is None:
-                model = m.build().to(device) if isinstance(m, Recipe) else hf.load(
-                    m, device, getattr(torch, dtype) if dtype else None)
+                torch_dtype = getattr(torch, dtype) if dtype else None
+                model = m.build().to(device, torch_dtype) if isinstance(m, Recipe) else hf.load(m, device, torch_dtype)
                 model.eval()
             name = model_name(m)
             row.append(fingerprint(model, name=name, progress=isinstance(m, str), **opts))

@@ -21,8 +21,8 @@ import os
 import time
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, Distinct, Progress, check_output, flag_type, lock_dir, parse_bool, print_table,
-                    resolve_device, run_script, seed_int, update_results)
+from common import (ArgumentParser, DTYPES, Distinct, Progress, check_dtype_runs, check_output, flag_type, lock_dir,
+                    parse_bool, print_table, resolve_device, run_script, seed_int, update_results)
 import numpy as np
 
 import data
@@ -81,6 +81,8 @@ def main(argv=None):
                 "seed would be its twin)")
     check_output(args.out)
     device = str(resolve_device(args.device))
+    if args.dtype:
+        check_dtype_runs(device, DTYPES[args.dtype])
     test = test_options(args)
     options = test.recorded()
     with lock_dir(args.out):
@@ -93,7 +95,7 @@ def main(argv=None):
         child = lambda s, n: checkpoints(trained(template, args.out, f"seed{s}_child{n}", s, text2,
                                                  steps=args.child_steps, init_from=bases[s], data_seed=1234 + n))[-1][1]
         folder = os.path.join(args.out, "registry")
-        files = register({f"base{s}": path for s, path in bases.items()}, folder, options, device)
+        files = register({f"base{s}": path for s, path in bases.items()}, folder, options, device, args.dtype)
         flip = sign_flip(bases[args.bases[0]])
         suspects = [(f"trained from seed {u}", "unrelated: trained on the bases' data", None,
                      checkpoints(trained(template, args.out, f"suspect{u}", u, text))[-1][1]) for u in args.suspects]
@@ -106,7 +108,8 @@ def main(argv=None):
         bar = Progress(len(suspects), "suspects searched", "suspects")
         trials = []
         for label, kind, base, m in suspects:
-            res = seedprint.search(m, files, cache_dir=cache, device=device, align=args.align, **options)
+            res = seedprint.search(m, files, cache_dir=cache, device=device, dtype=args.dtype, align=args.align,
+                                   **options)
             right = res["answer"] == "none" if base is None else res["answer"] == "derives from" and res["base"] == base
             trials.append(dict(suspect=label, kind=kind, answer=res["answer"], named=res["base"], right=bool(right),
                                smallest_p=min(r.p for r in res["results"])))
@@ -115,16 +118,18 @@ def main(argv=None):
         s = args.bases[0]
         twice_folder = os.path.join(args.out, "registry_twice")
         twice_files = register({f"base{s}": bases[s], f"base{s}_child1": child(s, 1),
-                                **{f"base{b}": bases[b] for b in args.bases[1:3]}}, twice_folder, options, device)
-        twice = seedprint.search(child(s, 2), twice_files, cache_dir=cache, device=device, align=args.align,
-                                 **options)
-        # the same registry made in bfloat16 (as a GPU makes its files) against the float32 one, suspect by suspect
+                                **{f"base{b}": bases[b] for b in args.bases[1:3]}}, twice_folder, options, device,
+                               args.dtype)
+        twice = seedprint.search(child(s, 2), twice_files, cache_dir=cache, device=device, dtype=args.dtype,
+                                 align=args.align, **options)
+        # the same registry made in bfloat16 (as a GPU makes its files) against the one above (float32: the study's
+        # models are saved in it, unless --dtype says otherwise), suspect by suspect
         bf16 = register({f"base{s}": path for s, path in bases.items()}, os.path.join(args.out, "registry_bf16"),
                         options, device, dtype="bfloat16")
         drift = []
         for label, kind, base, m in suspects[::4]:
-            a, b = (seedprint.search(m, fs, cache_dir=cache, device=device, align=args.align, **options)
-                    for fs in (files, bf16))
+            a, b = (seedprint.search(m, fs, cache_dir=cache, device=device, dtype=args.dtype, align=args.align,
+                                     **options) for fs in (files, bf16))
             for ra, rb in zip(a["results"], b["results"]):
                 drift.append(dict(p=abs(np.log10(max(ra.p_raw, 1e-300)) - np.log10(max(rb.p_raw, 1e-300))),
                                   tau=abs((ra.tau_aligned if ra.aligned else ra.mean_tau) -
@@ -137,8 +142,9 @@ def main(argv=None):
         moved = dict(pairs=len(drift), verdicts_flipped=sum(d["flipped"] for d in drift),
                      max_abs_log10_p=max(d["p"] for d in drift), max_abs_tau=max(d["tau"] for d in drift),
                      median_abs_tau=float(np.median([d["tau"] for d in drift])))
-        print(f"bf16 files against float32 ones: {moved}")
-        sizes = {"float32": os.path.getsize(files[0]), "bfloat16": os.path.getsize(bf16[0])}
+        made_in = args.dtype or "float32"
+        print(f"bf16 files against {made_in} ones: {moved}")
+        sizes = {made_in: os.path.getsize(files[0]), "bfloat16": os.path.getsize(bf16[0])}
         update_results(os.path.join(args.out, "results.json"), {"registry": dict(
             table=table, trials=trials, twice=dict(answer=twice["answer"], related=twice["related"],
                                                    one_lineage=twice["one_lineage"]),

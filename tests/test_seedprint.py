@@ -204,6 +204,18 @@ def test_fingerprint_cache_is_keyed_on_the_weights_and_every_option(trained, tmp
         os.utime(trained[1][0], ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
+def test_a_recipe_is_fingerprinted_in_the_dtype_asked_for_as_a_path_is():
+    """dtype reaches a model built in code (a Recipe) as it reaches one loaded from disk: its fingerprint is that of
+    the model cast to the dtype, not of the model as built."""
+    cfg = get_config("tiny", n_layer=2)
+    recipe = seedprint.Recipe("test|tiny|0", lambda: build(cfg, 0), cfg)
+    options = dict(sequences=16, seq_len=8)
+    H = seedprint.fingerprint_all([recipe], None, "cpu", "bfloat16", options)[0][0]
+    cast = seedprint.fingerprint(build(cfg, 0).to(torch.bfloat16).eval(), **options)
+    assert np.array_equal(H, cast)
+    assert not np.array_equal(H, seedprint.fingerprint(build(cfg, 0).eval(), **options))
+
+
 # ----------------------------------------------------------------------------- what people do to weights
 
 

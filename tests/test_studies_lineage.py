@@ -483,8 +483,8 @@ def test_the_registry_study_names_each_base_once_and_none_for_strangers(corpora,
     registry.main(["--tokenizer", "bytes", "--n_embd", "64", "--n_layer", "2", "--block_size", "16", "--seq_len",
                    "16", "--max_steps", "30", "--child_steps", "10", "--ckpt_every", "30", "--batch_size", "8",
                    "--sequences", "150", "--k", "16", "--bases", "0", "1", "2", "--suspects", "10", "11",
-                   "--device", "cpu", "--corpus", str(corpora / "a.txt"), "--corpus2", str(corpora / "b.txt"),
-                   "--out", str(out)])
+                   "--device", "cpu", "--dtype", "float32", "--corpus", str(corpora / "a.txt"), "--corpus2",
+                   str(corpora / "b.txt"), "--out", str(out)])
     res = json.loads((out / "results.json").read_text())["registry"]
     assert all(t["right"] for t in res["trials"]), res["trials"]
     assert {r["kind"]: r["suspects"] for r in res["table"]} == {
@@ -493,3 +493,8 @@ def test_the_registry_study_names_each_base_once_and_none_for_strangers(corpora,
     assert res["twice"] == dict(answer="inconclusive", related=[0, 1], one_lineage=True)
     assert res["bf16_against_float32"]["pairs"] == 3 * len(res["trials"][::4])
     assert sorted(os.listdir(out / "registry")) == ["base0.npz", "base1.npz", "base2.npz"]
+    # --dtype reaches every model: the registry's files were made in it, and every suspect fingerprinted in it
+    made = [seedprint.read_fingerprint(str(f)).provenance["dtype"] for f in (out / "registry").iterdir()]
+    assert made == ["float32"] * 3
+    cache = [json.loads(str(np.load(out / "fingerprints" / f)["key"])) for f in os.listdir(out / "fingerprints")]
+    assert cache and {key["dtype"] for key in cache} == {"float32"}
