@@ -33,10 +33,9 @@ def peak_rss() -> int:
 
 
 def weight_files(path: str) -> list:
-    """The files that hold a model's weights: a checkpoint file, or a directory's *.safetensors."""
-    if os.path.isdir(path):
-        return [os.path.join(path, f) for f in sorted(os.listdir(path)) if f.endswith(".safetensors")]
-    return [path]
+    """The files the loader reads a model's weights from: a checkpoint file, or the directory's shards (those its
+    index names, as hf.read_dir finds them: a stray *.safetensors file beside them is not counted)."""
+    return [path] if os.path.isfile(path) else list(hf.read_dir(path)[2])
 
 
 def main(argv=None):
@@ -46,8 +45,7 @@ def main(argv=None):
     p.add_argument("--dtype", choices=tuple(DTYPES), help="load in this dtype (default: the checkpoint's own)")
     p.add_argument("--out", default="out/load_cost")
     args = p.parse_args(argv)
-    if not os.path.exists(args.model):
-        raise FileNotFoundError(f"no model at {args.model!r}: give a train.py checkpoint or a Hugging Face directory")
+    hf.checked_path(args.model)
     check_output(args.out)
     device = resolve_device("cpu")
     if args.dtype:

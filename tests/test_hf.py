@@ -921,3 +921,14 @@ def test_a_model_type_of_another_family_is_refused(tmp_path, name):
     if "text_config" in cfg:
         with pytest.raises(ValueError, match="text_config.model_type"):
             hf.config_from_json(dict(cfg, text_config=dict(cfg["text_config"], model_type="gemma2")))
+
+
+def test_load_cost_counts_the_shards_the_index_names_only(tmp_path):
+    """studies.load_cost sets the peak memory against the files the loader reads: a stray shard is not counted."""
+    from studies.load_cost import weight_files
+    spec, cfg, t = llama_family("LlamaForCausalLM")
+    write_hf(tmp_path, cfg, t, shards=2)
+    (tmp_path / "stray.safetensors").write_bytes(b"\0" * 64)
+    with open(tmp_path / "model.safetensors.index.json") as fh:
+        named = {os.path.join(tmp_path, f) for f in json.load(fh)["weight_map"].values()}
+    assert sorted(weight_files(str(tmp_path))) == sorted(named)
