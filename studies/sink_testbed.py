@@ -53,6 +53,7 @@ from studies.sink_variants import VARIANTS, add_variant_flags, training, variant
 TESTBED_KNOBS = dict(position="learned", n_layer=2, n_head=1, block_size=16)
 # How each variant is trained: train.py's recipe, its flags' defaults here (--max_steps, --batch_size, ...).
 TRAINING = train.TrainConfig(max_steps=3000, batch_size=64, lr=1e-3, weight_decay=0.5, eval_sequences=64)
+VAL_FRACTION = 0.02         # of the testbed's stream, held out: the sink is measured on these windows
 
 
 # ----------------------------------------------------------------------------- the emergence testbed
@@ -131,8 +132,8 @@ def testbed_data(args, T: int) -> tuple:
         if args.bos:
             x = np.concatenate([np.full((n // T, 1), args.testbed_vocab), x.reshape(-1, T)], axis=1).reshape(-1)
         write_json(os.path.join(directory, "floor.json"), dict(loss_floor=-float(np.mean(logp))))
-        data.save_tokens(x, directory, "bigram-backcopy", args.testbed_vocab + args.bos, ["bigram_backcopy"], 0.02,
-                          doc_len=T + 1 if args.bos else 0)                   # meta.json last: complete
+        data.save_tokens(x, directory, "bigram-backcopy", args.testbed_vocab + args.bos, ["bigram_backcopy"],
+                         VAL_FRACTION, doc_len=T + 1 if args.bos else 0)       # meta.json last: complete
     return directory, read_json(os.path.join(directory, "floor.json"), "floor.json")["loss_floor"]
 
 
@@ -362,7 +363,7 @@ def main(argv=None):
     template = training(args, TRAINING, warmup=min(100, steps // 10), ckpt_every=steps, eval_every=steps,
                         log_every=max(steps // 4, 1), device=str(resolve_device(args.device)))
     variant_configs(args.model, knobs, args.variants)   # every variant's model can be built, before any trains
-    val_windows = int(args.testbed_tokens * 0.02) // (T + 1)
+    val_windows = int(args.testbed_tokens * VAL_FRACTION) // (T + 1)
     if val_windows < max(64, args.sequences):
         p.error(f"--testbed_tokens {args.testbed_tokens} leave {val_windows} held-out sequences; "
                 f"{max(64, args.sequences)} are needed")
