@@ -31,7 +31,7 @@ import time
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from common import (ArgumentParser, Distinct, Progress, atomic_write, check_output, flag_type, lock_dir, print_table,
                     provenance, resolve_device, run_script, seed_int, update_results)
-from model import write_checkpoint
+from model import GPTConfig, write_checkpoint
 import numpy as np
 import torch
 
@@ -39,8 +39,8 @@ import data
 import hf
 import seedprint
 from studies.edits import prune_depth, prune_width, residual_importance
-from studies.lineage import (TRAINING, Lineage, add_lineage_flags, architecture, check_base, check_lineage_flags,
-                             checkpoints, corpus, fit_floor, fresh_init, rate, trained, training)
+from studies.lineage import (TRAINING, TRAINING_FLAGS, Lineage, add_lineage_flags, architecture, check_base,
+                             check_lineage_flags, checkpoints, corpus, fit_floor, fresh_init, rate, trained, training)
 
 KINDS = {"width 25%": ("width", 0.25), "width 50%": ("width", 0.5), "depth 25%": ("depth", 0.25)}
 
@@ -175,19 +175,24 @@ def main(argv=None):
                    "tokenizer.json): the parent, instead of the tiny byte-level ones")
     add_lineage_flags(p, out="out/pruned")
     args = p.parse_args(argv)
-    check_lineage_flags(args)
-    if len(args.parents) < 2 and not args.base:
-        p.error("--parents: the unrelated pairs are between parents, so two or more are needed")
-    if set(args.parents) & set(args.scratch):
-        p.error("--scratch seeds must differ from --parents: a scratch model from a parent's seed is its twin")
-    if args.base:                       # the tiny parents' flags would do nothing: refused, never recorded
-        unused = [f"--{k}" for k in ("parents", "scratch", "max_steps", "ckpt_every", "batch_size", "lr")
-                  if getattr(args, k) != p.get_default(k)]
+    if args.base:
+        # the tiny parents' flags (their seeds, training, tokenizer, architecture) would do nothing: refused, never
+        # recorded; and the tiny architecture is not the one --seq_len must fit, so check_lineage_flags does not apply
+        tiny_only = ("parents", "scratch", *TRAINING_FLAGS, "tokenizer", "model",
+                     *(f.name for f in dataclasses.fields(GPTConfig)))
+        unused = [f"--{k}" for k in tiny_only if getattr(args, k) != p.get_default(k)]
         if unused:
             them = "them" if len(unused) > 1 else "it"
-            p.error(f"with --base the parent is given and its children train with a fine-tune's recipe (batch 8, lr "
-                    f"1e-4, --child_steps): {', '.join(unused)} would do nothing; drop {them}")
+            p.error(f"with --base the parent (its architecture, its tokenizer) is given and its children train with "
+                    f"a fine-tune's recipe (batch 8, lr 1e-4, --child_steps): {', '.join(unused)} would do nothing; "
+                    f"drop {them}")
         check_base(args.base, args.seq_len)
+    else:
+        check_lineage_flags(args)
+        if len(args.parents) < 2:
+            p.error("--parents: the unrelated pairs are between parents, so two or more are needed")
+        if set(args.parents) & set(args.scratch):
+            p.error("--scratch seeds must differ from --parents: a scratch model from a parent's seed is its twin")
     check_output(args.out)
     device = str(resolve_device(args.device))
     with lock_dir(args.out):

@@ -475,6 +475,24 @@ def test_the_pruned_study_finds_every_child_and_calls_no_stranger_related(corpor
     assert sorted({tuple(r["widths"]) for r in res["pairs"]}) == [(64, 32), (64, 48), (64, 64)]
 
 
+def test_the_pruned_study_with_a_base_refuses_each_flag_it_would_ignore(tmp_path):
+    """With --base the tiny parents' flags do nothing: each is refused by name (one line, exit 2), before the base is
+    looked at, and nothing is written."""
+    from conftest import cli_error
+    from studies import pruned
+    ignored = {"--parents": ["5", "6"], "--scratch": ["200"], "--data_seed": ["3"], "--max_steps": ["7"],
+               "--ckpt_every": ["7"], "--batch_size": ["4"], "--lr": ["0.01"], "--tokenizer": ["gpt2"],
+               "--model": ["gpt2-nano"], "--n_embd": ["32"], "--calibration": ["attenuate"]}
+    out = tmp_path / "out"
+    base = ["--base", str(tmp_path / "no_model_here"), "--out", str(out)]
+    for flag, values in ignored.items():
+        line = cli_error(pruned.main, "studies.pruned", [*base, flag, *values])
+        assert f": {flag} would do nothing; drop it" in line, line
+    line = cli_error(pruned.main, "studies.pruned", [*base, *(x for f, v in ignored.items() for x in (f, *v))])
+    assert f"{', '.join(ignored)} would do nothing; drop them" in line, line
+    assert not out.exists()
+
+
 def test_the_registry_study_names_each_base_once_and_none_for_strangers(corpora, tmp_path):
     """studies.registry on tiny models: each continued base (permuted or not) is traced to its own base, every
     stranger to none, the lineage registered twice is inconclusive and one lineage; bf16 files are compared."""
