@@ -505,7 +505,7 @@ def stage_nanogpt(run: Run) -> dict:
     params = re.search(r"number of parameters: ([\d.]+)M", text)
     ours = (run.train_model.num_params() - run.train_config.block_size * run.train_config.n_embd) / 1e6
     losses = [loss for _, loss, *_ in iters]
-    return dict(commit=NANOGPT_COMMIT, files_match_commit=verified, tokens_per_step=run.tokens_per_step,
+    entry = dict(commit=NANOGPT_COMMIT, files_match_commit=verified, tokens_per_step=run.tokens_per_step,
                 parameters_printed_millions=float(params.group(1)) if params else None,
                 same_parameters=bool(params) and abs(float(params.group(1)) - ours) < 0.006,
                 warm_steps=t["warm"], timed_steps=len(timed), timed_seconds=seconds, tokens_per_s=tokens_per_s,
@@ -514,6 +514,23 @@ def stage_nanogpt(run: Run) -> dict:
                 loss_mean_last_10=float(np.mean(losses[-10:])),
                 loss_is="the last micro-batch's loss of each step, as nanoGPT prints it", losses=losses,
                 dtype=run.dtype, compiled=run.compile)
+    why = unlike_nanogpt(dict(entry, size=run.size_name))
+    if why:
+        raise StageFailed(why, entry=entry)        # what it measured is kept, but no target is read off it
+    return entry
+
+
+def unlike_nanogpt(entry: dict):
+    """Why a full-size nanogpt entry is no measure of nanoGPT beside train.py (None where it is one): its files are
+    not those of NANOGPT_COMMIT, or the model it built has other parameters than train.py's. The tiny size runs a
+    stand-in, which is neither, by design."""
+    if entry.get("size") != "full":
+        return None
+    why = [what for ok, what in ((entry.get("files_match_commit"), f"its files are not nanoGPT's at "
+                                  f"{NANOGPT_COMMIT[:7]}"), (entry.get("same_parameters"), "it printed "
+                                  f"{entry.get('parameters_printed_millions')}M parameters, not train.py's"))
+           if not ok]
+    return f"nanoGPT not compared: {'; '.join(why)}" if why else None
 
 
 def loss_tolerance(dtype: str, loss: float) -> float:
@@ -736,6 +753,7 @@ def targets(results: dict) -> list:
     rows = (results.get("table1") or {}).get("rows") or []
     longest = [r for r in rows if r["seq_len"] == max(r["seq_len"] for r in rows)] if rows else []
     train_tps, nano_tps = get("train", "tokens_per_s"), get("nanogpt", "tokens_per_s")
+    reasons = dict(train_vs_nanogpt=unlike_nanogpt(results["nanogpt"]) if results.get("nanogpt") else None)
     values = dict(train_vs_nanogpt=train_tps / nano_tps if train_tps and nano_tps else None,
                   train_mfu=get("train", "mfu"),
                   probe_mfu=min(r["mfu"] for r in longest) if longest and all(r["mfu"] for r in longest) else None,
@@ -744,7 +762,7 @@ def targets(results: dict) -> list:
                       r.get("x_top_uniform") for r in rows) else None)
     out = []
     for key, what, threshold, kind in TARGETS:
-        v = values[key]
+        v = None if reasons.get(key) else values[key]
         if v is None:
             met = short = None
         elif kind == "order":          # how far outside [threshold / 10, 10 threshold], as a factor
@@ -753,7 +771,8 @@ def targets(results: dict) -> list:
         else:
             met = v >= threshold if kind == "min" else v <= threshold
             short = None if met else (threshold - v if kind == "min" else v - threshold)
-        out.append(dict(target=key, what=what, value=v, threshold=threshold, kind=kind, met=met, short_by=short))
+        out.append(dict(target=key, what=what, value=v, threshold=threshold, kind=kind, met=met, short_by=short,
+                        not_read=reasons.get(key)))
     return out
 
 
@@ -818,7 +837,8 @@ def report(results: dict, order: list) -> None:
     for t in results.get("targets", []):
         value = "/".join(fmt(v) for v in t["value"]) if isinstance(t["value"], list) else fmt(t["value"])
         print(f"target {t['target']}: {value} vs {t['threshold']} ({t['kind']}) -> "
-              + ("n/a" if t["met"] is None else "met" if t["met"] else f"MISSED by {fmt(t['short_by'])}"
+              + (f"n/a ({t['not_read']})" if t.get("not_read") else "n/a" if t["met"] is None
+                 else "met" if t["met"] else f"MISSED by {fmt(t['short_by'])}"
                  + (" times" if t["kind"] == "order" else "")))
 
 
@@ -826,8 +846,8 @@ def report(results: dict, order: list) -> None:
 
 def main(argv=None):
     p = ArgumentParser(prog="studies.gpu_check", description="The project on one GPU in prepared commands: the "
-                       "tests with CUDA, Table 1 at the paper's size, train.py beside nanoGPT, torchrun against a plain "
-                       "run, the 7B fingerprint. Prepare once with --prepare.")
+                       "tests with CUDA, Table 1 at the paper's size, train.py beside nanoGPT, torchrun against a "
+                       "plain run, the 7B fingerprint. Prepare once with --prepare.")
     p.add_argument("--prepare", action="store_true", help="the CPU step: nanoGPT's files and the tokenized data into "
                    "--gpu_dir, then stop")
     p.add_argument("--nanogpt_from", default=None, help="with --prepare: a nanoGPT clone holding commit "
@@ -839,8 +859,8 @@ def main(argv=None):
     p.add_argument("--size", choices=tuple(SIZES), default=None, help="full: the paper's and the benchmarks' sizes on "
                    "one CUDA GPU; tiny (default): the same stages on the CPU in under a minute")
     p.add_argument("--stages", nargs="+", choices=STAGES + OPTIONAL_STAGES, action=Distinct, default=None,
-                   help=f"which stages, in this order, train, nanogpt and ddp together at the first one's place (default "
-                   f"{' '.join(STAGES)}; profile only when named)")
+                   help=f"which stages, in this order, train, nanogpt and ddp together at the first one's place "
+                   f"(default {' '.join(STAGES)}; profile only when named)")
     p.add_argument("--budget", type=flag_type("int>=1"), default=570, help="seconds for all stages together: a "
                    "stage starts only where its time limit fits in what is left (train, nanogpt and ddp: their limits "
                    "together), else it is left for another run (default 570: a 600 s device call)")

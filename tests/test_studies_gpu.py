@@ -2,6 +2,7 @@
 stand-in for nanoGPT written here (CI has neither nanoGPT nor a network): every stage's numbers recomputed here from
 its own logs and closed-form flop counts, the torchrun comparison, the stages' time limits, the prepare step and
 its checks, bad input; and the bf16 peaks MFU is read against, from NVIDIA's datasheets."""
+import argparse
 import json
 import os
 import shutil
@@ -201,6 +202,38 @@ def test_the_targets_are_read_against_the_issues_thresholds():
     t = {x["target"]: x for x in gpu_check.targets(res)}
     assert not t["top1_x_top_uniform"]["met"] and t["top1_x_top_uniform"]["short_by"] == pytest.approx(1.17)
     assert all(x["met"] is None for x in gpu_check.targets({}))
+
+
+def a_run(gpu_dir, tmp_path, size="tiny"):
+    """gpu_check's Run at the tiny size, as main makes it, its stage clock started; `size` is the size it records."""
+    args = argparse.Namespace(size="tiny", peak_tflops=1.0, gpu_dir=str(gpu_dir), out=str(tmp_path / "out"),
+                              budget=570)
+    os.makedirs(args.out, exist_ok=True)
+    run = gpu_check.Run(args, TINY)
+    run.size_name, run.work, run.tests = size, str(tmp_path / "work"), []
+    os.makedirs(run.work, exist_ok=True)
+    return run
+
+
+def test_a_full_size_nanogpt_that_is_not_nanogpt_is_measured_but_not_compared(gpu_dir, tmp_path):
+    """At full size the stage fails where nanoGPT's files are not those of the pinned commit (here: the stand-in)
+    or its model has other parameters, keeping what it measured; the target is not read off such an entry. At the
+    tiny size the stand-in is compared, by design (test_train_py_and_nanogpt_are_timed_the_same_way)."""
+    run = a_run(gpu_dir, tmp_path, size="full")
+    run.begin("nanogpt", 60)
+    with pytest.raises(gpu_check.StageFailed, match="its files are not nanoGPT's at 3adf61e") as failed:
+        gpu_check.stage_nanogpt(run)
+    assert failed.value.entry["tokens_per_s"] > 0 and failed.value.entry["same_parameters"]
+    nano = dict(tokens_per_s=500e3, size="full", files_match_commit=True, same_parameters=True,
+                parameters_printed_millions=124.44)
+    res = dict(train=dict(tokens_per_s=550e3), nanogpt=nano)
+    read = lambda: {x["target"]: x for x in gpu_check.targets(res)}["train_vs_nanogpt"]
+    assert read()["value"] == pytest.approx(1.1) and read()["met"] and read()["not_read"] is None
+    for flag, said in (("files_match_commit", "its files are not nanoGPT's"), ("same_parameters", "124.44M")):
+        res["nanogpt"] = dict(nano, **{flag: False})
+        assert read()["value"] is None and read()["met"] is None and said in read()["not_read"], flag
+    res["nanogpt"] = dict(nano, files_match_commit=False, size="tiny")        # the stand-in
+    assert read()["met"]
 
 
 def test_the_loss_comparison_fails_where_the_losses_differ():
