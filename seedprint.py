@@ -691,6 +691,10 @@ def read_fingerprint(path: str) -> Fingerprint:
     if set(arrays) != {*SETS, "rows"} or meta.get("sha256") != file_digest(
             {k: v for k, v in meta.items() if k != "sha256"}, arrays):
         raise ValueError(f"{path} does not match its own sha256: the file is damaged or was edited; make it again")
+    unknown = sorted(set(meta["config"]) - {f.name for f in dataclasses.fields(GPTConfig)})
+    if unknown:                    # GPTConfig(**config) would fail far from here, as an internal error
+        raise ValueError(f"{path} records a model config with fields this seedprint.py does not know "
+                         f"({', '.join(unknown)}): a later version of the project made it; update the project")
     sets = [arrays[name].astype(np.float32) for name in SETS]
     return Fingerprint(sets, expand(arrays["rows"], meta["rows_dtype"]), meta["options"], meta["config"],
                        meta["weights"], meta["provenance"], path=path)

@@ -560,6 +560,19 @@ def test_a_file_that_is_not_whole_or_not_ours_or_made_otherwise_is_refused_in_on
     np.savez(tmp_path / "newer.npz", **arrays)
     with pytest.raises(ValueError, match="format version 2, newer than this seedprint.py reads"):
         seedprint.read_fingerprint(str(tmp_path / "newer.npz"))
+    meta = dict(json.loads(str(arrays["meta"])), version=seedprint.FILE_VERSION)   # whole, but from a later project:
+    meta["config"] = dict(meta["config"], later_knob=1, other_knob="x")           # a config field unknown here
+    del meta["sha256"]
+    with np.load(good) as z:
+        arrays = {k: z[k] for k in z.files if k != "meta"}
+    meta["sha256"] = seedprint.file_digest(meta, arrays)
+    np.savez(tmp_path / "later.npz", meta=np.array(json.dumps(meta)), **arrays)
+    with pytest.raises(ValueError, match=r"fields this seedprint.py does not know \(later_knob, other_knob\)"):
+        seedprint.read_fingerprint(str(tmp_path / "later.npz"))
+    from conftest import cli_error
+    line = cli_error(seedprint.main, "seedprint.py", [str(tmp_path / "later.npz"), paths["child"], "--out",
+                                                      str(tmp_path / "out")])
+    assert "(later_knob, other_knob)" in line and not (tmp_path / "out").exists()
     other = str(tmp_path / "other.npz")
     seedprint.write_fingerprint(other, seedprint.make_fingerprint(paths["stranger"], sequences=300, seq_len=8, k=16))
     with pytest.raises(ValueError, match=r"made with other options \(sequences 200 vs 300; seq_len 16 vs 8\)"):
