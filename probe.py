@@ -46,7 +46,7 @@ from scipy.stats import binom
 
 import hf
 import theory
-from data import random_inputs
+from data import random_batches, random_inputs
 from init import add_config_flags, build, config_from_flags, config_overrides
 
 
@@ -419,11 +419,11 @@ def exp_table3(args, config):
     settings = {"MLP0": lambda x: last(m1, x), "MLP0 -> MLP0": lambda x: last(m2, x),
                 "MLP0 -> Attn0": lambda x: last(a1, every(m1, x)), "Attn0 -> MLP0": lambda x: last(m1, every(a1, x))}
     acc = {k: PairwiseCosine() for k in settings}
-    g = torch.Generator(device=args.device).manual_seed(args.data_seed)
-    for start in range(0, args.sequences, args.batch_size):       # iid N(0, I) tokens, as in the theory
-        x = torch.randn(min(args.batch_size, args.sequences - start), T, config.n_embd, generator=g, device=args.device)
+    w = m1.transformer.wte.weight
+    # iid N(0, I) tokens, as in the theory: data.py's draws, the same on every device
+    for x in random_batches("gaussian", args.sequences, T, args.batch_size, args.data_seed, width=config.n_embd):
         for k, f in settings.items():
-            acc[k].update(f(x.to(m1.transformer.wte.weight.dtype)).float())
+            acc[k].update(f(x.to(w.device, w.dtype)).float())
     expected = {"MLP0": 1 / math.pi, "MLP0 -> MLP0": theory.mlp0_cosine(2),
                 "MLP0 -> Attn0": float(theory.attn0_last_cosine(T)), "Attn0 -> MLP0": 1 / math.pi}
     res = {k: dict(theory=expected[k], **acc[k].result()) for k in settings}
@@ -445,10 +445,9 @@ def exp_intra(args, config, lengths=(64, 1024), n_seq=16):
         for attention in ("softmax", "uniform"):
             model = _build(args, config, args.seeds[0], **DERIVED["intra"][attention])
             per_layer = np.zeros((config.n_layer, n_seq))
-            g = torch.Generator(device=args.device).manual_seed(args.data_seed)
-            for i in range(n_seq):
-                x = torch.randn(1, T, config.n_embd, generator=g, device=args.device)
-                hidden = model.trace(embeds=x.to(model.transformer.wte.weight.dtype), hidden="all")["hidden"]
+            w = model.transformer.wte.weight
+            for i, x in enumerate(random_batches("gaussian", n_seq, T, 1, args.data_seed, width=config.n_embd)):
+                hidden = model.trace(embeds=x.to(w.device, w.dtype), hidden="all")["hidden"]
                 for layer in range(config.n_layer):
                     per_layer[layer, i] = float(theory.mean_pairwise_cosine(unit(hidden[layer + 1][0]).sum(0), T))
             curves[attention] = dict(mean=per_layer.mean(1).tolist(), std=per_layer.std(1).tolist())

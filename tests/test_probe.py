@@ -197,6 +197,31 @@ def test_torchrun_splits_seeds_and_gathers_the_same_rows(tmp_path):
     assert rows[0] == rows[1] and [r["seed"] for r in rows[0]] == [1, 2, 3]
 
 
+def test_table3_and_fig8_draw_their_gaussian_tokens_from_data_py(tmp_path, monkeypatch):
+    """Table 3's and Fig 8's iid N(0, I) tokens come from data.random_batches, whose draws are the same on every
+    device (tests/test_data.py): a run on a GPU sees the CPU's inputs."""
+    import data
+    import probe as script
+    drawn, seen = [], []
+
+    def recorded(*a, **k):
+        for x in data.random_batches(*a, **k):
+            drawn.append(x.clone())
+            yield x
+    monkeypatch.setattr(script, "random_batches", recorded)
+    trace = script.GPT.trace
+
+    def watched(self, *a, embeds=None, **k):
+        if embeds is not None:
+            seen.append(embeds.detach().clone())
+        return trace(self, *a, embeds=embeds, **k)
+    monkeypatch.setattr(script.GPT, "trace", watched)
+    script.main(["--model", "tiny", "--exp", "table3", "intra", "--sequences", "8", "--seq_len", "16",
+                "--device", "cpu", "--out", str(tmp_path)])
+    assert len(drawn) == 1 + 2 * 16        # Table 3: 8 sequences, one batch; Fig 8 at T = 64: 2 attentions x 16
+    assert all(any(x.shape == d.shape and torch.equal(x, d) for x in seen) for d in drawn)   # each enters a model
+
+
 def test_every_experiment_runs_through_the_command_line_and_points_the_papers_way(tmp_path):
     """Every --exp but table1 (tested above), at a tiny size, through the command a user types, each checked for
     the direction of its claim: contraction rises with depth; attention alone keeps independent sequences
