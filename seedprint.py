@@ -501,7 +501,9 @@ def token_rows(m, lo: int, hi: int):
 @dataclass
 class Recipe:
     """A model built in code (a derivative, a fresh init): fingerprinted under a cache key that names how it
-    is made, and built only when that key is not cached."""
+    is made, and built only when that key is not cached. build returns a model of its own, never one its caller
+    keeps using: fingerprint_all moves and casts it in place (to the device and dtype asked for), so a shared one
+    would come back on the GPU, or rounded to bf16."""
     key: str
     build: Callable[[], GPT]
     config: Optional[GPTConfig] = None     # its architecture, where known without building it (None: unknown)

@@ -20,7 +20,6 @@ aligned one should. Makes the README's "What people do to weights" and docs/seed
 Its trainings use the base's own tokenizer; a small base (a few layers) takes a few minutes.
 """
 import dataclasses
-import json
 import os
 import time
 
@@ -36,7 +35,7 @@ import seedprint
 import train
 from studies.edits import (add_noise, extend_vocab, low_rank_update, merge, permute_mlp, permute_residual, prune,
                            quantize, rotate_residual)
-from studies.lineage import Lineage, add_test_flags, check_base, checkpoints, fresh_init, test_options
+from studies.lineage import Lineage, add_test_flags, check_base, checkpoints, fresh_init, released, test_options
 
 
 def logit_change(a, b, vocab: int, seed: int = 0) -> float:
@@ -80,13 +79,14 @@ def main(argv=None):
     device = str(resolve_device(args.device))
     out = os.path.join(args.out, "derivatives")
     with lock_dir(args.out):
-        base = hf.load(args.base, dtype=torch.float32).eval()
+        released_base = released(args.base)     # fingerprinted from a load of its own: base stays here, on the CPU
+        base = released_base.build()
         base_ckpt = os.path.join(out, "base.pt")        # a checkpoint file that train.py can --init_from
         if not os.path.isfile(base_ckpt):
             atomic_write(base_ckpt, lambda tmp: write_checkpoint(tmp, base, tokenizer=args.base,
                                                                  provenance=provenance()))
         cfg, V = base.config, base.config.vocab_size
-        key = "base:" + json.dumps(seedprint.weights_identity(args.base))
+        key = released_base.key
         texts = {c: data.prepared([c], os.path.join(out, f"data_{data.corpus_label(c)}"), args.base, args.data_from)
                  for c in (args.corpus, args.corpus2)}
         label = {c: data.corpus_label(c) for c in (args.corpus, args.corpus2)}
@@ -129,7 +129,7 @@ def main(argv=None):
                 change = logit_change(base, m.build(), V)
                 if change > 1e-4:
                     raise FloatingPointError(f"{name} changed the logits by {change:.2e}: not function-preserving")
-            exact, aligned = lineage.pair(seedprint.Recipe(key, lambda: base, cfg), m)
+            exact, aligned = lineage.pair(released_base, m)
             rows.append(dict(pair=f"base vs {name}", truth="related" if truth else "unrelated",
                              verdict="RELATED" if exact.related else "unrelated", p=exact.p, mean_tau=exact.mean_tau,
                              S=exact.n_identity, aligned="RELATED" if aligned.related else "unrelated",

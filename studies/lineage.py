@@ -29,6 +29,7 @@ from common import add_device_flags, add_settings_flags, atomic_write, provenanc
 from model import GPTConfig, LLAMA_KNOBS, get_config, write_checkpoint
 import numpy as np
 from scipy import stats
+import torch
 
 import data
 import hf
@@ -93,6 +94,13 @@ def check_base(base: str, seq_len: int) -> GPTConfig:
     data.get_tokenizer(base)
     hf.check_weights_finite(base)
     return config
+
+
+def released(path: str) -> seedprint.Recipe:
+    """A released model (--base) as the studies test it: in float32, the dtype its derivatives are made in, keyed on
+    its files; each build a fresh load from disk (a Recipe's model is moved and cast by whoever fingerprints it)."""
+    key = "base:" + json.dumps(seedprint.weights_identity(path))
+    return seedprint.Recipe(key, lambda: hf.load(path, dtype=torch.float32).eval(), hf.read_config(path))
 
 
 def architecture(args, **overrides) -> GPTConfig:

@@ -21,10 +21,8 @@ its 95% Clopper-Pearson interval.
 With --base, the parent is that model (its tokenizer tokenizes the corpora), its children are trained
 --child_steps on --corpus2, and the unrelated controls are fresh inits of each child's architecture.
 """
-import copy
 import dataclasses
 import hashlib
-import json
 import os
 import time
 
@@ -40,7 +38,8 @@ import hf
 import seedprint
 from studies.edits import prune_depth, prune_width, residual_importance
 from studies.lineage import (TRAINING, TRAINING_FLAGS, Lineage, add_lineage_flags, architecture, check_base,
-                             check_lineage_flags, checkpoints, corpus, fit_floor, fresh_init, rate, trained, training)
+                             check_lineage_flags, checkpoints, corpus, fit_floor, fresh_init, rate, released, trained,
+                             training)
 
 KINDS = {"width 25%": ("width", 0.25), "width 50%": ("width", 0.5), "depth 25%": ("depth", 0.25)}
 
@@ -139,17 +138,16 @@ def tiny(args, device: str) -> list:
 def base_study(args, device: str) -> list:
     """A released parent (--base): its three children, each trained --child_steps after the cut, and a fresh init of
     each child's architecture as the unrelated control."""
-    cfg = hf.read_config(args.base)
-    key = "base:" + json.dumps(seedprint.weights_identity(args.base))
-    out = os.path.join(args.out, f"pruned_base_{hashlib.sha256(key.encode()).hexdigest()[:10]}")   # per base
+    base = released(args.base)
+    cfg = base.config
+    out = os.path.join(args.out, f"pruned_base_{hashlib.sha256(base.key.encode()).hexdigest()[:10]}")   # per base
     texts = {c: data.prepared([c], os.path.join(out, f"data_{data.corpus_label(c)}"), args.base, args.data_from)
              for c in (args.corpus, args.corpus2)}
-    parent = hf.load(args.base, dtype=torch.float32).eval()
+    parent = base.build()
     tokens = calibration_tokens(texts[args.corpus], args.seq_len)
     template = dataclasses.replace(TRAINING, batch_size=8, seq_len=min(64, cfg.block_size), lr=1e-4,
                                    ckpt_every=args.child_steps, log_every=10, device=device)
     rows, lineage = [], Lineage(args, args.out, device, vocab=cfg.vocab_size)
-    base = seedprint.Recipe(key, lambda: copy.deepcopy(parent), cfg)        # fingerprinting moves it to the device
     for kind in KINDS:
         name = kind.replace(" ", "").replace("%", "")
         child_model = cut(parent, kind, tokens)

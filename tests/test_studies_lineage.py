@@ -356,6 +356,25 @@ def test_the_aligned_floor_study_fits_on_one_range_of_seeds_and_finds_every_line
     assert [c["related"] for c in res["by_length"]] == ["2/2", "2/2"]
 
 
+def test_a_released_base_is_fingerprinted_from_a_load_of_its_own(tmp_path):
+    """studies.lineage.released: the base the derivatives and pruned studies test. Fingerprinting moves and casts a
+    Recipe's model in place, so each build is a fresh float32 load: fingerprinting in bf16 leaves the copy the study
+    keeps (to make its derivatives, to compare logits) as it was, and its fingerprint is the bf16 model's."""
+    from model import write_checkpoint
+    from studies.lineage import released
+    path = str(tmp_path / "base.pt")
+    model = build(get_config("tiny", n_layer=2), 0, 0)
+    write_checkpoint(path, model)
+    base = released(path)
+    kept = base.build()
+    before = {n: p.clone() for n, p in kept.named_parameters()}
+    options = dict(sequences=16, seq_len=8)
+    H = seedprint.fingerprint_all([base], None, "cpu", "bfloat16", options)[0][0]
+    assert all(p.dtype == torch.float32 and torch.equal(p, before[n]) for n, p in kept.named_parameters())
+    assert np.array_equal(H, seedprint.fingerprint(model.to(torch.bfloat16).eval(), **options))
+    assert base.key == "base:" + json.dumps(seedprint.weights_identity(path))      # the key of earlier caches
+
+
 def test_the_derivatives_study_on_a_hugging_face_model(tmp_path):
     """studies.derivatives on a tiny LLaMA directory with its own tokenizer.json: every reparametrization keeps the
     logits (the study checks it and would stop), every derivative and every signed-permuted basis is related
