@@ -245,10 +245,11 @@ class Options:
     def __post_init__(self):
         check_settings(self)
 
-    def recorded(self) -> dict:
-        """These options as a fingerprint file records them (file_options, less the token ids' bound: a model's own)."""
-        options = file_options(self.sequences, self.seq_len, self.input_seed, None, self.k, self.rank_by, self.set_mode)
-        return {k: v for k, v in options.items() if v is not None}
+    def recorded(self, fields=None) -> dict:
+        """These options (every field, or those named in `fields`) under the names a fingerprint file records them
+        by: file_options' keys, less the token ids' bound (a model's own). The one place --input_seed becomes seed."""
+        fields = [f.name for f in dataclasses.fields(self)] if fields is None else fields
+        return {"seed" if name == "input_seed" else name: getattr(self, name) for name in fields}
 
 
 def check_options(k: int = 400, rank_by: str = "smallest", set_mode: str = "coset", temperature: float = 10.0,
@@ -605,10 +606,12 @@ def file_options(sequences: int = None, seq_len: int = None, seed: int = None, v
                 set_mode=set_mode)
 
 
+STATISTIC = ("k", "rank_by", "set_mode")       # file_options' keys that fix the statistic; the others, the inputs
+
+
 def default_options() -> dict:
     """file_options' defaults, Options' own (vocab: the smaller vocabulary of the models compared)."""
-    o = Options()
-    return file_options(o.sequences, o.seq_len, o.input_seed, None, o.k, o.rank_by, o.set_mode)
+    return file_options(**Options().recorded())
 
 
 def agreed_options(models: list, asked: dict) -> dict:
@@ -641,7 +644,7 @@ def make_fingerprint(m, cache_dir: str = None, device="cpu", dtype: str = None, 
     on the exact, the aligned test and the held-out inputs that `options` (file_options) fix; vocab (the token
     ids' bound) defaults to the model's own vocabulary."""
     opts = {**default_options(), **{k: v for k, v in file_options(**options).items() if v is not None}}
-    test = {key: opts.pop(key) for key in ("k", "rank_by", "set_mode")}
+    test = {key: opts.pop(key) for key in STATISTIC}
     check_options(**test)
     config = config_of(m)
     if config is None:
@@ -787,7 +790,7 @@ def fingerprinted(models: list, asked: dict, temperature: float = 10.0, alpha: f
     of fingerprint()'s options, None where not given."""
     models = [read_fingerprint(m) if is_fingerprint_file(m) else m for m in models]
     opts = agreed_options(models, asked)
-    test = {key: opts.pop(key) for key in ("k", "rank_by", "set_mode")}
+    test = {key: opts.pop(key) for key in STATISTIC}
     check_options(**test, temperature=temperature, alpha=alpha)
     every = [config_of(m) for m in models]               # configs only: no weights (None: unknown)
     configs = [c for c in every if c is not None]
@@ -1019,9 +1022,8 @@ def main(argv=None):
     p.add_argument("--out", default="out/seedprint", help="results.json, matrix.png and the fingerprint cache")
     args = p.parse_args(argv)
     given = {k: v for k, v in settings_given(args, Options).items() if v is not None}
-    Options(**given)                                           # every range, before any model is read
-    asked = file_options(given.get("sequences"), given.get("seq_len"), given.get("input_seed"), args.vocab,
-                         given.get("k"), given.get("rank_by"), given.get("set_mode"))
+    # every range checked before any model is read; None: not given (a file's option, else Options' default)
+    asked = file_options(vocab=args.vocab, **Options(**given).recorded(given))
     one = args.save or args.against
     if args.save and args.against:
         p.error("--save writes one model's fingerprint file, --against tests one suspect: give one of them")
@@ -1068,9 +1070,8 @@ def main(argv=None):
                          align=args.align, **asked)
             results = {"search": report_search(args.models[0], bases, res, time.time() - t0)}
         else:
-            res = compare_many(args.models, asked["k"], asked["rank_by"], asked["set_mode"], cache_dir=cache,
-                               device=str(device), dtype=args.dtype, align=args.align,
-                               **{k: asked[k] for k in ("sequences", "seq_len", "seed", "vocab")})
+            res = compare_many(args.models, cache_dir=cache, device=str(device), dtype=args.dtype, align=args.align,
+                               **asked)
             seconds = time.time() - t0
             if len(args.models) == 2:
                 r = res["results"][(0, 1)]

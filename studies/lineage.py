@@ -184,8 +184,8 @@ class Lineage:
     def __init__(self, args, out: str, device: str, vocab: int = None, rows_kept: int = 64):
         self.cache = os.path.join(out, "fingerprints")
         self.device, self.dtype, self.vocab = device, args.dtype, vocab
-        self.inputs = dict(sequences=args.sequences, seq_len=args.seq_len, seed=args.input_seed)
-        self.test = dict(k=args.k, rank_by=args.rank_by, set_mode=args.set_mode)
+        self.inputs = test_options(args).recorded()
+        self.test = {key: self.inputs.pop(key) for key in seedprint.STATISTIC}
         self.rows, self.rows_kept = {}, rows_kept
 
     def bound(self, *models) -> int:
