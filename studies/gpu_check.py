@@ -299,6 +299,10 @@ class Run:
         self.train_flops_per_token = train.train_flops_per_token(self.train_model, self.train_config.block_size)
         old = read_json(self.results_path, "results") if os.path.isfile(self.results_path) else {}
         self.results = {k: v for k, v in old.items() if isinstance(v, dict) and v.get("size") == args.size}
+        # how each entry was made (common.update_results), and the stages this process ran: an earlier run's entry
+        # may come from another card or another commit
+        self.made = {k: v for k, v in (old.get("provenance") or {}).items() if k in self.results}
+        self.ran_here = set()
         self.work = self.stage = None
 
     def mfu(self, tokens_per_s: float, flops_per_token: float):
@@ -342,6 +346,18 @@ class Run:
         """The entry a stage made at this size, in this run or an earlier one into --out (None if it failed)."""
         entry = self.results.get(stage)
         return entry if entry and entry.get("stage", {}).get("status") == "ok" else None
+
+    def reusable(self, stage: str):
+        """earlier(stage) where this run made it, or an earlier run at the same size on a card of the same name from
+        the same commit with no tracked file changed (a dirty tree's commit does not name its code); else None."""
+        entry = self.earlier(stage)
+        if entry is None or stage in self.ran_here:
+            return entry
+        how, now = self.made.get(stage) or {}, provenance(self.device)
+        git = how.get("git") or {}
+        same = (entry.get("size") == self.size_name and git.get("commit") and not git.get("dirty")
+                and git == now["git"] and how.get("device_name") == now["device_name"])
+        return entry if same else None
 
 
 # ----------------------------------------------------------------------------- the stages
@@ -555,10 +571,12 @@ def compare_losses(plain: list, ddp: list, dtype: str) -> dict:
 
 def stage_ddp(run: Run) -> dict:
     n = run.size["trainer"]["ddp_steps"]
-    earlier = run.earlier("train")
+    earlier = run.reusable("train")
     if earlier and len(earlier["losses"]) >= n:
-        plain, plain_from = earlier["losses"][:n], "the train stage's run"
-    else:                  # the train stage did not run at this size: a plain run of the same steps here
+        plain = earlier["losses"][:n]
+        plain_from = "the train stage's run" + ("" if "train" in run.ran_here else " of an earlier run (the same "
+                                                "commit, card and size)")
+    else:       # no train stage at this size, or one from another card or commit: a plain run of the same steps
         out = run.scratch("plain")
         run.command([sys.executable, "train.py", *trainer_flags(run, n, out)])
         plain, plain_from = [r["loss"] for r in train_losses(out, n)], "a plain run of the same steps"
@@ -747,13 +765,18 @@ STAGE_RUNS = dict(env=stage_env, table1=stage_table1, train=stage_train, nanogpt
 
 # ----------------------------------------------------------------------------- the verdicts, the figure, the table
 
-def targets(results: dict) -> list:
-    """Each of the issue's targets against what the stages measured (None where a stage is missing)."""
+def targets(results: dict, made: dict = None) -> list:
+    """Each of the issue's targets against what the stages measured (None where a stage is missing, or where
+    not_read says why it is no measure). made: each entry's provenance, where train.py's and nanoGPT's cards are
+    read."""
     get = lambda stage, key: (results.get(stage) or {}).get(key)
     rows = (results.get("table1") or {}).get("rows") or []
     longest = [r for r in rows if r["seq_len"] == max(r["seq_len"] for r in rows)] if rows else []
     train_tps, nano_tps = get("train", "tokens_per_s"), get("nanogpt", "tokens_per_s")
     reasons = dict(train_vs_nanogpt=unlike_nanogpt(results["nanogpt"]) if results.get("nanogpt") else None)
+    cards = [((made or {}).get(s) or {}).get("device_name") for s in ("train", "nanogpt")]
+    if all(cards) and cards[0] != cards[1]:       # one run's entry beside another's: tokens/s of two cards
+        reasons["train_vs_nanogpt"] = f"train.py ran on {cards[0]}, nanoGPT on {cards[1]}"
     values = dict(train_vs_nanogpt=train_tps / nano_tps if train_tps and nano_tps else None,
                   train_mfu=get("train", "mfu"),
                   probe_mfu=min(r["mfu"] for r in longest) if longest and all(r["mfu"] for r in longest) else None,
@@ -921,7 +944,7 @@ def main(argv=None):
         finally:
             if not args.work:
                 shutil.rmtree(run.work, ignore_errors=True)
-        final = dict(targets=targets(run.results))
+        final = dict(targets=targets(run.results, run.made))
         update_results(run.results_path, final, str(run.device), run.dtype)
         run.results.update(final)
         draw(run.results, os.path.join(args.out, "gpu_check.png"))
@@ -985,6 +1008,9 @@ def run_stage(run: Run, name: str, skip: str = None) -> str:
     stages["size"] = run.size_name
     run.results.update({name: entry, "stages": stages})
     update_results(run.results_path, {name: entry, "stages": stages}, str(run.device), run.dtype)
+    run.made[name] = provenance(str(run.device), run.dtype)        # as update_results records it
+    if not skip:
+        run.ran_here.add(name)
     print(f"  {name}: {record['status']} ({record['seconds']:.0f} s)", flush=True)
     return record["status"]
 

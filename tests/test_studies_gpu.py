@@ -202,6 +202,10 @@ def test_the_targets_are_read_against_the_issues_thresholds():
     t = {x["target"]: x for x in gpu_check.targets(res)}
     assert not t["top1_x_top_uniform"]["met"] and t["top1_x_top_uniform"]["short_by"] == pytest.approx(1.17)
     assert all(x["met"] is None for x in gpu_check.targets({}))
+    cards = lambda a, b: dict(train=dict(device_name=a), nanogpt=dict(device_name=b))     # two runs' entries
+    assert {x["target"]: x for x in gpu_check.targets(res, cards("H100", "H100"))}["train_vs_nanogpt"]["value"] == 0.9
+    other = {x["target"]: x for x in gpu_check.targets(res, cards("H100", "H200"))}["train_vs_nanogpt"]
+    assert other["met"] is None and other["not_read"] == "train.py ran on H100, nanoGPT on H200"
 
 
 def a_run(gpu_dir, tmp_path, size="tiny"):
@@ -234,6 +238,41 @@ def test_a_full_size_nanogpt_that_is_not_nanogpt_is_measured_but_not_compared(gp
         assert read()["value"] is None and read()["met"] is None and said in read()["not_read"], flag
     res["nanogpt"] = dict(nano, files_match_commit=False, size="tiny")        # the stand-in
     assert read()["met"]
+
+
+def test_torchrun_reuses_train_losses_only_from_the_same_commit_card_and_size(gpu_dir, tmp_path, monkeypatch):
+    """An earlier run's train entry in --out stands for the plain run only where its provenance names this commit
+    (with no tracked file changed), this card and this size; else the ddp stage trains a plain run first."""
+    now = dict(gpu_check.provenance("cpu"), git=dict(commit="a" * 40, dirty=False))
+    monkeypatch.setattr(gpu_check, "provenance", lambda *a, **k: dict(now))
+    n = TINY["trainer"]["ddp_steps"]
+
+    def first_command(tmp, how, size="tiny"):
+        """The ddp stage's first command with results.json holding a train entry made as `how` says."""
+        out = tmp / "out"
+        out.mkdir(parents=True)
+        (out / "results.json").write_text(json.dumps(dict(
+            train=dict(losses=[10.0 - i for i in range(n + 2)], size=size, stage=dict(status="ok")),
+            provenance=dict(train=how))))
+        run, seen = a_run(gpu_dir, tmp), []
+
+        def command(cmd, **kw):
+            seen.append(cmd)
+            raise gpu_check.StageFailed("only the first command is looked at")
+        run.command = command
+        run.begin("ddp", 60)
+        with pytest.raises(gpu_check.StageFailed, match="only the first"):
+            gpu_check.stage_ddp(run)
+        return "torchrun" if "torch.distributed.run" in seen[0] else "plain" if "train.py" in seen[0] else seen[0]
+
+    assert first_command(tmp_path / "same", now) == "torchrun"
+    for case, how in (("commit", dict(now, git=dict(commit="b" * 40, dirty=False))),
+                      ("dirty", dict(now, git=dict(commit="a" * 40, dirty=True))),
+                      ("no git", dict(now, git=None)),
+                      ("card", dict(now, device_name="NVIDIA H200")),
+                      ("no provenance", None)):
+        assert first_command(tmp_path / case, how) == "plain", case
+    assert first_command(tmp_path / "size", now, size="full") == "plain"
 
 
 def test_the_loss_comparison_fails_where_the_losses_differ():
