@@ -155,6 +155,18 @@ def overlap_p(overlap: int, d: int, k: int, log: bool = False) -> float:
     return float((stats.hypergeom.logsf if log else stats.hypergeom.sf)(overlap - 1, d, k, k))
 
 
+def two_widths(widths) -> bool:
+    """Whether a pair's widths (A's, B's; None: an exact verdict's) differ: then no exact test exists, and the matched
+    test alone is the verdict."""
+    return widths is not None and widths[0] != widths[1]
+
+
+def tau_floor(widths) -> float:
+    """The matched mean tau a match on held-out inputs must reach to count: ALIGNED_TAU_FLOOR for one width,
+    PARTIAL_TAU_FLOOR for two."""
+    return PARTIAL_TAU_FLOOR if two_widths(widths) else ALIGNED_TAU_FLOOR
+
+
 @dataclass
 class SeedPrintResult:
     related: bool           # the verdict: p < alpha
@@ -184,7 +196,7 @@ class SeedPrintResult:
         """The verdict in one line: which test, on which set, how many dimensions, and what the models' records
         say they share by construction."""
         what = "RELATED (shared initialization)" if self.related else "unrelated"
-        if self.aligned and self.p_exact is None:
+        if self.matched_only():
             return self.explain_matched(what) + (f". By construction, {self.shared}" if self.shared else "")
         exact = (f"dimension-permutation test of mean tau {self.mean_tau:+.4f} over |S| = {self.n_identity} identity "
                  f"dimensions (k = {self.k}), N = {self.n_inputs}: p_perm {self.p_perm:.3g}, p_overlap "
@@ -198,14 +210,17 @@ class SeedPrintResult:
                     f"{self.how_matched()}, {self.moved} moved: matched mean tau {self.tau_aligned:+.4f} over |S| = "
                     f"{self.n_identity_aligned}, p {self.p_aligned:.3g}")
             if self.matched_on != "token table":
-                line += (f", which counts only where the tau reaches the floor {ALIGNED_TAU_FLOOR} ({floor}; models "
+                line += (f", which counts only where the tau reaches the floor {self.floor()} ({floor}; models "
                          f"trained from other inits on the same data stay below it)")
         return line + (f". By construction, {self.shared}" if self.shared else "")
 
     def floor(self) -> float:
-        """The matched mean tau a match on held-out inputs must reach to count: ALIGNED_TAU_FLOOR for one width,
-        PARTIAL_TAU_FLOOR for two."""
-        return ALIGNED_TAU_FLOOR if self.widths is None or self.widths[0] == self.widths[1] else PARTIAL_TAU_FLOOR
+        """The floor this verdict's match on held-out inputs had to reach (tau_floor)."""
+        return tau_floor(self.widths)
+
+    def matched_only(self) -> bool:
+        """Whether this is the verdict of two widths: the matched test alone (p_exact None)."""
+        return two_widths(self.widths)
 
     def how_matched(self) -> str:
         """What the coordinates were matched on, and how well, in words."""
@@ -350,9 +365,9 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
     check_options(k, rank_by, set_mode, temperature, alpha)
     if len(HA) != len(HB):
         raise ValueError(f"fingerprints on {len(HA)} and {len(HB)} inputs: the models must see the same N inputs")
-    equal = HA.shape[1] == HB.shape[1]
+    widths = (HA.shape[1], HB.shape[1])
     if align is None:
-        if not equal:
+        if two_widths(widths):
             raise ValueError(f"models of widths {HA.shape[1]} and {HB.shape[1]} have no exact test: coordinate j of "
                              f"one is not coordinate j of the other; compare them with the aligned verdict")
         return permutation_verdict(HA, HB, k, rank_by, set_mode, temperature, alpha)
@@ -370,13 +385,12 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
     kept = match >= 0                                   # all of A's coordinates, unless B is the narrower
     matched = permutation_verdict(HA[:, kept], HB[:, match[kept]] * sign[kept], k, rank_by, set_mode, temperature,
                                   alpha)
-    floor = ALIGNED_TAU_FLOOR if equal else PARTIAL_TAU_FLOOR
-    counted = matched.p if on == "token table" or matched.mean_tau >= floor else 1.0
+    counted = matched.p if on == "token table" or matched.mean_tau >= tau_floor(widths) else 1.0
     moved = int(((match[kept] != np.flatnonzero(kept)) | (sign[kept] < 0)).sum())
     aligned = dict(aligned=True, signed=signed, moved=moved, p_aligned=matched.p, tau_aligned=matched.mean_tau,
                    n_identity_aligned=matched.n_identity, matched_on=on, table_fit=table_fit,
-                   widths=(HA.shape[1], HB.shape[1]))
-    if not equal:                  # the matched test is the verdict: its numbers in the exact test's fields too
+                   widths=widths)
+    if two_widths(widths):         # the matched test is the verdict: its numbers in the exact test's fields too
         return dataclasses.replace(matched, related=bool(counted < alpha), p=counted, **aligned)
     exact = permutation_verdict(HA, HB, k, rank_by, set_mode, temperature, alpha)
     p = min(1.0, 2 * min(exact.p, counted))
@@ -815,7 +829,7 @@ def fingerprinted(models: list, asked: dict, temperature: float = 10.0, alpha: f
 def verdict(run: dict, i: int, j: int) -> SeedPrintResult:
     """The verdict of models i (the base) and j of a fingerprinted() comparison, before any adjustment."""
     H, kw = run["H"], dict(run["test"], temperature=run["temperature"], alpha=run["alpha"])
-    if not run["matched"] or not run["align"] and H[i][0].shape[1] == H[j][0].shape[1]:
+    if not run["matched"] or not run["align"] and not two_widths((H[i][0].shape[1], H[j][0].shape[1])):
         return seedprint_test(H[i][0], H[j][0], **kw)                       # the exact verdict (refuses two widths)
     test, held = len(H[i]) - 2, len(H[i]) - 1                               # the aligned sets come last
     return seedprint_test(H[i][test], H[j][test], **kw, align=(H[i][held], H[j][held]),
@@ -1103,7 +1117,7 @@ def report_search(suspect: str, bases: list, res: dict, seconds: float) -> dict:
     names = short_names(bases)
     rows = []
     for name, r in zip(names, res["results"]):
-        how = "exact" if not r.aligned else "aligned" if r.p_exact is not None else f"matched (widths {r.widths})"
+        how = "exact" if not r.aligned else f"matched (widths {r.widths})" if r.matched_only() else "aligned"
         rows.append(dict(base=name, verdict="RELATED" if r.related else "unrelated", p_holm=r.p, p=r.p_raw,
                          mean_tau=r.tau_aligned if r.aligned else r.mean_tau, test=how))
     print_table(rows, floats="{:.3g}")

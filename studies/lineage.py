@@ -214,8 +214,8 @@ class Lineage:
         verdict)."""
         vocab = self.bound(a, b)
         A, B = self.fingerprints(a, vocab, aligned), self.fingerprints(b, vocab, aligned)
-        equal = A[0].shape[1] == B[0].shape[1]
-        exact = seedprint.seedprint_test(A[0], B[0], **self.test) if equal else None
+        one_width = not seedprint.two_widths((A[0].shape[1], B[0].shape[1]))
+        exact = seedprint.seedprint_test(A[0], B[0], **self.test) if one_width else None
         if not aligned:
             return exact, None
         signed = seedprint.signs_keep_function(seedprint.config_of(a), seedprint.config_of(b))

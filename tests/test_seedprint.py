@@ -629,6 +629,7 @@ def test_a_child_pruned_in_width_is_related_by_the_matched_verdict_and_a_strange
         r = seedprint.compare(a, b, **FILE_OPTS)
         assert r.related and r.aligned and r.p_exact is None and sorted(r.widths) == [48, 64], r.explain()
         assert "no exact test" in r.explain()
+        assert r.matched_only() and r.floor() == seedprint.PARTIAL_TAU_FLOOR == 0.21
     assert not seedprint.compare(stranger, child, **FILE_OPTS).related
 
 
@@ -644,6 +645,7 @@ def test_mixed_widths_keep_the_exact_verdict_for_the_pairs_of_one_width(family):
     assert not res[(0, 1)].aligned and res[(0, 1)].related                   # one width: the exact verdict
     assert res[(0, 1)].p_raw == seedprint.compare(paths["base"], paths["child"], **FILE_OPTS).p
     assert res[(0, 2)].p_exact is None and res[(0, 2)].related and res[(1, 2)].p_exact is None
+    assert [res[pr].matched_only() for pr in ((0, 1), (0, 2), (1, 2))] == [False, True, True]
 
 
 def test_the_command_line_saves_files_searches_a_folder_and_holds_the_files_to_their_options(family, tmp_path):
