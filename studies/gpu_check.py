@@ -552,8 +552,11 @@ def unlike_nanogpt(entry: dict):
 def loss_tolerance(dtype: str, loss: float) -> float:
     """How far two runs of the same steps may differ in loss. float32, eager: the sums' order only (1e-5
     relative). bf16 under torch.compile: DDP's compiled graph is split at its gradient buckets (other fusions,
-    other roundings) and flash attention's backward is not deterministic; that noise grows over the steps but stays
-    well under 0.02 nats in 20 warm-up steps (an assumed bound, to be checked against the first GPU run)."""
+    other roundings): train.py compiles the model before wrapping it in DDP, but the compile happens at the first
+    call, inside DDP's forward, where dynamo's DDPOptimizer (torch._dynamo.config.optimize_ddp, on by default)
+    sees the active DDP module and splits the graph. And flash attention's backward is not deterministic; that noise
+    grows over the steps but stays well under 0.02 nats in 20 warm-up steps (an assumed bound, to be checked against
+    the first GPU run)."""
     return 1e-5 * abs(loss) if dtype == "float32" else 0.02
 
 
