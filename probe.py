@@ -19,7 +19,7 @@ All of it comes from one pass per model, accumulated batch by batch in memory in
 
     python probe.py                      # Table 1 protocol, gpt2-nano, seeds 42 43, ~80 s on 2 CPU cores
     python probe.py --exp all            # every table and figure (minutes on a CPU)
-    python probe.py --sequences 10000 --seq_len 64 256 1024 --device cuda         # the paper's size
+    python probe.py --sequences 10000 --seq_len 64 256 1024 --batch_size 250 --device cuda   # the paper's size
     torchrun --nproc_per_node 8 probe.py --exp direction --models 100 --sequences 2000 --seq_len 1024
 
 Imports model.py, init.py (fresh inits), data.py (the random inputs), theory.py (the closed forms beside each
