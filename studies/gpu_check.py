@@ -46,9 +46,9 @@ limits, and then one run holds more.
 
 --prepare writes nanoGPT's four files at NANOGPT_COMMIT (downloaded from GitHub, or copied from a clone or a
 directory; each checked against its sha256) and GPT-2 tokens of tiny-shakespeare, WikiText-2 (test) and Brown
-(data.py's corpora, checked; offline --from DIR) into the git-ignored .gpu_check/ (3.8 MiB), which a GPU machine
-without network receives with the repository. The full size has not run on a GPU yet; the tiny one takes about
-30 s on 2 CPU cores, and tests/test_studies_gpu.py runs it with a stand-in for nanoGPT.
+(data.py's corpora, checked; offline --from DIR) into the git-ignored .gpu_check/ (3.8 MiB; kept under 64 MiB so
+that it can be copied with the checkout to a GPU machine without network). The full size has not run on a GPU yet;
+the tiny one takes about 30 s on 2 CPU cores, and tests/test_studies_gpu.py runs it with a stand-in for nanoGPT.
 """
 import contextlib
 import hashlib
@@ -92,7 +92,7 @@ GPU_DIR = os.path.join(ROOT, ".gpu_check")      # git-ignored: nanogpt/ and nano
 DATASET = "bench"                               # nanoGPT reads data/<dataset>/train.bin from its own folder
 CORPORA_USED = ("shakespeare", "wikitext2", "brown")     # data.py's corpora: 1.96M GPT-2 tokens, 3.8 MiB
 TOKENIZER = "gpt2"
-CARRY_LIMIT = 64 * 2 ** 20                      # what a GPU machine receives beside the repository, at most
+CARRY_LIMIT = 64 * 2 ** 20     # .gpu_check/ at most: small enough to copy with the checkout to an offline GPU machine
 
 # tests right after env: the suite with CUDA visible checks the most code that has never run on one, so a run short
 # of --budget leaves benchmarks for the next one, not the tests
@@ -214,10 +214,11 @@ def prepare(gpu_dir: str, nanogpt_from=None, from_dir=None) -> dict:
         meta = data.prepare(list(CORPORA_USED), os.path.join(nano, "data", DATASET), TOKENIZER, from_dir=from_dir)
     size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(gpu_dir) for f in fs)
     print(f"{gpu_dir}: nanoGPT@{NANOGPT_COMMIT[:7]} and {meta['train_tokens']:,} + {meta['val_tokens']:,} "
-          f"{TOKENIZER} tokens, {size / 2 ** 20:.1f} MiB (a GPU machine takes at most {CARRY_LIMIT // 2 ** 20} MiB "
-          f"with the repository)")
+          f"{TOKENIZER} tokens, {size / 2 ** 20:.1f} MiB (at most {CARRY_LIMIT // 2 ** 20} MiB, to copy with the "
+          f"checkout to a GPU machine)")
     if size > CARRY_LIMIT:
-        raise ValueError(f"{gpu_dir} holds {size / 2 ** 20:.1f} MiB, more than a GPU machine receives")
+        raise ValueError(f"{gpu_dir} holds {size / 2 ** 20:.1f} MiB, more than the {CARRY_LIMIT // 2 ** 20} MiB "
+                         f"that is copied with the checkout to a GPU machine")
     return meta
 
 
@@ -881,7 +882,7 @@ def main(argv=None):
     p.add_argument("--from", dest="from_dir", default=None, help="with --prepare, offline: a directory holding the "
                    "corpora's files (data.py --from; default $BORN_BIASED_DATA)")
     p.add_argument("--gpu_dir", default=os.path.relpath(GPU_DIR), help="what --prepare writes and a run reads "
-                   "(git-ignored; carry it to the GPU machine)")
+                   "(git-ignored; copy it with the checkout to the GPU machine)")
     p.add_argument("--size", choices=tuple(SIZES), default=None, help="full: the paper's and the benchmarks' sizes on "
                    "one CUDA GPU; tiny (default): the same stages on the CPU in under a minute")
     p.add_argument("--stages", nargs="+", choices=STAGES + OPTIONAL_STAGES, action=Distinct, default=None,
@@ -889,7 +890,7 @@ def main(argv=None):
                    f"(default {' '.join(STAGES)}; profile only when named)")
     p.add_argument("--budget", type=flag_type("int>=1"), default=570, help="seconds for all stages together: a "
                    "stage starts only where its time limit fits in what is left (train, nanogpt and ddp: their limits "
-                   "together), else it is left for another run (default 570: a 600 s device call)")
+                   "together), else it is left for another run (default 570: the whole run under 10 minutes)")
     p.add_argument("--tests", nargs="+", default=None, help="what the tests stage gives pytest (default: tests at "
                    "full size, tests/test_gpu.py at tiny size)")
     p.add_argument("--peak_tflops", type=flag_type("float>0"), default=None, help="the peak MFU is read against "
