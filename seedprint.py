@@ -1053,9 +1053,10 @@ def main(argv=None):
             flag[2:])]
         if unused:
             p.error(f"{', '.join(unused)} would do nothing with --save (a file records no verdict); drop them")
+    # each fingerprint file is read (and its sha256 checked) once, here, and passed on read: a 7B model's is 230 MB
+    models = [read_fingerprint(m) if is_fingerprint_file(m) else m for m in args.models]
     bases = registry(args.against) if args.against else []
-    widths = [(GPTConfig(**read_fingerprint(m).config) if is_fingerprint_file(m) else hf.read_config(m)).n_embd
-              for m in args.models + bases]
+    widths = [config_of(m).n_embd for m in models + bases]
     if "k" in given and given["k"] > min(widths) // 2:       # left out, k is capped at half the width
         p.error(f"--k {given['k']} is more than the narrower width {min(widths)} allows: the identity set is the k "
                 f"most extreme of its coordinates, at most half of them ({min(widths) // 2})")
@@ -1063,12 +1064,9 @@ def main(argv=None):
     device = resolve_device(args.device)
     if args.dtype:
         check_dtype_runs(device, DTYPES[args.dtype])
-    for path in args.models:                                   # every refusal before any work
-        if is_fingerprint_file(path):
-            read_fingerprint(path)
-        else:
-            hf.read_config(path)
-            hf.check_weights_finite(path)
+    for m in models:                                           # every refusal before any work
+        if isinstance(m, str):
+            hf.check_weights_finite(m)
     t0 = time.time()
     if args.save:
         fp = make_fingerprint(args.models[0], device=str(device), dtype=args.dtype, **asked)
@@ -1080,11 +1078,11 @@ def main(argv=None):
     with lock_dir(args.out):
         cache = os.path.join(args.out, "fingerprints")
         if args.against:
-            res = search(args.models[0], bases, cache_dir=cache, device=str(device), dtype=args.dtype,
+            res = search(models[0], bases, cache_dir=cache, device=str(device), dtype=args.dtype,
                          align=args.align, **asked)
-            results = {"search": report_search(args.models[0], bases, res, time.time() - t0)}
+            results = {"search": report_search(args.models[0], [b.path for b in bases], res, time.time() - t0)}
         else:
-            res = compare_many(args.models, cache_dir=cache, device=str(device), dtype=args.dtype, align=args.align,
+            res = compare_many(models, cache_dir=cache, device=str(device), dtype=args.dtype, align=args.align,
                                **asked)
             seconds = time.time() - t0
             if len(args.models) == 2:
@@ -1098,8 +1096,8 @@ def main(argv=None):
 
 
 def registry(folder: str) -> list:
-    """The fingerprint files (*.npz) of a folder, by name; an empty folder, or an .npz that is no fingerprint, is
-    refused."""
+    """The fingerprint files (*.npz) of a folder, by name, read (Fingerprints); an empty folder, or an .npz that is
+    no fingerprint, is refused."""
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"--against {folder}: {'a file' if os.path.exists(folder) else 'no such'} folder; "
                                 f"give a folder of fingerprint files (python seedprint.py MODEL --save DIR/NAME.npz)")
@@ -1107,9 +1105,7 @@ def registry(folder: str) -> list:
     if not files:
         raise FileNotFoundError(f"--against {folder} holds no fingerprint file (*.npz); make them with python "
                                 f"seedprint.py MODEL --save {folder}/NAME.npz")
-    for f in files:
-        read_fingerprint(f)
-    return files
+    return [read_fingerprint(f) for f in files]
 
 
 def report_search(suspect: str, bases: list, res: dict, seconds: float) -> dict:

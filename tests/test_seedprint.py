@@ -648,14 +648,22 @@ def test_mixed_widths_keep_the_exact_verdict_for_the_pairs_of_one_width(family):
     assert [res[pr].matched_only() for pr in ((0, 1), (0, 2), (1, 2))] == [False, True, True]
 
 
-def test_the_command_line_saves_files_searches_a_folder_and_holds_the_files_to_their_options(family, tmp_path):
+def test_the_command_line_saves_files_searches_a_folder_and_holds_the_files_to_their_options(family, tmp_path,
+                                                                                              monkeypatch):
     from conftest import cli_error
     root, paths = family
     reg = tmp_path / "reg"
     for name in ("base", "stranger"):
         seedprint.main([paths[name], "--save", str(reg / f"{name}.npz"), "--sequences", "200", "--seq_len", "16",
                         "--k", "16"])
+    reads, read = [], seedprint.read_fingerprint
+    monkeypatch.setattr(seedprint, "read_fingerprint", lambda path: reads.append(path) or read(path))
     seedprint.main([paths["child"], "--against", str(reg), "--out", str(tmp_path / "out")])
+    assert sorted(reads) == [str(reg / "base.npz"), str(reg / "stranger.npz")]      # each file read (hashed) once
+    reads.clear()
+    seedprint.main([str(reg / "base.npz"), str(reg / "stranger.npz"), "--out", str(tmp_path / "out_files")])
+    assert reads == [str(reg / "base.npz"), str(reg / "stranger.npz")]
+    monkeypatch.undo()
     import json
     found = json.loads((tmp_path / "out" / "results.json").read_text())["search"]
     assert found["answer"] == "derives from" and found["base"] == str(reg / "base.npz")
