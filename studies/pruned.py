@@ -23,6 +23,7 @@ With --base, the parent is that model (its tokenizer tokenizes the corpora), its
 """
 import dataclasses
 import hashlib
+import json
 import os
 import time
 
@@ -44,22 +45,34 @@ from studies.lineage import (TRAINING, TRAINING_FLAGS, Lineage, add_lineage_flag
 KINDS = {"width 25%": ("width", 0.25), "width 50%": ("width", 0.5), "depth 25%": ("depth", 0.25)}
 
 
-def cut(model, kind: str, tokens: torch.Tensor):
-    """The child of `kind` (KINDS) of `model`, cut with `tokens` as the calibration inputs."""
-    how, fraction = KINDS[kind]
-    if how == "width":
-        return prune_width(model, fraction, residual_importance(model, tokens))
-    return prune_depth(model, fraction, tokens)
-
-
-def save_cut(path: str, model, seed, tokenizer: str) -> str:
-    """The cut child as a checkpoint that train.py continues (--init_from), made once; it records its lineage's
-    seed where one is known (a parent trained here), as a descendant of that init."""
-    if not os.path.isfile(path):
+def cut_files(load, identity, tokens: torch.Tensor, folder: str, prefix: str, seed, tokenizer: str) -> dict:
+    """{kind: (name, path)}: each kind's (KINDS) cut child of one parent as a checkpoint that train.py continues
+    (--init_from), made once, recording its lineage's seed where one is known (a parent trained here). A cut depends
+    on the parent's weights (identity: anything JSON that names them) and the calibration windows `tokens`, so the
+    name holds the windows' length and a digest of both: a rerun with other windows makes its own cuts, never reuses
+    stale ones. The parent (load()) is loaded, and its residual importance computed (once, for both widths), only
+    where a cut is not on disk yet."""
+    digest = hashlib.sha256(json.dumps(identity).encode())
+    digest.update(tokens.numpy().tobytes())
+    names = {kind: f"{prefix}{slug(kind)}_T{tokens.shape[1]}_{digest.hexdigest()[:10]}" for kind in KINDS}
+    paths = {kind: os.path.join(folder, f"{name}.pt") for kind, name in names.items()}
+    missing = [kind for kind in KINDS if not os.path.isfile(paths[kind])]
+    if missing:
+        parent = load()
+        importance = residual_importance(parent, tokens) if any(KINDS[k][0] == "width" for k in missing) else None
         seeds = {} if seed is None else dict(seeds=dict(init_seed=seed, embed_seed=seed))
-        meta = dict(**seeds, tokenizer=tokenizer, provenance=provenance())
-        atomic_write(path, lambda tmp: write_checkpoint(tmp, model, **meta))
-    return path
+        for kind in missing:
+            how, fraction = KINDS[kind]
+            child = (prune_width(parent, fraction, importance) if how == "width"
+                     else prune_depth(parent, fraction, tokens))
+            atomic_write(paths[kind], lambda tmp: write_checkpoint(tmp, child, **seeds, tokenizer=tokenizer,
+                                                                   provenance=provenance()))
+    return {kind: (names[kind], paths[kind]) for kind in KINDS}
+
+
+def slug(kind: str) -> str:
+    """A kind of KINDS as one path component: "width 25%" -> "width25"."""
+    return kind.replace(" ", "").replace("%", "")
 
 
 def calibration_tokens(directory: str, T: int, n: int = 32) -> torch.Tensor:
@@ -105,11 +118,9 @@ def tiny(args, device: str) -> list:
     tokens = calibration_tokens(text, args.seq_len)
     children = {}
     for s, path in parents.items():
-        parent = hf.load(path)
-        for kind in KINDS:
-            name = f"seed{s}_{kind.replace(' ', '').replace('%', '')}"
-            start = save_cut(os.path.join(args.out, "cuts", f"{name}.pt"), cut(parent, kind, tokens), s,
-                             meta["tokenizer"])
+        cuts = cut_files(lambda path=path: hf.load(path), seedprint.weights_identity(path), tokens,
+                         os.path.join(args.out, "cuts"), f"seed{s}_", s, meta["tokenizer"])
+        for kind, (name, start) in cuts.items():         # a child's run is named by its cut: a new cut, a new run
             children[s, kind] = checkpoints(trained(template, args.out, name, s, text2, steps=args.child_steps,
                                                     init_from=start))[-1][1]
     widths = {kind: hf.read_config(children[args.parents[0], kind]).n_embd for kind in KINDS}
@@ -143,20 +154,17 @@ def base_study(args, device: str) -> list:
     out = os.path.join(args.out, f"pruned_base_{hashlib.sha256(base.key.encode()).hexdigest()[:10]}")   # per base
     texts = {c: data.prepared([c], os.path.join(out, f"data_{data.corpus_label(c)}"), args.base, args.data_from)
              for c in (args.corpus, args.corpus2)}
-    parent = base.build()
     tokens = calibration_tokens(texts[args.corpus], args.seq_len)
     template = dataclasses.replace(TRAINING, batch_size=8, seq_len=min(64, cfg.block_size), lr=1e-4,
                                    ckpt_every=args.child_steps, log_every=10, device=device)
     rows, lineage = [], Lineage(args, args.out, device, vocab=cfg.vocab_size)
-    for kind in KINDS:
-        name = kind.replace(" ", "").replace("%", "")
-        child_model = cut(parent, kind, tokens)
-        start = save_cut(os.path.join(out, "cuts", f"{name}.pt"), child_model, None, args.base)
+    for kind, (name, start) in cut_files(base.build, base.key, tokens, os.path.join(out, "cuts"), "", None,
+                                         args.base).items():
         child = checkpoints(trained(template, out, name, 0, texts[args.corpus2], steps=args.child_steps,
                                     init_from=start))[-1][1]
-        rows.append(row(lineage, base, child, f"parent vs its {kind} child", True, name))
-        control = fresh_init(child_model.config, 1)
-        rows.append(row(lineage, base, control, f"parent vs a fresh init at {kind}", False, name))
+        rows.append(row(lineage, base, child, f"parent vs its {kind} child", True, slug(kind)))
+        control = fresh_init(hf.read_config(start), 1)
+        rows.append(row(lineage, base, control, f"parent vs a fresh init at {kind}", False, slug(kind)))
     return rows
 
 

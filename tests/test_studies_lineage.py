@@ -476,6 +476,46 @@ def test_a_depth_pruned_child_runs_its_parents_blocks_but_the_dropped_ones():
     assert torch.allclose(child.trace(x, hidden="last")["hidden"][-1], expected, atol=1e-5)
 
 
+def test_the_pruned_study_cuts_a_parent_once_per_calibration_and_names_the_cut_by_it(tmp_path, monkeypatch):
+    """studies.pruned.cut_files: the three cuts of a parent are the edits themselves on these windows; the parent is
+    loaded, and its importance computed, once for all three; a rerun makes nothing; other windows (shorter: another
+    --seq_len) make other files, never the stale ones."""
+    import hf
+    from model import write_checkpoint
+    from studies import pruned
+    from studies.edits import prune_depth, prune_width, residual_importance
+    path = str(tmp_path / "parent.pt")
+    write_checkpoint(path, build(get_config("tiny", **LLAMA_KNOBS, vocab_size=50, block_size=16), 0, 0))
+    calls = {"load": 0, "importance": 0}
+
+    def load():
+        calls["load"] += 1
+        return hf.load(path)
+
+    def importance(model, tokens):
+        calls["importance"] += 1
+        return residual_importance(model, tokens)
+    monkeypatch.setattr(pruned, "residual_importance", importance)
+    tokens = torch.randint(0, 50, (4, 16), generator=torch.Generator().manual_seed(0))
+    make = lambda t: pruned.cut_files(load, seedprint.weights_identity(path), t, str(tmp_path / "cuts"), "p_", 0,
+                                      "bytes")
+    first = make(tokens)
+    assert calls == {"load": 1, "importance": 1}
+    assert make(tokens) == first and calls == {"load": 1, "importance": 1}        # on disk: nothing made again
+    shorter = make(tokens[:, :8])
+    assert calls == {"load": 2, "importance": 2}
+    assert all("_T16_" in first[k][0] and "_T8_" in shorter[k][0] and shorter[k] != first[k] for k in pruned.KINDS)
+    parent = hf.load(path)
+    expected = {"width 25%": prune_width(parent, 0.25, residual_importance(parent, tokens)),
+                "width 50%": prune_width(parent, 0.5, residual_importance(parent, tokens)),
+                "depth 25%": prune_depth(parent, 0.25, tokens)}
+    for kind, (name, cut) in first.items():
+        child = hf.load(cut)
+        assert child.config == expected[kind].config and hf.read_config(cut) == expected[kind].config
+        assert all(torch.equal(p, q) for p, q in zip(child.state_dict().values(),
+                                                      expected[kind].state_dict().values())), kind
+
+
 def test_the_pruned_study_finds_every_child_and_calls_no_stranger_related(corpora, tmp_path):
     """studies.pruned on tiny models: each parent's three children (two narrower, one shallower) trained after the
     cut are called related, every unrelated pair of unequal widths unrelated, and the table counts the pairs."""
