@@ -16,7 +16,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-SHARED_DATA = ROOT.parent / "shared" / "data"        # offline copies of the corpora, where this checkout has them
 
 
 def load_tool():
@@ -44,14 +43,12 @@ def shape(line: str) -> str:
 
 
 def offline_corpora(monkeypatch, tmp_path=None) -> bool:
-    """tiny-shakespeare without a download (tests never need the network): the offline copy beside the checkout
-    where there is one; else, given tmp_path, the repository's own docs standing in for it, under its name and with
-    their own sha256 (at CHECK size the page checks its claims, which hold on any text, and its lines' shapes).
-    Whether the real text is at hand."""
-    if os.environ.get("BORN_BIASED_DATA"):
-        return True
-    if (SHARED_DATA / "tinyshakespeare.txt").is_file():
-        monkeypatch.setenv("BORN_BIASED_DATA", str(SHARED_DATA))
+    """tiny-shakespeare without a download (tests never need the network): the offline copy BORN_BIASED_DATA
+    points at, where it holds one; else, given tmp_path, the repository's own docs standing in for it, under its
+    name and with their own sha256 (at CHECK size the page checks its claims, which hold on any text, and its lines'
+    shapes). Whether the real text is at hand."""
+    offline = os.environ.get("BORN_BIASED_DATA")
+    if offline and (Path(offline) / "tinyshakespeare.txt").is_file():
         return True
     if tmp_path is not None:
         import hashlib
