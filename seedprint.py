@@ -80,6 +80,8 @@ PARTIAL_TAU_FLOOR = 0.21
 # The mean |r| from which a (whitened) token-table match is trusted: chosen and tested in studies/aligned_floor.py
 # (docs/seedprint.md, "The aligned verdict": descendants' and unrelated models' values).
 TABLE_MATCH_R = 0.5
+# The held-out inputs an alignment is fit on: the test's seed plus this, never the test's own inputs.
+HELD_OUT_SEED = 1_000_003
 
 # ----------------------------------------------------------------------------- 2-4. the statistic
 # numpy and scipy only: seedprint_test runs on fingerprints saved anywhere, by anything.
@@ -424,9 +426,6 @@ def cross_matrix(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = "s
     return S, k, C
 
 
-
-
-
 # ----------------------------------------------------------------------------- 1. fingerprints (torch)
 
 def fingerprint(model, sequences: int = 2000, seq_len: int = 64, inputs: str = "tokens", vocab: int = None,
@@ -578,10 +577,6 @@ def fingerprint_all(models: list, cache_dir: str = None, device="cpu", dtype: st
                 np.savez(fh, H=H, key=key)
         atomic_write(file, save)
     return out
-
-
-# The held-out inputs an alignment is fit on: the test's seed plus this, never the test's own inputs.
-HELD_OUT_SEED = 1_000_003
 
 
 # ----------------------------------------------------------------------------- fingerprint files
@@ -957,7 +952,6 @@ def config_of(m):
     if isinstance(m, str):
         return hf.read_config(m)
     return None
-
 
 
 # ----------------------------------------------------------------------------- many models at once
