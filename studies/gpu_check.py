@@ -29,20 +29,15 @@ and the issue's targets read off those numbers (not tests): train.py >= nanoGPT 
 at T = 1,024 >= 50% MFU; the 7B fingerprint under 90 s; top-1 counts of the order of the paper's 58.5 times the top
 count of uniform draws.
 
-    python -m studies.gpu_check --prepare --nanogpt_from CLONE                # once, on any machine: .gpu_check/
-    python -m studies.gpu_check --size full --stages env tests fingerprint --out OUT    # limits 540 s
-    python -m studies.gpu_check --size full --stages train nanogpt ddp --out OUT        # limits 510 s
-    python -m studies.gpu_check --size full --stages table1 --out OUT                   # limits 240 s
+    python -m studies.gpu_check --prepare --nanogpt_from CLONE     # once, on any machine: .gpu_check/
+    python -m studies.gpu_check --size full --out OUT              # one H100 or H200, --budget 570 s
     python -m studies.gpu_check --size full --stages ddp tests --out OUT      # some stages again (results merge)
-    python -m studies.gpu_check                                               # every stage, tiny, on the CPU
+    python -m studies.gpu_check                                    # every stage, tiny, on the CPU
 
-At full size the stages' time limits add up to 1,290 s, more than two runs of under 10 minutes hold: the full check
-is the three commands above on one H100 or H200 (the same OUT), each under 10 minutes by its limits. A stage starts
-only where its limit fits in what is left of --budget (train, nanogpt and ddp start together or not at all: nanoGPT
-is timed beside train.py on the same card, and ddp reuses train's losses); the rest is left for the next run, whose
-command is printed. So `--size full --out OUT` alone runs, in order, the stages that fit in --budget (at their
-limits, env, tests and fingerprint), and the printed command completes it; stages usually finish well inside their
-limits, and then one run holds more.
+Each stage's time limit is a cap against a stage that hangs, not its expected time: at full size the caps add up
+to 1,290 s. The stages run in order, each cut to what is left of --budget; one with under MIN_STAGE_SECONDS left
+is not started. A run that leaves stages unfinished or not started prints the command of the next run (the same
+OUT; train again beside nanogpt or ddp, which are read against it on one card), so a second run completes it.
 
 --prepare writes nanoGPT's four files at NANOGPT_COMMIT (downloaded from GitHub, or copied from a clone or a
 directory; each checked against its sha256) and GPT-2 tokens of tiny-shakespeare, WikiText-2 (test) and Brown
@@ -98,7 +93,8 @@ CARRY_LIMIT = 64 * 2 ** 20     # .gpu_check/ at most: small enough to copy with 
 # of --budget leaves benchmarks for the next one, not the tests
 STAGES = ("env", "tests", "table1", "train", "nanogpt", "ddp", "fingerprint")
 OPTIONAL_STAGES = ("profile",)
-TOGETHER = ("train", "nanogpt", "ddp")          # one run, one card: nanoGPT timed beside train.py, ddp on its losses
+SAME_RUN_AS_TRAIN = ("nanogpt", "ddp")          # read against train's entry, from the same card and commit
+MIN_STAGE_SECONDS = 20                          # a stage with less of --budget left is not started
 NEEDS_DATA = ("train", "nanogpt", "ddp", "profile")
 LR, MIN_LR = 6e-4, 6e-5                         # nanoGPT's GPT-2 recipe; weight decay 0.1, clip 1.0 below
 
@@ -886,11 +882,10 @@ def main(argv=None):
     p.add_argument("--size", choices=tuple(SIZES), default=None, help="full: the paper's and the benchmarks' sizes on "
                    "one CUDA GPU; tiny (default): the same stages on the CPU in under a minute")
     p.add_argument("--stages", nargs="+", choices=STAGES + OPTIONAL_STAGES, action=Distinct, default=None,
-                   help=f"which stages, in this order, train, nanogpt and ddp together at the first one's place "
-                   f"(default {' '.join(STAGES)}; profile only when named)")
+                   help=f"which stages, in this order (default {' '.join(STAGES)}; profile only when named)")
     p.add_argument("--budget", type=flag_type("int>=1"), default=570, help="seconds for all stages together: a "
-                   "stage starts only where its time limit fits in what is left (train, nanogpt and ddp: their limits "
-                   "together), else it is left for another run (default 570: the whole run under 10 minutes)")
+                   f"stage is cut to what is left, and not started with under {MIN_STAGE_SECONDS} s left (then the "
+                   "command that makes the rest is printed; default 570: the whole run under 10 minutes)")
     p.add_argument("--tests", nargs="+", default=None, help="what the tests stage gives pytest (default: tests at "
                    "full size, tests/test_gpu.py at tiny size)")
     p.add_argument("--peak_tflops", type=flag_type("float>0"), default=None, help="the peak MFU is read against "
@@ -935,15 +930,12 @@ def main(argv=None):
         run.work = args.work or tempfile.mkdtemp(prefix="gpu_check_")
         os.makedirs(run.work, exist_ok=True)
         try:
-            for group in plan(stages):
-                need, left = sum(size["limits"][s] for s in group), run.deadline - time.time()
-                if need > left:            # started, it could be cut short: its limits' worth of work for nothing
-                    for name in group:
-                        run_stage(run, name, skip=f"needs {need} s by its limits ({' + '.join(group)}), "
-                                                  f"{max(left, 0):.0f} s of --budget left")
-                    deferred += group
-                    continue
-                for name in group:
+            for name in stages:
+                left = run.deadline - time.time()
+                if left < MIN_STAGE_SECONDS:        # too little to start: left for the next run, not begun
+                    run_stage(run, name, skip=f"{max(left, 0):.0f} s of --budget left")
+                    deferred.append(name)
+                else:
                     failed += [name] if run_stage(run, name) != "ok" else []
         finally:
             if not args.work:
@@ -953,37 +945,27 @@ def main(argv=None):
         run.results.update(final)
         draw(run.results, os.path.join(args.out, "gpu_check.png"))
     report(run.results, [s for s in STAGES + OPTIONAL_STAGES if s in run.results.get("stages", {})])
-    if deferred:
-        print(f"{len(deferred)} of {len(stages)} stages left for another run (their limits exceed what was left of "
-              f"--budget): python -m studies.gpu_check --size {args.size} --stages {' '.join(deferred)} --out "
-              f"{shlex.quote(args.out)}")
-    if failed:
-        print(f"{len(failed)} of {len(stages)} stages did not finish ok: {', '.join(failed)} (see "
-              f"{run.log_path}); rerun them with --stages {' '.join(failed)}")
     if failed or deferred:
+        print(f"{len(failed)} of {len(stages)} stages did not finish ok ({', '.join(failed) or 'none'}; see "
+              f"{run.log_path}), {len(deferred)} were not started ({', '.join(deferred) or 'none'}). Next run: "
+              f"python -m studies.gpu_check --size {args.size} --stages {' '.join(next_stages(failed + deferred))} "
+              f"--out {shlex.quote(args.out)}")
         sys.exit(1)
 
 
-def plan(stages: list) -> list:
-    """The stages in the order given, in groups that start together or not at all: train, nanogpt and ddp at the
-    place of the first of them named (nanoGPT is timed beside train.py on one card; ddp reuses train's losses)."""
-    groups, together = [], None
-    for name in stages:
-        if name not in TOGETHER:
-            groups.append([name])
-        elif together is None:
-            together = [name]
-            groups.append(together)
-        else:
-            together.append(name)
-    return groups
+def next_stages(left: list) -> list:
+    """The stages a next run makes, in STAGES' order: those left, with train beside nanogpt or ddp (nanoGPT is
+    read against train.py on the same card, and ddp against train's losses, made in one run)."""
+    if set(left) & set(SAME_RUN_AS_TRAIN):
+        left = [*left, "train"]
+    return [name for name in STAGES + OPTIONAL_STAGES if name in left]
 
 
 def run_stage(run: Run, name: str, skip: str = None) -> str:
     """One stage under its time limit; its entry (or its failure) and the stages' table into results.json.
     skip: why it is left for another run; an entry an earlier run made in --out is then kept as it is."""
     left = run.deadline - time.time()
-    limit = min(run.size["limits"][name], left)        # the plan left it the whole limit: only a guard
+    limit = min(run.size["limits"][name], left)        # its cap against a hung stage, or what is left of --budget
     record = dict(limit=round(run.size["limits"][name] if skip else limit, 1))
     t0 = time.time()
     if skip:
