@@ -57,8 +57,8 @@ from typing import Callable, Optional
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from common import (ArgumentParser, DTYPES, Progress, add_device_flags, add_settings_flags, atomic_write,
                     check_dtype_runs, check_output, check_settings, figure, flag_type, lock_dir, parse_bool,
-                    print_table, provenance, resolve_device, run_script, save_figure, setting, settings_given,
-                    update_results)
+                    print_table, provenance, refuse_unused, resolve_device, run_script, save_figure, setting,
+                    settings_given, update_results)
 from model import GPT, GPTConfig, read_checkpoint
 import hf
 from data import random_batches
@@ -1043,10 +1043,7 @@ def main(argv=None):
         check_output(os.path.dirname(os.path.abspath(args.save)), "--save's folder")
         if os.path.isdir(args.save):
             p.error(f"--save {args.save} is a directory; give a file name ending in .npz")
-        unused = [flag for flag, value in (("--align", args.align), ("--out", args.out)) if value != p.get_default(
-            flag[2:])]
-        if unused:
-            p.error(f"{', '.join(unused)} would do nothing with --save (a file records no verdict); drop them")
+        refuse_unused(args, ("align", "out"), "{flags} would do nothing with --save (a file records no verdict)", p)
     # each fingerprint file is read (and its sha256 checked) once, here, and passed on read: a 7B model's is 230 MB
     models = [read_fingerprint(m) if is_fingerprint_file(m) else m for m in args.models]
     bases = registry(args.against) if args.against else []

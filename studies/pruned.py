@@ -29,7 +29,7 @@ import time
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from common import (ArgumentParser, Distinct, Progress, atomic_write, check_output, flag_type, lock_dir, print_table,
-                    provenance, resolve_device, run_script, seed_int, update_results)
+                    provenance, refuse_unused, resolve_device, run_script, seed_int, update_results)
 from model import GPTConfig, write_checkpoint
 import numpy as np
 import torch
@@ -186,12 +186,9 @@ def main(argv=None):
         # recorded; and the tiny architecture is not the one --seq_len must fit, so check_lineage_flags does not apply
         tiny_only = ("parents", "scratch", *TRAINING_FLAGS, "tokenizer", "model",
                      *(f.name for f in dataclasses.fields(GPTConfig)))
-        unused = [f"--{k}" for k in tiny_only if getattr(args, k) != p.get_default(k)]
-        if unused:
-            them = "them" if len(unused) > 1 else "it"
-            p.error(f"with --base the parent (its architecture, its tokenizer) is given and its children train with "
-                    f"a fine-tune's recipe (batch 8, lr 1e-4, --child_steps): {', '.join(unused)} would do nothing; "
-                    f"drop {them}")
+        refuse_unused(args, tiny_only, "with --base the parent (its architecture, its tokenizer) is given and its "
+                      "children train with a fine-tune's recipe (batch 8, lr 1e-4, --child_steps): {flags} would do "
+                      "nothing", p)
         check_base(args.base, args.seq_len)
     else:
         check_lineage_flags(args)

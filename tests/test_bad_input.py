@@ -201,6 +201,7 @@ CASES = [
     ("seedprint", ["{fp}", "--save", "{root}/x.npz"], "--save FILE.npz writes the fingerprint file of a model"),
     ("seedprint", ["{ckpt}", "--save", "{root}/x.npz", "--against", "{reg}"], "give one of them"),
     ("seedprint", ["{ckpt}", "--save", "{root}/x.npz", "--vocab", "9999"], "beyond the vocabulary of"),
+    ("seedprint", ["{ckpt}", "--save", "{root}/x.npz", "--align", "on"], "--align would do nothing with --save"),
     ("studies.seedprint_tables", ["--exp", "table4b", "--lr", "nan"], "--lr: must be a finite number > 0, got nan"),
     ("studies.derivatives", ["--base", "{hf}"], "no tokenizer"),
     ("seedprint", ["{hf_huge}", "{hf}"], "non-finite activations (NaN/inf), first in block 1"),
