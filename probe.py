@@ -113,7 +113,7 @@ def probe(model: GPT, kind: str = "tokens", sequences: int = 512, seq_len: int =
 def token_preference(counts: np.ndarray) -> dict:
     """Table 1's row from argmax counts: top-1 id, its frequency, its ratio to one token's expected count n / V
     (ratio_to_uniform) and to the top count of n uniform draws (ratio_to_top_uniform: the paper's baseline, Fig 1's
-    red line), log10 p."""
+    red line; one seeded draw, uniform_baseline's seed 0, so the ratio moves with that draw's top count), log10 p."""
     n, vocab = int(counts.sum()), len(counts)
     top1 = int(counts.argmax())
     c = int(counts[top1])
