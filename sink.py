@@ -424,8 +424,7 @@ def main(argv=None):
 def add_measure_flags(group, lengths=(64,)) -> None:
     """The measurement's flags, sink.py's and the sink studies' (Gu et al.: 100 sequences of 64, eps 0.3), each
     range checked as it is parsed. lengths=None: the study's context."""
-    # two at least: the variance across sequences (--exp variance, the sink studies) is undefined for one
-    group.add_argument("--sequences", type=flag_type("int>=2"), default=100, help="sequences measured")
+    group.add_argument("--sequences", type=flag_type("int>=1"), default=100, help="sequences measured")
     group.add_argument("--lengths", type=flag_type("int>=2"), nargs="+", action=Distinct,
                        default=list(lengths) if lengths else None,
                        help="sequence lengths T" + ("" if lengths else " (default: the context)"))
@@ -441,6 +440,8 @@ def check_args(p, args):
         refuse_unused(args, ("tokenizer", "data_from"), "{flags} would do nothing without --text", p)
     if args.exp != "interventions":
         refuse_unused(args, INTERVENTIONS, "{flags} would do nothing without --exp interventions", p)
+    if args.exp == "variance" and args.sequences < 2:
+        p.error("--exp variance: a variance across sequences needs --sequences 2 or more")
     if args.exp in ("interventions", "variance") and len(args.lengths) > 1:
         p.error(f"--exp {args.exp} measures at one length: give one --lengths (got {len(args.lengths)})")
     if args.exp == "interventions":

@@ -357,6 +357,8 @@ def main(argv=None):
         p.error(f"--lengths {max(lengths)} exceeds the testbed's context {T}")
     if len(args.seeds) < 2:
         p.error("--seeds: every number is a mean over seeds with its interval, which needs two or more seeds")
+    if args.sequences < 2:
+        p.error("--sequences: the first position's variance is across sequences, which needs two or more")
     if args.successors > args.testbed_vocab - 4:
         p.error(f"--successors {args.successors} exceeds the --testbed_vocab {args.testbed_vocab} less its 4 triggers")
     steps = args.max_steps
