@@ -554,7 +554,7 @@ def fingerprint_all(models: list, cache_dir: str = None, device="cpu", dtype: st
         row, model = [], m if isinstance(m, GPT) else None
         for opts in sets:
             key = json.dumps(dict(weights=identity, device=str(device), dtype=str(dtype), options=opts,
-                                  autocast="bf16" if str(device).startswith("cuda") else None, version=3),
+                                  autocast="bf16" if str(device).startswith("cuda") else None, version=4),
                              sort_keys=True)
             file = os.path.join(cache_dir, hashlib.sha256(key.encode()).hexdigest()[:20] + ".npz") \
                 if cache_dir and identity is not None else None

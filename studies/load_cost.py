@@ -33,8 +33,9 @@ def peak_rss() -> int:
 
 
 def weight_files(path: str) -> list:
-    """The files the loader reads a model's weights from: a checkpoint file, or the directory's shards (those its
-    index names, as hf.read_dir finds them: a stray *.safetensors file beside them is not counted)."""
+    """The files the loader reads a model's weights from: a checkpoint file, or the directory's shards as
+    hf.read_dir finds them (where an index names the shards, a stray *.safetensors file beside them is not
+    counted; without one, every *.safetensors file is a shard)."""
     return [path] if os.path.isfile(path) else list(hf.read_dir(path)[2])
 
 

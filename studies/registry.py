@@ -79,6 +79,9 @@ def main(argv=None):
     if set(args.bases) & set(args.suspects) or len(args.bases) < 2:
         p.error("give two or more --bases and --suspects seeds none of which is a base's (a suspect from a base's "
                 "seed would be its twin)")
+    if args.dtype == "bfloat16":
+        p.error("--dtype bfloat16: the study sets bf16 files against files made in --dtype, so bf16 against bf16 "
+                "would compare nothing; give float32 (default) or float16")
     check_output(args.out)
     device = str(resolve_device(args.device))
     if args.dtype:
@@ -148,7 +151,7 @@ def main(argv=None):
         update_results(os.path.join(args.out, "results.json"), {"registry": dict(
             table=table, trials=trials, twice=dict(answer=twice["answer"], related=twice["related"],
                                                    one_lineage=twice["one_lineage"]),
-            bf16_against_float32=moved, file_bytes=sizes, align=args.align, seconds=time.time() - t0)},
+            **{f"bf16_against_{made_in}": moved}, file_bytes=sizes, align=args.align, seconds=time.time() - t0)},
             device, args.dtype)
 
 
