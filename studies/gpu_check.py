@@ -37,7 +37,8 @@ count of uniform draws.
 Each stage's time limit is a cap against a stage that hangs, not its expected time: at full size the caps add up
 to 1,290 s. The stages run in order, each cut to what is left of --budget; one with under MIN_STAGE_SECONDS left
 is not started. A run that leaves stages unfinished or not started prints the command of the next run (the same
-OUT; train again beside nanogpt or ddp, which are read against it on one card), so a second run completes it.
+OUT, the same flags; train and nanogpt together, as they are read against each other on one card), so a second
+run completes it.
 
 --prepare writes nanoGPT's four files at NANOGPT_COMMIT (downloaded from GitHub, or copied from a clone or a
 directory; each checked against its sha256) and GPT-2 tokens of tiny-shakespeare, WikiText-2 (test) and Brown
@@ -93,7 +94,7 @@ CARRY_LIMIT = 64 * 2 ** 20     # .gpu_check/ at most: small enough to copy with 
 # of --budget leaves benchmarks for the next one, not the tests
 STAGES = ("env", "tests", "table1", "train", "nanogpt", "ddp", "fingerprint")
 OPTIONAL_STAGES = ("profile",)
-SAME_RUN_AS_TRAIN = ("nanogpt", "ddp")          # read against train's entry, from the same card and commit
+TIMED_TOGETHER = ("train", "nanogpt")           # nanoGPT's tokens/s is read against train.py's, on one card
 MIN_STAGE_SECONDS = 20                          # a stage with less of --budget left is not started
 NEEDS_DATA = ("train", "nanogpt", "ddp", "profile")
 LR, MIN_LR = 6e-4, 6e-5                         # nanoGPT's GPT-2 recipe; weight decay 0.1, clip 1.0 below
@@ -948,17 +949,27 @@ def main(argv=None):
     if failed or deferred:
         print(f"{len(failed)} of {len(stages)} stages did not finish ok ({', '.join(failed) or 'none'}; see "
               f"{run.log_path}), {len(deferred)} were not started ({', '.join(deferred) or 'none'}). Next run: "
-              f"python -m studies.gpu_check --size {args.size} --stages {' '.join(next_stages(failed + deferred))} "
-              f"--out {shlex.quote(args.out)}")
+              f"{next_command(p, args, next_stages(failed + deferred))}")
         sys.exit(1)
 
 
 def next_stages(left: list) -> list:
-    """The stages a next run makes, in STAGES' order: those left, with train beside nanogpt or ddp (nanoGPT is
-    read against train.py on the same card, and ddp against train's losses, made in one run)."""
-    if set(left) & set(SAME_RUN_AS_TRAIN):
-        left = [*left, "train"]
+    """The stages a next run makes, in STAGES' order: those left, and train and nanogpt both where either is left
+    (nanoGPT's numbers are read against train.py's from the same card; ddp needs no train of its own: it reuses an
+    earlier one from the same card and commit, or makes its plain run)."""
+    if set(left) & set(TIMED_TOGETHER):
+        left = [*left, *TIMED_TOGETHER]
     return [name for name in STAGES + OPTIONAL_STAGES if name in left]
+
+
+def next_command(parser, args, stages: list) -> str:
+    """The command of a next run: these stages, with every flag this run was given apart from its default."""
+    words = ["python", "-m", "studies.gpu_check", "--size", args.size, "--stages", *stages]
+    for name in ("gpu_dir", "budget", "tests", "peak_tflops", "work"):
+        value = getattr(args, name)
+        if value != parser.get_default(name):
+            words += [f"--{name}", *(map(str, value) if isinstance(value, list) else [str(value)])]
+    return shlex.join([*words, "--out", args.out])
 
 
 def run_stage(run: Run, name: str, skip: str = None) -> str:

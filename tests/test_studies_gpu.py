@@ -289,18 +289,19 @@ def test_the_loss_comparison_fails_where_the_losses_differ():
 
 def test_the_tests_run_right_after_env_and_a_next_run_makes_train_beside_what_is_read_against_it():
     """The suite with CUDA visible runs second, so a short run leaves benchmarks, not the tests, for later; a next
-    run that makes nanogpt or ddp makes train too (both are read against train's entry on one card)."""
+    run that makes nanogpt or train makes both (each is read against the other on one card); ddp goes alone."""
     assert gpu_check.STAGES[:2] == ("env", "tests") and sorted(gpu_check.STAGES) == sorted(set(gpu_check.STAGES))
-    assert gpu_check.next_stages(["ddp", "fingerprint"]) == ["train", "ddp", "fingerprint"]
+    assert gpu_check.next_stages(["ddp", "fingerprint"]) == ["ddp", "fingerprint"]
     assert gpu_check.next_stages(["fingerprint", "nanogpt", "tests"]) == ["tests", "train", "nanogpt", "fingerprint"]
+    assert gpu_check.next_stages(["train"]) == ["train", "nanogpt"]
     assert gpu_check.next_stages(["table1"]) == ["table1"]
 
 
 def test_stages_past_the_budget_are_not_started_and_the_next_run_is_printed(gpu_dir, tmp_path, capsys,
                                                                               monkeypatch):
     """With less than MIN_STAGE_SECONDS of --budget left a stage is not started: here env runs and the others are
-    left (none begun), the command of the next run is printed, train beside ddp; an earlier run's entry of a stage
-    not run is kept."""
+    left (none begun), the command of the next run is printed with this run's flags, train beside nanogpt; an earlier
+    run's entry of a stage not run is kept."""
     env = gpu_check.STAGE_RUNS["env"]
 
     def slow_env(run):                                       # env takes 6 s of --budget 100: 94 s left after it
@@ -310,22 +311,23 @@ def test_stages_past_the_budget_are_not_started_and_the_next_run_is_printed(gpu_
     monkeypatch.setattr(gpu_check, "MIN_STAGE_SECONDS", 95)     # env starts, nothing after it
     out = tmp_path / "out"
     argv = ["--gpu_dir", str(gpu_dir), "--work", str(tmp_path / "work"), "--out", str(out), "--budget", "100",
-            "--stages", "env", "ddp", "table1"]
+            "--stages", "env", "nanogpt", "table1"]
     with pytest.raises(SystemExit) as stopped:
         gpu_check.main(argv)
     assert stopped.value.code == 1
     res = json.loads((out / "results.json").read_text())
     assert res["stages"]["env"]["status"] == "ok"
-    for name in ("ddp", "table1"):
+    for name in ("nanogpt", "table1"):
         assert res["stages"][name]["status"] == "skipped" and "of --budget left" in res["stages"][name]["error"]
-    assert not (tmp_path / "work" / "ddp").exists()
+    assert not (tmp_path / "work" / "nanogpt").exists()
     said = capsys.readouterr().out
-    assert f"--size tiny --stages table1 train ddp --out {out}" in said
-    res["ddp"] = dict(same=True, size="tiny", stage=dict(status="ok"))        # as if an earlier run made it
+    assert (f"--size tiny --stages table1 train nanogpt --gpu_dir {gpu_dir} --budget 100 --work {tmp_path / 'work'} "
+            f"--out {out}") in said
+    res["nanogpt"] = dict(size="tiny", stage=dict(status="ok"))               # as if an earlier run made it
     (out / "results.json").write_text(json.dumps(res))
     with pytest.raises(SystemExit):
         gpu_check.main(argv)
-    assert json.loads((out / "results.json").read_text())["ddp"] == res["ddp"]
+    assert json.loads((out / "results.json").read_text())["nanogpt"] == res["nanogpt"]
 
 
 def test_a_stage_over_its_limit_is_stopped_with_everything_it_started(tmp_path):
