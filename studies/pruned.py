@@ -93,7 +93,7 @@ def row(lineage: Lineage, a, b, kind: str, related: bool, label: str) -> dict:
 def fitted_floor(rows: list):
     """The partial match's floor these pairs call for (fit_floor, how seedprint.PARTIAL_TAU_FLOOR was fit): from the
     unrelated pairs of unequal widths matched on held-out inputs."""
-    return fit_floor([r["tau"] for r in rows if not r["related"] and r["widths"][0] != r["widths"][1]
+    return fit_floor([r["tau"] for r in rows if not r["related"] and seedprint.two_widths(r["widths"])
                       and r["matched_on"] == "held-out inputs"])
 
 
