@@ -565,7 +565,9 @@ class GPT(nn.Module):
           head_out: per layer (B, H, T, head_dim), each head's aggregated output as W_O sees it
           logits: the last position's logits (B, vocab)
         attn_mask: a (T, T) bool mask used in every layer instead of the causal one; it must stay causal
-        and leave each query a key (sink.py's mask edit: "token k attends only to itself")."""
+        and leave each query a key (sink.py's mask edit: "token k attends only to itself").
+        A NaN or inf in a state is a FloatingPointError naming the first state that holds one: in the whole state,
+        or in its last position where the pass returns nothing else (hidden="last", logits)."""
         if hidden not in (None, "all", "last"):
             raise ValueError(f"hidden must be None, 'all' or 'last', got {hidden!r}")
         x = self._embed(idx, embeds)
@@ -574,17 +576,22 @@ class GPT(nn.Module):
             attn_mask = check_attn_mask(attn_mask, T).to(x.device)
         keep = (lambda h: h) if hidden == "all" else (lambda h: h[:, -1])
         asked = [key for key, wanted in (("attn_probs", attn_probs), ("head_out", head_out)) if wanted]
+        # Finiteness is checked on what the pass returns. Where that is the last position alone (hidden="last",
+        # logits), only the last position's states are read: a NaN elsewhere that never reaches it changes no
+        # result, and a check of the whole state reads every state of the pass once more
+        last_only = (hidden == "last" or (hidden is None and logits)) and not asked
+        watched = (lambda h: h[:, -1]) if last_only else (lambda h: h)
         ropes = self._ropes(x)
-        states, per_layer, finite = [keep(x)], [], [torch.isfinite(x).all()]
+        states, per_layer, finite = [keep(x)], [], [torch.isfinite(watched(x)).all()]
         for block in self.transformer.h:
             rec = dict.fromkeys(asked)
             x = block(x, self._rope_of(block, ropes), attn_mask, rec)
             states.append(keep(x))
             per_layer.append(rec)
-            finite.append(torch.isfinite(x).all())
+            finite.append(torch.isfinite(watched(x)).all())
         x = self.transformer.ln_f(x)
         states.append(keep(x))
-        finite.append(torch.isfinite(x).all())
+        finite.append(torch.isfinite(watched(x)).all())
         last_logits = self.unembed(x[:, -1]) if logits else None
         if logits:
             finite.append(torch.isfinite(last_logits).all())
@@ -641,9 +648,12 @@ class GPT(nn.Module):
         cfg = self.config
         if cfg.position != "rope":
             return None
-        full = rope_tables(x.shape[1], cfg, x.device)
-        return dict(full=full, sliding=rope_tables(x.shape[1], cfg, x.device, local=True)
-                    if cfg.rope_local_theta else full)
+        # Under torch.compile the tables are made eagerly, outside the graph (one break): inside it the compiler
+        # fuses their pow, sin and cos into each layer's rotation and recomputes them for every element of q and
+        # k, in every layer, which cost a compiled probe pass on a GPU more device time than its matrix products
+        tables = torch.compiler.disable(rope_tables) if torch.compiler.is_compiling() else rope_tables
+        full = tables(x.shape[1], cfg, x.device)
+        return dict(full=full, sliding=tables(x.shape[1], cfg, x.device, local=True) if cfg.rope_local_theta else full)
 
     @staticmethod
     def _rope_of(block, ropes):

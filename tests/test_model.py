@@ -136,6 +136,44 @@ def test_rope_matches_complex_rotation_and_is_relative():
     assert abs(scores[5, 2] - scores[5, 3]) > 1e-3                     # ... and it does depend on m - n
 
 
+def test_compiled_pass_makes_rope_tables_outside_its_graph_and_equals_the_eager_pass():
+    """Under torch.compile the RoPE tables are made eagerly: no sin or cos is left in the generated code, where the
+    compiler would fuse them into every layer's rotation and recompute them per element of q and k (a gemma3-like
+    model: the sliding-window layers' own tables too). The compiled pass equals the eager one."""
+    import re
+    from torch._inductor.utils import run_and_get_code
+    cfg = tiny(n_layer=2, rope_local_theta=100.0, sliding_window=4, sliding_layers="sf")
+    model = build(cfg, seed=0).eval()
+    idx = torch.randint(0, 32, (3, 12), generator=torch.Generator().manual_seed(0))
+    torch._dynamo.reset()
+    with torch.no_grad():
+        eager = model.trace(idx, hidden="last", logits=True)
+        compiled, code = run_and_get_code(torch.compile(model.trace, dynamic=False), idx, hidden="last", logits=True)
+    torch._dynamo.reset()
+    code = "\n".join(code)
+    assert "cpp_fused" in code or "triton" in code                  # the pass really ran generated code
+    assert not re.search(r"(?<![A-Za-z])(sin|cos)(?![A-Za-z])", code)
+    torch.testing.assert_close(compiled["logits"], eager["logits"], rtol=1e-5, atol=1e-5)
+    for c, e in zip(compiled["hidden"], eager["hidden"]):
+        torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-5)
+
+
+def test_nonfinite_check_reads_what_the_pass_returns():
+    """A NaN at the first position: in an MLP-only stack it never reaches the last position, so a pass that returns
+    the last position alone is a result, and one that returns every position is refused. With attention, block 1's
+    running average carries it to the last position: refused there, naming block 1."""
+    embeds = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(0))
+    embeds[:, 0, 3] = float("nan")
+    mlp_only = build(tiny(sublayers="mlp"), seed=0).eval()
+    with torch.no_grad():
+        out = mlp_only.trace(embeds=embeds, hidden="last", logits=True)
+        assert all(torch.isfinite(h).all() for h in out["hidden"]) and torch.isfinite(out["logits"]).all()
+        with pytest.raises(FloatingPointError, match="first in the input embeddings"):
+            mlp_only.trace(embeds=embeds, hidden="all")
+        with pytest.raises(FloatingPointError, match="first in block 1 of 2"):
+            build(tiny(), seed=0).eval().trace(embeds=embeds, hidden="last")
+
+
 def test_calibration_scales_each_position_exactly_with_softmax_attention():
     """Calibration multiplies the head outputs at 1-indexed position t by sqrt(t) (amplify) or
     sqrt(t / T) (attenuate) after softmax aggregation: the same weights give exactly that ratio in layer 1."""
