@@ -32,9 +32,17 @@ def test_prepare_round_trips_bytes(data_dir):
     assert decode(tokens) == TEXT
 
 
+# tiktoken's cache names each file by the sha1 of its URL: GPT-2's two BPE files
+GPT2_BPE_URLS = [f"https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/{name}"
+                 for name in ("vocab.bpe", "encoder.json")]
+
+
 def _tiktoken_offline():
+    """TIKTOKEN_CACHE_DIR where it holds GPT-2's BPE files, else None: a folder without them (a machine with no
+    network) would make tiktoken download, and tests never do."""
     cache = os.environ.get("TIKTOKEN_CACHE_DIR")
-    return cache if cache and os.path.isdir(cache) else None
+    names = [hashlib.sha1(url.encode()).hexdigest() for url in GPT2_BPE_URLS]
+    return cache if cache and all(os.path.isfile(os.path.join(cache, n)) for n in names) else None
 
 
 @pytest.mark.skipif(_tiktoken_offline() is None, reason="GPT-2 BPE files not cached (tests never download)")
