@@ -43,8 +43,9 @@ run completes it.
 --prepare writes nanoGPT's four files at NANOGPT_COMMIT (downloaded from GitHub, or copied from a clone or a
 directory; each checked against its sha256) and GPT-2 tokens of tiny-shakespeare, WikiText-2 (test) and Brown
 (data.py's corpora, checked; offline --from DIR) into the git-ignored .gpu_check/ (3.8 MiB; kept under 64 MiB so
-that it can be copied with the checkout to a GPU machine without network). The full size has not run on a GPU yet;
-the tiny one takes about 30 s on 2 CPU cores, and tests/test_studies_gpu.py runs it with a stand-in for nanoGPT.
+that it can be copied with the checkout to a GPU machine without network). The full size took 439 s of stages on
+one H100 (docs/reproduce.md, "What one H100 measured", has its numbers); the tiny one takes about 30 s on 2 CPU
+cores, and tests/test_studies_gpu.py runs it with a stand-in for nanoGPT.
 """
 import contextlib
 import hashlib
