@@ -52,6 +52,9 @@ from init import add_config_flags, build, config_from_flags, config_overrides
 
 # ----------------------------------------------------------------------------- one pass over a model
 
+TIMED_PASS = "probe.timed_pass"     # the timed loop's name in a torch.profiler trace (studies.gpu_check's profile)
+
+
 @torch.no_grad()
 def probe(model: GPT, kind: str = "tokens", sequences: int = 512, seq_len: int = 64, batch_size: int = 32,
           data_seed: int = 1234, log: bool = False, compile: bool = False) -> dict:
@@ -83,18 +86,20 @@ def probe(model: GPT, kind: str = "tokens", sequences: int = 512, seq_len: int =
                       logits=True)
     sync()
     t0 = time.time()
-    for inputs in random_inputs(model, kind, sequences, seq_len, batch_size, data_seed):
-        with autocast:
-            out = trace(**inputs, hidden="last", logits=True)
-        # counted with index_add_, not bincount: on CUDA bincount reads the largest id back to size its output,
-        # a host sync per batch that stalls the queue of kernels
-        top = out["logits"].float().argmax(dim=-1)
-        counts.index_add_(0, top, torch.ones_like(top))
-        for acc, h in zip(stats, out["hidden"]):
-            acc.update(h.float())
-        top = out["hidden"][-1].float().argmax(dim=-1)
-        dim_counts.index_add_(0, top, torch.ones_like(top))
-    sync()
+    # named for a profiler, which can then read this loop apart from the compiling before it (a no-op without one)
+    with torch.profiler.record_function(TIMED_PASS):
+        for inputs in random_inputs(model, kind, sequences, seq_len, batch_size, data_seed):
+            with autocast:
+                out = trace(**inputs, hidden="last", logits=True)
+            # counted with index_add_, not bincount: on CUDA bincount reads the largest id back to size its output,
+            # a host sync per batch that stalls the queue of kernels
+            top = out["logits"].float().argmax(dim=-1)
+            counts.index_add_(0, top, torch.ones_like(top))
+            for acc, h in zip(stats, out["hidden"]):
+                acc.update(h.float())
+            top = out["hidden"][-1].float().argmax(dim=-1)
+            dim_counts.index_add_(0, top, torch.ones_like(top))
+        sync()
     seconds = time.time() - t0
     with autocast:
         direction_top1 = int(model.unembed(stats[-1].direction().to(model.transformer.wte.weight.dtype)[None]).argmax())

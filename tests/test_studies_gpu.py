@@ -349,6 +349,42 @@ def test_a_stage_over_its_limit_is_stopped_with_everything_it_started(tmp_path):
         raise AssertionError(f"the command's own child {child} outlived the time limit")
 
 
+def test_a_profile_window_reads_only_what_ran_inside_it_for_as_long_as_it_lasted():
+    """profile_rows(window=...) against a second count: a large product before a record_function range and three
+    small ones inside it. The window reads the three alone (the whole profile all four), and its wall is the
+    range's length, which a clock inside the range brackets (the profiler adds its own microseconds)."""
+    big, small = torch.randn(300, 300), torch.randn(40, 40)
+    inner = []
+
+    def fn():
+        torch.mm(big, big)                          # before the range: compiling, in a probe pass
+        with torch.profiler.record_function("timed"):
+            t0 = time.perf_counter()
+            for _ in range(3):
+                torch.mm(small, small)
+            inner.append(time.perf_counter() - t0)
+
+    windowed = gpu_check.profiled(fn, cuda=False, window="timed")
+    whole = gpu_check.profiled(fn, cuda=False)
+    calls = lambda out: {r["op"]: r["calls"] for r in out["top"]}["aten::mm"]
+    assert calls(windowed) == 3 and calls(whole) == 4
+    assert inner[0] <= windowed["wall_seconds"] < inner[0] + 0.05
+    assert windowed["busy_seconds"] <= windowed["wall_seconds"]
+    with pytest.raises(gpu_check.StageFailed, match="no 'timed' range"):
+        gpu_check.profiled(lambda: torch.mm(small, small), cuda=False, window="timed")
+
+
+def test_the_profile_stage_reads_the_probes_timed_loop_at_the_tiny_size(gpu_dir, tmp_path):
+    """--stages profile at the tiny size, as a GPU runs it: each benchmark's top ops and busy share, the probe's
+    read inside probe.py's timed loop (the window probe.py names; a renamed range would fail the stage)."""
+    out = tmp_path / "out"
+    gpu_check.main(["--stages", "profile", "--gpu_dir", str(gpu_dir), "--out", str(out)])
+    prof = json.loads((out / "results.json").read_text())["profile"]
+    assert {"train", "table1", "fingerprint"} <= set(prof)
+    assert prof["table1"]["window"] == "probe.timed_pass"
+    assert all(0 < prof[name]["busy_share"] <= 1 and prof[name]["top"] for name in ("train", "table1", "fingerprint"))
+
+
 def test_pytests_summary_is_read_with_and_without_workers():
     out = "....F\n===== short test summary info =====\nFAILED tests/test_a.py::test_b - assert 1 == 2\n" \
           "===== 1 failed, 4 passed, 2 warnings in 3.21s =====\n"
