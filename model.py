@@ -566,8 +566,9 @@ class GPT(nn.Module):
           logits: the last position's logits (B, vocab)
         attn_mask: a (T, T) bool mask used in every layer instead of the causal one; it must stay causal
         and leave each query a key (sink.py's mask edit: "token k attends only to itself").
-        A NaN or inf in a state is a FloatingPointError naming the first state that holds one: in the whole state,
-        or in its last position where the pass returns nothing else (hidden="last", logits)."""
+        A NaN or inf in a state is a FloatingPointError naming the first state that holds one. Where the pass
+        returns the last position alone (hidden "last" or None, no attn_probs and no head_out), only the last
+        position is read, and the error names the first state where a NaN has reached it."""
         if hidden not in (None, "all", "last"):
             raise ValueError(f"hidden must be None, 'all' or 'last', got {hidden!r}")
         x = self._embed(idx, embeds)
@@ -598,7 +599,7 @@ class GPT(nn.Module):
         # inside torch.compile (probe.py --compile) the check runs eagerly: a host sync and a raise. Wrapped only
         # there, since torch.compiler.disable imports the compiler, a second at every start-up
         check = torch.compiler.disable(raise_if_nonfinite) if torch.compiler.is_compiling() else raise_if_nonfinite
-        check(torch.stack(finite), self.config.n_layer)
+        check(torch.stack(finite), self.config.n_layer, last_only)
         out = {key: [rec[key] for rec in per_layer if rec[key] is not None] for key in asked}   # MLP-only: none
         if hidden:
             out["hidden"] = states
@@ -662,9 +663,10 @@ class GPT(nn.Module):
         return ropes["full" if block.attn.window is None else "sliding"]
 
 
-def raise_if_nonfinite(finite: torch.Tensor, n_layer: int) -> None:
+def raise_if_nonfinite(finite: torch.Tensor, n_layer: int, last_only: bool = False) -> None:
     """NaN/inf activations are an error, never a result. `finite`: one flag per state of a pass (the input, each
-    block, the final norm, the logits if computed), gathered on the device: one host sync per pass."""
+    block, the final norm, the logits if computed), gathered on the device: one host sync per pass. last_only: the
+    flags read the last position alone, so a NaN elsewhere shows where it has reached that position."""
     if bool(finite.all()):
         return
     first = int((~finite).nonzero()[0])
@@ -674,7 +676,8 @@ def raise_if_nonfinite(finite: torch.Tensor, n_layer: int) -> None:
         where = f"block {first} of {n_layer}"
     else:
         where = "the final norm" if first == n_layer + 1 else "the LM head (logits)"
-    raise FloatingPointError(f"non-finite activations (NaN/inf), first in {where}: no result is computed from "
+    read = " (read at the last position, all the pass returns)" if last_only else ""
+    raise FloatingPointError(f"non-finite activations (NaN/inf), first in {where}{read}: no result is computed from "
                              f"them. Check the config's knobs and the weights, or run in float32 (--dtype float32)")
 
 

@@ -137,9 +137,12 @@ def test_bad_input_is_refused_before_any_work():
 def test_a_nan_fingerprint_row_is_an_error_naming_the_model_and_the_count():
     model = build(get_config("tiny", n_layer=1), 0).eval()
     with torch.no_grad():
-        model.transformer.wte.weight[7] = float("nan")                   # one token id poisons its sequences
+        model.transformer.wte.weight[:, 0] = float("nan")                # every token: whatever ends a sequence
     with pytest.raises(FloatingPointError, match="first in the input embeddings"):     # the model's own check
         seedprint.fingerprint(model, sequences=40, seq_len=8, vocab=16, name="mymodel")
+    with torch.no_grad():
+        model.transformer.wte.weight[:, 0] = 0.0
+        model.transformer.wte.weight[7] = float("nan")                   # one token id poisons its sequences
     states = lambda ids: model.transformer.wte(ids)[:, -1]              # a callable: the rows are checked
     with pytest.raises(ValueError, match=r"mymodel: \d+ of 40 fingerprint rows hold NaN"):
         seedprint.fingerprint(states, sequences=40, seq_len=8, vocab=16, name="mymodel")
