@@ -86,7 +86,7 @@ def probe(model: GPT, kind: str = "tokens", sequences: int = 512, seq_len: int =
                       logits=True)
     sync()
     t0 = time.time()
-    # named for a profiler, which can then read this loop apart from the compiling before it (a no-op without one)
+    # named for a profiler, which can then read this loop apart from the compiling before it (negligible without one)
     with torch.profiler.record_function(TIMED_PASS):
         for inputs in random_inputs(model, kind, sequences, seq_len, batch_size, data_seed):
             with autocast:

@@ -681,7 +681,8 @@ def profile_rows(prof, wall: float, cuda: bool, window: str = None, k: int = 8) 
     count their time twice), on a CPU the ops. Each with its share of that time, and the share of the wall time
     the device was busy at all (1 - busy: launches, syncs and the host's own work). window: the name of a
     torch.profiler.record_function range; where given, only what ran inside it is read and the wall is its length
-    (a probe pass's timed loop, apart from the compiling before it)."""
+    (a probe pass's timed loop, apart from the compiling before it). Kernels are placed by their own start and end
+    against the range's on the host: the range must begin and end with the device synced, as probe() does."""
     from torch.autograd import DeviceType
     events = list(prof.events())
     if window:
@@ -696,15 +697,17 @@ def profile_rows(prof, wall: float, cuda: bool, window: str = None, k: int = 8) 
     self_time = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
     by_op = {}                         # name -> [calls, microseconds]
     for e in events:
-        # the window's own range is no op (on a GPU it also stands as an annotation over its kernels)
-        if e.device_type == device and e.name != window and inside(e):
+        # a record_function range is no op: on the host the window's own; on a GPU every range also stands as an
+        # annotation over its kernels (optimizer.step's too), which would count their time twice
+        annotation = getattr(e, "is_user_annotation", False)
+        if e.device_type == device and e.name != window and not annotation and inside(e):
             entry = by_op.setdefault(e.name, [0, 0.0])
             entry[0] += 1
             entry[1] += self_time(e)
     total = sum(us for _, us in by_op.values()) / 1e6
     top = sorted(by_op.items(), key=lambda item: item[1][1], reverse=True)[:k]
     return dict(wall_seconds=wall, busy_seconds=total, busy_share=min(total / wall, 1.0) if wall else None,
-                window=window, top=[dict(op=name[:100], calls=calls, seconds=us / 1e6,
+                window=window, top=[dict(op=name, calls=calls, seconds=us / 1e6,
                                          share=us / 1e6 / total if total else None) for name, (calls, us) in top])
 
 
