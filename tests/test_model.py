@@ -158,6 +158,34 @@ def test_compiled_pass_makes_rope_tables_outside_its_graph_and_equals_the_eager_
         torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-5)
 
 
+def test_compiled_training_step_makes_rope_tables_outside_its_graphs_and_equals_eager():
+    """train.py --compile on a RoPE model goes through GPT.forward, which makes its tables the same way: the
+    compiled loss and every gradient equal eager's, and neither the forward's nor the backward's generated code
+    computes a sin or a cos."""
+    import re
+    from torch._inductor.utils import run_and_get_code
+    model = build(tiny(), seed=0)
+    x = torch.randint(0, 32, (3, 12), generator=torch.Generator().manual_seed(1))
+    y = torch.randint(0, 32, (3, 12), generator=torch.Generator().manual_seed(2))
+    params = list(model.parameters())
+    loss = model(x, y)[1]
+    grads = torch.autograd.grad(loss, params)
+    torch._dynamo.reset()
+    compiled = torch.compile(model)
+
+    def step():
+        c_loss = compiled(x, y)[1]
+        return c_loss, torch.autograd.grad(c_loss, params)
+    (c_loss, c_grads), code = run_and_get_code(step)
+    torch._dynamo.reset()
+    code = "\n".join(code)
+    assert "cpp_fused" in code                                       # forward and backward ran generated code
+    assert not re.search(r"(?<![A-Za-z])(sin|cos)(?![A-Za-z])", code)
+    torch.testing.assert_close(c_loss, loss, rtol=1e-5, atol=1e-6)
+    for (name, _), g, cg in zip(model.named_parameters(), grads, c_grads):
+        torch.testing.assert_close(cg, g, rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_nonfinite_check_reads_what_the_pass_returns():
     """A NaN at the first position: in an MLP-only stack it never reaches the last position, so a pass that returns
     the last position alone is a result, and one that returns every position is refused. With attention, block 1's
