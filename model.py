@@ -596,10 +596,8 @@ class GPT(nn.Module):
         last_logits = self.unembed(x[:, -1]) if logits else None
         if logits:
             finite.append(torch.isfinite(last_logits).all())
-        # inside torch.compile (probe.py --compile) the check runs eagerly: a host sync and a raise. Wrapped only
-        # there, since torch.compiler.disable imports the compiler, a second at every start-up
-        check = torch.compiler.disable(raise_if_nonfinite) if torch.compiler.is_compiling() else raise_if_nonfinite
-        check(torch.stack(finite), self.config.n_layer, last_only)
+        # inside torch.compile (probe.py --compile) the check runs eagerly: a host sync and a raise
+        eager(raise_if_nonfinite)(torch.stack(finite), self.config.n_layer, last_only)
         out = {key: [rec[key] for rec in per_layer if rec[key] is not None] for key in asked}   # MLP-only: none
         if hidden:
             out["hidden"] = states
@@ -649,10 +647,10 @@ class GPT(nn.Module):
         cfg = self.config
         if cfg.position != "rope":
             return None
-        # Under torch.compile the tables are made eagerly, outside the graph (one break): inside it the compiler
-        # fuses their pow, sin and cos into each layer's rotation and recomputes them for every element of q and
-        # k, in every layer, which cost a compiled probe pass on a GPU more device time than its matrix products
-        tables = torch.compiler.disable(rope_tables) if torch.compiler.is_compiling() else rope_tables
+        # Under torch.compile the tables are made eagerly, outside the graph: inside it the compiler fuses their
+        # pow, sin and cos into each layer's rotation and recomputes them for every element of q and k, in every
+        # layer (docs/reproduce.md has what that cost a compiled probe pass on a GPU)
+        tables = eager(rope_tables)
         full = tables(x.shape[1], cfg, x.device)
         return dict(full=full, sliding=tables(x.shape[1], cfg, x.device, local=True) if cfg.rope_local_theta else full)
 
@@ -679,6 +677,12 @@ def raise_if_nonfinite(finite: torch.Tensor, n_layer: int, last_only: bool = Fal
     read = " (read at the last position, all the pass returns)" if last_only else ""
     raise FloatingPointError(f"non-finite activations (NaN/inf), first in {where}{read}: no result is computed from "
                              f"them. Check the config's knobs and the weights, or run in float32 (--dtype float32)")
+
+
+def eager(fn):
+    """fn, run outside the graph (a graph break) when called under torch.compile, as itself otherwise. Wrapped only
+    there, since torch.compiler.disable imports the compiler, a second at every start-up."""
+    return torch.compiler.disable(fn) if torch.compiler.is_compiling() else fn
 
 
 def check_attn_mask(mask: torch.Tensor, T: int) -> torch.Tensor:
