@@ -136,23 +136,33 @@ def test_rope_matches_complex_rotation_and_is_relative():
     assert abs(scores[5, 2] - scores[5, 3]) > 1e-3                     # ... and it does depend on m - n
 
 
+def compiled_without_trig(run):
+    """run() (which compiles and calls) on a fresh compiler cache; its result, once the code it generated (every
+    graph, forward and backward) is checked to hold generated kernels and not one sin or cos."""
+    import re
+    from torch._inductor.utils import run_and_get_code
+    torch._dynamo.reset()
+    try:
+        out, code = run_and_get_code(run)
+    finally:
+        torch._dynamo.reset()
+    code = "\n".join(code)
+    assert "cpp_fused" in code or "triton" in code                  # the pass really ran generated code
+    assert not re.search(r"(?<![A-Za-z])(sin|cos)(?![A-Za-z])", code)
+    return out
+
+
 def test_compiled_pass_makes_rope_tables_outside_its_graph_and_equals_the_eager_pass():
     """Under torch.compile the RoPE tables are made eagerly: no sin or cos is left in the generated code, where the
     compiler would fuse them into every layer's rotation and recompute them per element of q and k (a gemma3-like
     model: the sliding-window layers' own tables too). The compiled pass equals the eager one."""
-    import re
-    from torch._inductor.utils import run_and_get_code
     cfg = tiny(n_layer=2, rope_local_theta=100.0, sliding_window=4, sliding_layers="sf")
     model = build(cfg, seed=0).eval()
     idx = torch.randint(0, 32, (3, 12), generator=torch.Generator().manual_seed(0))
-    torch._dynamo.reset()
     with torch.no_grad():
         eager = model.trace(idx, hidden="last", logits=True)
-        compiled, code = run_and_get_code(torch.compile(model.trace, dynamic=False), idx, hidden="last", logits=True)
-    torch._dynamo.reset()
-    code = "\n".join(code)
-    assert "cpp_fused" in code or "triton" in code                  # the pass really ran generated code
-    assert not re.search(r"(?<![A-Za-z])(sin|cos)(?![A-Za-z])", code)
+        compiled = compiled_without_trig(lambda: torch.compile(model.trace, dynamic=False)(idx, hidden="last",
+                                                                                            logits=True))
     torch.testing.assert_close(compiled["logits"], eager["logits"], rtol=1e-5, atol=1e-5)
     for c, e in zip(compiled["hidden"], eager["hidden"]):
         torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-5)
@@ -162,25 +172,17 @@ def test_compiled_training_step_makes_rope_tables_outside_its_graphs_and_equals_
     """train.py --compile on a RoPE model goes through GPT.forward, which makes its tables the same way: the
     compiled loss and every gradient equal eager's, and neither the forward's nor the backward's generated code
     computes a sin or a cos."""
-    import re
-    from torch._inductor.utils import run_and_get_code
     model = build(tiny(), seed=0)
     x = torch.randint(0, 32, (3, 12), generator=torch.Generator().manual_seed(1))
     y = torch.randint(0, 32, (3, 12), generator=torch.Generator().manual_seed(2))
     params = list(model.parameters())
     loss = model(x, y)[1]
     grads = torch.autograd.grad(loss, params)
-    torch._dynamo.reset()
-    compiled = torch.compile(model)
 
     def step():
-        c_loss = compiled(x, y)[1]
+        c_loss = torch.compile(model)(x, y)[1]
         return c_loss, torch.autograd.grad(c_loss, params)
-    (c_loss, c_grads), code = run_and_get_code(step)
-    torch._dynamo.reset()
-    code = "\n".join(code)
-    assert "cpp_fused" in code                                       # forward and backward ran generated code
-    assert not re.search(r"(?<![A-Za-z])(sin|cos)(?![A-Za-z])", code)
+    c_loss, c_grads = compiled_without_trig(step)
     torch.testing.assert_close(c_loss, loss, rtol=1e-5, atol=1e-6)
     for (name, _), g, cg in zip(model.named_parameters(), grads, c_grads):
         torch.testing.assert_close(cg, g, rtol=1e-4, atol=1e-6, msg=name)
