@@ -697,10 +697,9 @@ def profile_rows(prof, wall: float, cuda: bool, window: str = None, k: int = 8) 
     self_time = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
     by_op = {}                         # name -> [calls, microseconds]
     for e in events:
-        # a record_function range is no op: on the host the window's own; on a GPU every range also stands as an
-        # annotation over its kernels (optimizer.step's too), which would count their time twice
-        annotation = getattr(e, "is_user_annotation", False)
-        if e.device_type == device and e.name != window and not annotation and inside(e):
+        # a record_function range is no op (the window's own, optimizer.step's): on a GPU each also stands as an
+        # annotation over its kernels, which would count their time twice
+        if e.device_type == device and not e.is_user_annotation and inside(e):
             entry = by_op.setdefault(e.name, [0, 0.0])
             entry[0] += 1
             entry[1] += self_time(e)
