@@ -293,11 +293,12 @@ def add_settings_flags(parser, template, names=None) -> None:
 def refuse_unused(args: argparse.Namespace, names, template: str, parser=None) -> None:
     """A flag that would do nothing is refused, never recorded as if it had done something. The flags among
     `names` that the command line set -- apart from their default in `parser`, or from None without one -- are
-    refused in one line: `template` says why, naming them as {flags}."""
+    refused in one line: `template` says why, naming them as {flags} (the one placeholder read: a path with braces
+    in the template stays as it is)."""
     default = parser.get_default if parser is not None else (lambda name: None)
     unused = [f"--{name}" for name in names if getattr(args, name) != default(name)]
     if unused:
-        message = template.format(flags=", ".join(unused)) + f"; drop {'them' if len(unused) > 1 else 'it'}"
+        message = template.replace("{flags}", ", ".join(unused)) + f"; drop {'them' if len(unused) > 1 else 'it'}"
         if parser is not None:
             parser.error(message)
         raise ValueError(message)

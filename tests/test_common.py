@@ -85,6 +85,9 @@ def test_a_flag_that_would_do_nothing_is_refused_only_when_set_apart_from_its_de
         refuse_unused(parser.parse_args(["--lr", "0.2", "--tag", "x"]), ("lr", "tag"), template)
     with pytest.raises(SystemExit):
         refuse_unused(parser.parse_args(["--lr", "0.2"]), ("lr",), template, parser)
+    # a user's path with braces in it is part of the why, not a placeholder
+    with pytest.raises(ValueError, match=r"^--model m\{x\}\.pt: --lr would do nothing; drop it$"):
+        refuse_unused(parser.parse_args(["--lr", "0.2"]), ("lr",), "--model m{x}.pt: {flags} would do nothing")
 
 
 def test_a_moved_command_is_named_wherever_its_words_stand():
