@@ -71,7 +71,8 @@ def init_weights(model: GPT, seed: int, embed_seed: int = 0, threads: Optional[i
        - the draw is float32 on the CPU, then cast and moved: identical weights on CPU and GPU,
          and float32 vs bfloat16 differ only by bf16 rounding;
        - the draws are independent, so they run in a pool of `threads` (default torch.get_num_threads())
-         with the same weights, bit for bit: a 7B model's 6.7 billion draws take half a minute on one core.
+         with the same weights, bit for bit. Each draw is scaled in place, so a thread holds one float32 copy
+         of its parameter at a time (docs/reproduce.md times a 7B model's build, under the 7B fingerprint).
     5. A tied LM head is the token embedding itself (model.py reads wte.weight), drawn once.
     """
     n_layer = model.config.n_layer
@@ -88,7 +89,7 @@ def init_weights(model: GPT, seed: int, embed_seed: int = 0, threads: Optional[i
         name, p = item
         g = torch.Generator(device="cpu")
         g.manual_seed(param_seed(embed_seed if name in EMBEDDING_PARAMS else seed, name))
-        w = torch.randn(p.shape, generator=g, dtype=torch.float32) * target_std(name, n_layer)
+        w = torch.randn(p.shape, generator=g, dtype=torch.float32).mul_(target_std(name, n_layer))
         with torch.no_grad():          # grad mode is per thread: the decorator above does not reach the pool's
             p.copy_(w)
 

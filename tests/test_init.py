@@ -90,7 +90,7 @@ def test_bfloat16_is_float32_rounded():
 
 @pytest.mark.parametrize("threads", [1, 4])
 def test_the_draws_in_a_thread_pool_are_a_serial_loops_bit_for_bit(threads):
-    """init_weights draws its matrices in a pool of threads (a 7B model's draws take half a minute on one core),
+    """init_weights draws its matrices in a pool of threads (a 7B model's draws are billions of numbers),
     each from its own generator: the weights must be those of a plain loop over the parameters, each seeded
     with the first 63 bits of sha256("SEED/NAME") and scaled to GPT-2's std, written out here."""
     model = init_weights(GPT(CFG), seed=5, embed_seed=6, threads=threads)
