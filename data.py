@@ -318,8 +318,8 @@ def tokenize_text(name: str, tokenizer: str, from_dir: str = None) -> np.ndarray
 def corpus_label(source: str) -> str:
     """A corpus as one safe path component, for naming its prepared data under an experiment's --out: a named
     corpus is its name; a file is its stem and a hash of its absolute path (so /a/x.txt and /b/x.txt differ,
-    and a path never reaches outside --out)."""
-    if source in CORPORA:
+    and a path never reaches outside --out). A local file named like a corpus is the file, as text_file reads it."""
+    if source in CORPORA and not os.path.isfile(source):
         return source
     stem = os.path.splitext(os.path.basename(os.path.normpath(source)))[0] or "text"
     return f"{stem}-{hashlib.sha256(os.path.abspath(source).encode()).hexdigest()[:8]}"

@@ -116,11 +116,21 @@ def test_corpora_are_downloaded_and_extracted(tmp_path, monkeypatch):
     assert open(data.corpus_file("br", str(tmp_path / "data"))).read() == expected
 
 
-@pytest.mark.skipif(not (OFFLINE and os.path.isdir(OFFLINE)), reason="no offline copies of the corpora "
-                    "(BORN_BIASED_DATA): tests never download")
-def test_the_named_corpora_match_their_published_text(tmp_path):
-    for name in data.CORPORA:
-        assert os.path.isfile(data.corpus_file(name, str(tmp_path), source=OFFLINE))
+@pytest.mark.parametrize("name", sorted(data.CORPORA))
+def test_the_named_corpora_match_their_published_text(name, tmp_path):
+    if not (OFFLINE and os.path.isfile(os.path.join(OFFLINE, data.CORPORA[name]["file"]))):
+        pytest.skip(f"no offline copy of {name} (BORN_BIASED_DATA): tests never download")
+    assert os.path.isfile(data.corpus_file(name, str(tmp_path), source=OFFLINE))
+
+
+def test_a_local_file_named_like_a_corpus_is_labelled_as_the_file_it_is_read_as(tmp_path, monkeypatch):
+    """prepare and text_file read a local file before a corpus of the same name; its prepared data must not be
+    cached under the corpus's label (a study would then reuse the corpus's tokens for the file, or the reverse)."""
+    monkeypatch.chdir(tmp_path)
+    assert data.corpus_label("shakespeare") == "shakespeare"
+    (tmp_path / "shakespeare").write_text("a local text\n")
+    assert data.text_file("shakespeare") == "shakespeare"
+    assert data.corpus_label("shakespeare") != "shakespeare"
 
 
 @pytest.mark.parametrize("tokenizer", ["bytes", "gpt2"])
