@@ -4,19 +4,22 @@ docs/lecture_tool.py: the lecture's outputs and its notebook, made from docs/lec
 A lecturer edits docs/lecture.md only, then runs this tool from anywhere:
 
     python docs/lecture_tool.py              # run the page at the lecture's size (CHECK = False), in order, in one
-                                             # namespace; rewrite its outputs, quoted numbers and figures, then the
-                                             # notebook (2 min on 2 CPU cores)
+                                             # namespace, in a fresh directory; rewrite its outputs, quoted numbers
+                                             # and figures, then the notebook (about 2 min on 2 CPU cores)
     python docs/lecture_tool.py --notebook   # only docs/lecture.ipynb (and the map), after an edit of prose alone
+    python docs/lecture_tool.py --check      # write nothing: say what is not current (exit 1), as the suite does
 
 What it reads and writes in docs/lecture.md:
   ```python blocks        the lecture's code, run in order from the repository's root
   <!-- output KEY -->     a generated line, followed by a ``` block: what the python block above printed (train.py's
-                          progress lines left out, see `shown`). KEY hashes the code up to that block, that output
-                          and the figures the block saved, so the suite can tell a block edited since its output
-                          was made (tests/test_lecture.py) without running the page at its full size
+                          progress lines left out, see `shown`). KEY hashes the code up to that block, the project's
+                          files that code imports (directly or through each other), that output and the figures the
+                          block saved, so the suite can tell a block, or a project file it runs, edited since its
+                          output was made (tests/test_lecture.py) without running the page at its full size
   <!--{EXPR:FMT}-->V<!--/--> a number quoted in prose: V is the f-string field {EXPR:FMT} evaluated right after the
                           python block above it, so prose and output cannot disagree; the page's last line,
-                          <!-- values KEY -->, hashes every code block, quoted field and value
+                          <!-- values KEY -->, hashes every code block, the project's files they import, every
+                          quoted field and value
   figures                 a block that saves f"{FIGURES}/NAME.png" has it copied to docs/lecture/NAME.png
 
 docs/lecture.ipynb is a function of the page alone (and docs/lecture/map.png, which this tool draws): a set-up cell,
@@ -25,6 +28,7 @@ figures are left to the kernel, folded answers stay folded. Cell ids are numbere
 writes it: the suite compares the file byte for byte with what this tool makes.
 """
 import argparse
+import ast
 import base64
 import contextlib
 import hashlib
@@ -34,6 +38,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -93,14 +98,53 @@ def digest(*pieces) -> str:
     return h.hexdigest()[:16]
 
 
-def output_key(codes: list, output: str, figures: list) -> str:
-    """The key of a python block's output: every code block up to it (later blocks reuse earlier ones' names), the
-    output itself and the bytes of each figure the block saved."""
-    return digest(*codes, output, *figures)
+def output_key(sources: str, codes: list, output: str, figures: list) -> str:
+    """The key of a python block's output: the project's files the page runs (`sources`, sources_key), every code
+    block up to it (later blocks reuse earlier ones' names), the output itself and the bytes of each figure the
+    block saved."""
+    return digest(sources, *codes, output, *figures)
 
 
-def values_key(codes: list, values: list) -> str:
-    return digest(*codes, *(f"{field}={value}" for field, value in values))
+def values_key(sources: str, codes: list, values: list) -> str:
+    return digest(sources, *codes, *(f"{field}={value}" for field, value in values))
+
+
+def imported(code: str) -> list:
+    """The modules a piece of Python imports by absolute name (`from a.b import c` may import the module a.b.c)."""
+    names = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+    return names
+
+
+def project_sources(text: str, root: str = ROOT) -> list:
+    """The project's files (paths relative to root) that the page's code runs: those its python blocks import, and
+    those these import in turn, packages' __init__.py included. A page's number can change with any of them."""
+    parts = parse(text)
+    todo = [name for i in blocks(parts) for name in imported(parts[i][1])]
+    found = set()
+    while todo:
+        pieces = todo.pop().split(".")
+        for n in range(1, len(pieces) + 1):          # importing a.b runs a/__init__.py first
+            stem = os.path.join(*pieces[:n])
+            for rel in (f"{stem}.py", os.path.join(stem, "__init__.py")):
+                if rel not in found and os.path.isfile(os.path.join(root, rel)):
+                    found.add(rel)
+                    with open(os.path.join(root, rel)) as fh:
+                        todo += imported(fh.read())
+    return sorted(found)
+
+
+def sources_key(text: str, root: str = ROOT) -> str:
+    """One hash of the project's files the page runs, each with its name."""
+    pieces = []
+    for rel in project_sources(text, root):
+        with open(os.path.join(root, rel), "rb") as fh:
+            pieces += [rel, fh.read()]
+    return digest(*pieces)
 
 
 def figure_names(code: str) -> list:
@@ -152,9 +196,10 @@ def run_page(text: str, check: bool, on_block=None, figures_from: str = None) ->
     return dict(printed=printed, values=values, namespace=namespace)
 
 
-def rewrite(text: str, printed: dict, values: dict, figure_bytes) -> str:
+def rewrite(text: str, printed: dict, values: dict, figure_bytes, root: str = ROOT) -> str:
     """The page with each python block's output block, each quoted value and the values key made anew."""
     parts = parse(text)
+    sources = sources_key(text, root)
     codes, out, fill = [], [], iter(())
     for i, part in enumerate(parts):
         if part[0] == "output" or (part[0] == "text" and not part[1].strip() and i + 1 < len(parts)
@@ -168,19 +213,21 @@ def rewrite(text: str, printed: dict, values: dict, figure_bytes) -> str:
             fill = iter([value for _, value in values[i]])
             output = shown(printed[i])
             if output:
-                key = output_key(codes, output, [figure_bytes(name) for name in figure_names(part[1])])
+                key = output_key(sources, codes, output, [figure_bytes(name) for name in figure_names(part[1])])
                 out += [("text", "\n"), ("output", key, output)]
     page = VALUES_MARK.sub("", "".join(source(p) for p in out)).rstrip("\n") + "\n"
     every = [v for i in sorted(values) for v in values[i]]
-    return page + f"\n<!-- values {values_key(codes, every)} -->\n"
+    return page + f"\n<!-- values {values_key(sources, codes, every)} -->\n"
 
 
 # ----------------------------------------------------------------------------- checks the suite makes
 
-def stale(text: str, figure_bytes) -> list:
-    """What in the page is not what its code made: output blocks whose key does not match the code up to their
-    block, the output and the committed figures; quoted values whose key does not match. [] when current."""
+def stale(text: str, figure_bytes, root: str = ROOT) -> list:
+    """What in the page is not what its code made: output blocks whose key does not match the project's files the
+    page runs (under root), the code up to their block, the output and the committed figures; quoted values whose
+    key does not match. [] when current."""
     parts = parse(text)
+    sources = sources_key(text, root)
     problems, codes, values = [], [], []
     last_python = None
     for i, part in enumerate(parts):
@@ -192,13 +239,14 @@ def stale(text: str, figure_bytes) -> list:
                 problems.append(f"an output block (part {i}) does not follow a python block")
                 continue
             figures = [figure_bytes(name) for name in figure_names(parts[last_python][1])]
-            if part[1] != output_key(codes, part[2], figures):
-                problems.append(f"the output of python block {len(codes)} is not what its code (or a block before "
-                                f"it) printed when it was made, or a figure it saves changed")
+            if part[1] != output_key(sources, codes, part[2], figures):
+                problems.append(f"the output of python block {len(codes)} is not what its code (a block before it, "
+                                f"or a project file it imports) printed when it was made, or a figure it saves "
+                                f"changed")
         elif part[0] == "text":
             values += [(m.group(1), m.group(2)) for m in VALUE.finditer(part[1])]
     mark = VALUES_MARK.search(text)
-    if not mark or mark.group(1) != values_key(codes, values):
+    if not mark or mark.group(1) != values_key(sources, codes, values):
         problems.append("the numbers quoted in prose (<!--{...}-->) are not those the code made")
     return problems
 
@@ -225,7 +273,9 @@ REPO_URL = ""       # the published repository's address, for Colab's clone; emp
 
 SETUP_TEXT = ("## Set-up\n\nRun the next cell once. In Jupyter started in `docs/` (or at the repository's root) it "
               "needs nothing else; in Colab it clones the repository and installs its requirements (torch 2.13.0, "
-              "pinned), then figures appear under each cell.\n")
+              "pinned){colab}, then figures appear under each cell.\n")
+# Colab can clone only an address the cell names: until the project names one, the text says what to fill in
+COLAB = "" if REPO_URL else " once you set its `REPO_URL` to the repository's address"
 
 
 def notebook_cells(text: str) -> list:
@@ -254,7 +304,7 @@ def notebook_cells(text: str) -> list:
         elif part[0] == "python" and not folded:
             flush()
             if first:
-                cells.append(("markdown", SETUP_TEXT.strip("\n")))
+                cells.append(("markdown", SETUP_TEXT.replace("{colab}", COLAB).strip("\n")))
                 cells.append(("code", SETUP.replace("{url}", REPO_URL)))
                 first = False
             cells.append(("code", part[1].rstrip("\n")))
@@ -377,11 +427,17 @@ def write_notebook() -> None:
     print(f"wrote {os.path.relpath(NOTEBOOK)}")
 
 
+def committed_figure(name: str) -> bytes:
+    with open(os.path.join(FIGURE_DIR, name), "rb") as fh:
+        return fh.read()
+
+
 def regenerate() -> None:
-    """The full run: the page at the lecture's size from the repository's root, written back."""
+    """The full run: the page at the lecture's size, written back. It runs in a fresh directory that holds the
+    repository's code (as a clone's root would, with an empty out/): models and data an earlier run left under
+    out/lecture/ were made by the code as it was then, and the page would reuse them."""
     with open(PAGE) as fh:
         text = fh.read()
-    os.chdir(ROOT)
     sys.path.insert(0, ROOT)
     start = time.time()
     parts = parse(text)
@@ -391,25 +447,51 @@ def regenerate() -> None:
     def report(i, printed, seconds):
         print(f"{seconds:6.1f} s  {heading[i][:70]}", file=sys.stderr)
 
-    run = run_page(text, check=False, on_block=report)
-    figures = {}
-    for i in blocks(parts):
-        for name in figure_names(parts[i][1]):
+    with tempfile.TemporaryDirectory(prefix="lecture-") as work:
+        for name in os.listdir(ROOT):
+            if name.endswith(".py") or name in ("studies", "requirements.txt"):
+                os.symlink(os.path.join(ROOT, name), os.path.join(work, name))
+        os.chdir(work)
+        try:
+            run = run_page(text, check=False, on_block=report)
             os.makedirs(FIGURE_DIR, exist_ok=True)
-            shutil.copyfile(os.path.join(run["namespace"]["FIGURES"], name), os.path.join(FIGURE_DIR, name))
-    read = lambda name: figures.setdefault(name, open(os.path.join(FIGURE_DIR, name), "rb").read())
-    page = rewrite(text, run["printed"], run["values"], read)
-    problems = stale(page, read)
+            for i in blocks(parts):
+                for name in figure_names(parts[i][1]):
+                    shutil.copyfile(os.path.join(run["namespace"]["FIGURES"], name), os.path.join(FIGURE_DIR, name))
+        finally:
+            os.chdir(ROOT)
+    page = rewrite(text, run["printed"], run["values"], committed_figure)
+    problems = stale(page, committed_figure)
     if problems:                 # the page just written would fail its own currency check: a bug here, not input
         raise RuntimeError(f"the regenerated page is not current: {problems}")
     write_whole(PAGE, page)
     print(f"ran the page in {time.time() - start:.0f} s; wrote {os.path.relpath(PAGE)}", file=sys.stderr)
 
 
+def check() -> list:
+    """What is not current, writing nothing: the page's outputs, quoted numbers and figures against its code and
+    the project's files it runs, and the notebook against the page."""
+    with open(PAGE) as fh:
+        text = fh.read()
+    problems = stale(text, committed_figure)
+    with open(NOTEBOOK) as fh:
+        if fh.read() != notebook(text, map_bytes()):
+            problems.append(f"{os.path.relpath(NOTEBOOK)} is not the page's: run with --notebook")
+    return problems
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[1], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--notebook", action="store_true", help="only draw the map and write docs/lecture.ipynb")
+    p = argparse.ArgumentParser(description=__doc__.strip("\n"), formatter_class=argparse.RawTextHelpFormatter)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--notebook", action="store_true", help="only draw the map and write docs/lecture.ipynb")
+    mode.add_argument("--check", action="store_true", help="write nothing; list what is not current (exit 1)")
     args = p.parse_args(argv)
+    if args.check:
+        problems = check()
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        print("not current: run python docs/lecture_tool.py" if problems else "current", file=sys.stderr)
+        sys.exit(1 if problems else 0)
     draw_map(os.path.join(FIGURE_DIR, MAP))
     if not args.notebook:
         regenerate()

@@ -3,7 +3,8 @@
     shape its output block shows, each quoted number evaluates to one of the shape the page shows, every figure
     the page shows is committed and is one its code draws;
   - the page is current: each output block, quoted number and figure is the one its code made (the keys the tool
-    wrote match the code, outputs and figures as they are now), and an edit of any of them is caught;
+    wrote match the code, the project files it imports, outputs and figures as they are now), and an edit of any of
+    them is caught; the tool's rewrite gives the page back from its own outputs and numbers;
   - the notebook is current (byte for byte what the tool makes from the page) and holds the page's code;
   - where nbclient and ipykernel are installed, the notebook runs top to bottom in a kernel started in docs/."""
 import importlib.util
@@ -120,6 +121,44 @@ def test_an_edit_the_outputs_were_not_made_from_is_caught():
         assert tool.stale(edited, figures), "an edit went unnoticed"
 
 
+def test_an_edit_of_a_project_file_the_page_runs_is_caught(tmp_path):
+    """The page's numbers come from the project's code as much as from its own: its keys cover the files its blocks
+    import and those these import in turn (read here from the imports the blocks and the files spell out)."""
+    text = page()
+    direct = set(re.findall(r"^(?:import|from) (\w+)", "".join(python_fences(text, False) + python_fences(text, True)),
+                            flags=re.M))
+    assert {"probe", "seedprint", "theory", "init", "model", "studies"} <= direct
+    names = tool.project_sources(text)
+    assert {"probe.py", "seedprint.py", "theory.py", "init.py", "model.py", "studies/edits.py"} <= set(names)
+    assert "common.py" in names                                  # through probe.py, which the page imports
+    assert "studies/gpu_check.py" not in names                   # nothing the page runs imports it
+    for name in names:
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes((ROOT / name).read_bytes())
+    assert tool.stale(text, committed_figure, root=tmp_path) == tool.stale(text, committed_figure)
+    with open(tmp_path / "theory.py", "a") as fh:
+        fh.write("\n# an edit that could move a number\n")
+    edited = tool.stale(text, committed_figure, root=tmp_path)
+    assert any("numbers quoted" in problem for problem in edited) and any("python block" in p for p in edited)
+
+
+def test_rewriting_the_page_from_its_own_outputs_and_numbers_gives_it_back():
+    """rewrite (what a full run ends with) puts each output block and quoted number back where it was, under keys
+    the currency check accepts: the page's outputs and numbers, read off the page, in; the page, byte for byte
+    apart from its keys (which a current page also matches), out."""
+    text = page()
+    parts = tool.parse(text)
+    printed, values = {}, {}
+    for i in tool.blocks(parts):
+        following = parts[i + 2] if i + 2 < len(parts) and parts[i + 2][0] == "output" else None
+        printed[i] = following[2] if following else ""
+        values[i] = [(m.group(1), m.group(2)) for _, m in tool.quoted(parts, i)]
+    made = tool.rewrite(text, printed, values, committed_figure)
+    keys = re.compile(r"(<!-- (?:output|values) )[0-9a-f]+( -->)")
+    assert keys.sub(r"\1KEY\2", made) == keys.sub(r"\1KEY\2", text)
+    assert tool.stale(made, committed_figure) == []
+
+
 def test_the_notebook_is_current_and_holds_the_pages_code():
     text = page()
     made = tool.notebook(text, committed_figure(tool.MAP))
@@ -130,7 +169,9 @@ def test_the_notebook_is_current_and_holds_the_pages_code():
     assert len(set(ids)) == len(ids) and all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", i) for i in ids)
     code = ["".join(cell["source"]) for cell in nb["cells"] if cell["cell_type"] == "code"]
     # the set-up cell, then every python block outside a folded answer, in order; the folded ones stay markdown
-    assert "requirements.txt" in code[0] and "torch==2.13.0" in code[0]
+    pin = re.search(r"^torch==([\d.]+)$", (ROOT / "requirements.txt").read_text(), flags=re.M).group(1)
+    assert "requirements.txt" in code[0] and f"torch=={pin}" in code[0]     # the pin the set-up cell installs,
+    assert f"torch {pin}, pinned" in text and f"torch {pin}, pinned" in made  # and the one the page and notebook name
     assert code[1:] == [block.rstrip("\n") for block in python_fences(text, folded=False)]
     markdown = "\n".join("".join(cell["source"]) for cell in nb["cells"] if cell["cell_type"] == "markdown")
     for block in python_fences(text, folded=True):
