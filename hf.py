@@ -359,6 +359,7 @@ INERT = {
     "reorder_and_upcast_attn",      # GPT-2: float32 scores, the scale folded into the matmul (eager only): rounding
     "n_ctx",                        # GPT-2: a legacy alias of n_positions that neither version reads
     "_sliding_window_pattern",      # Gemma 3: a private echo that transformers writes and never reads
+    "is_llama_config",              # nanotron (SmolLM2): which of its own config classes to build, nothing more
 }
 # fields that are inert only at these values (or null)
 INERT_IF = {"is_encoder_decoder": False, "add_cross_attention": False, "pruned_heads": {},
@@ -466,6 +467,12 @@ UNREAD_AGREES = {
     # 5.x overrides the original context of llama3 RoPE with it, 4.x does not read it
     "original_max_position_embeddings": (INT, lambda v, c: c.rope_type not in ("llama3", "longrope") or
                                          v == c.rope_original_context),
+    # written beside transformers' fields by other code (nanotron for SmolLM2, Microsoft's remote code for
+    # Phi-4-mini), at their no-op values in the published configs; another value describes another model
+    "rope_interleaved": (BOOL, lambda v, c: v is False),    # true: RoPE on adjacent pairs; transformers rotates halves
+    "lm_head_bias": (BOOL, lambda v, c: v is False),        # true: a bias on the LM head; transformers builds none
+    "full_attn_mod": (INT, lambda v, c: v == 1),            # remote-code knobs that transformers' Phi3 ignores:
+    "interpolate_factor": (NUM, lambda v, c: v == 1),       # the release's 1 is the one known to change nothing
 }
 UNREAD_NOTES = {("MistralForCausalLM", "layer_types"): " (AutoModel reads a mistral config with layer_types as a "
                                                        "MinistralForCausalLM, which does)"}

@@ -158,6 +158,57 @@ def test_llama31_and_qwen25_configs_as_published():
     assert (c.sliding_window, c.qkv_bias, c.attn_bias, c.rope_theta, c.tie_embeddings) == (None, True, False, 1e6, True)
 
 
+SMOLLM2_135M = {   # HuggingFaceTB/SmolLM2-135M's config.json as published (written by nanotron's converter)
+    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 0,
+    "eos_token_id": 0, "hidden_act": "silu", "hidden_size": 576, "initializer_range": 0.041666666666666664,
+    "intermediate_size": 1536, "is_llama_config": True, "max_position_embeddings": 8192, "model_type": "llama",
+    "num_attention_heads": 9, "num_hidden_layers": 30, "num_key_value_heads": 3, "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05, "rope_interleaved": False, "rope_scaling": None, "rope_theta": 100000,
+    "tie_word_embeddings": True, "torch_dtype": "bfloat16", "transformers_version": "4.40.1", "use_cache": True,
+    "vocab_size": 49152}
+PHI4_MINI = {   # microsoft/Phi-4-mini-instruct's config.json as published
+    "_name_or_path": "Phi-4-mini-instruct", "architectures": ["Phi3ForCausalLM"], "attention_bias": False,
+    "attention_dropout": 0.0,
+    "auto_map": {"AutoConfig": "configuration_phi3.Phi3Config", "AutoModelForCausalLM": "modeling_phi3.Phi3ForCausalLM",
+                 "AutoTokenizer": "Xenova/gpt-4o"},
+    "bos_token_id": 199999, "embd_pdrop": 0.0, "eos_token_id": 199999, "full_attn_mod": 1, "hidden_act": "silu",
+    "hidden_size": 3072, "initializer_range": 0.02, "intermediate_size": 8192, "interpolate_factor": 1,
+    "lm_head_bias": False, "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "phi3",
+    "num_attention_heads": 24, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "original_max_position_embeddings": 4096, "pad_token_id": 199999, "partial_rotary_factor": 0.75,
+    "resid_pdrop": 0.0, "rms_norm_eps": 1e-05,
+    "rope_scaling": {
+        "long_factor": [1, 1.118320672, 1.250641126, 1.398617824, 1.564103225, 1.74916897, 1.956131817, 2.187582649,
+                        2.446418898, 2.735880826, 3.059592084, 3.421605075, 3.826451687, 4.279200023, 4.785517845,
+                        5.351743533, 5.984965424, 6.693110555, 7.485043894, 8.370679318, 9.36110372, 10.4687158,
+                        11.70738129, 13.09260651, 14.64173252, 16.37415215, 18.31155283, 20.47818807, 22.90118105,
+                        25.61086418, 28.64115884, 32.03, 32.1, 32.13, 32.23, 32.6, 32.61, 32.64, 32.66, 32.7, 32.71,
+                        32.93, 32.97, 33.28, 33.49, 33.5, 44.16, 47.77],
+        "short_factor": [1.0] * 48,
+        "type": "longrope"},
+    "rope_theta": 10000.0, "sliding_window": 262144, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+    "transformers_version": "4.45.0", "use_cache": True, "vocab_size": 200064}
+
+
+def test_smollm2_and_phi4_mini_configs_as_published():
+    """Both carry fields that other code wrote beside transformers' own, at the values that change nothing: they
+    load as the models transformers builds; the same fields at another value are refused by name."""
+    c = hf.config_from_json(SMOLLM2_135M)
+    assert (c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.mlp_hidden, c.vocab_size, c.block_size) == \
+        (30, 576, 9, 3, 64, 1536, 49152, 8192)
+    assert (c.rope_type, c.rope_theta, c.rope_dims, c.tie_embeddings, c.norm_eps) == ("default", 1e5, None, True, 1e-5)
+    c = hf.config_from_json(PHI4_MINI)
+    assert (c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim, c.mlp_hidden, c.vocab_size, c.block_size) == \
+        (32, 3072, 24, 8, 128, 8192, 200064, 131072)
+    assert (c.rope_type, c.rope_dims, c.rope_original_context, c.rope_factors, c.sliding_window, c.tie_embeddings) == \
+        ("longrope", 96, 4096, (1.0,) * 48, 262144, True)
+    assert c.rope_attention_factor == pytest.approx(math.sqrt(1 + math.log(131072 / 4096) / math.log(4096)))
+    for published, key, value in ((SMOLLM2_135M, "rope_interleaved", True), (PHI4_MINI, "lm_head_bias", True),
+                                  (PHI4_MINI, "full_attn_mod", 2), (PHI4_MINI, "interpolate_factor", 4)):
+        with pytest.raises(ValueError, match=f"{key}={json.dumps(value)}, which transformers' .* does not read"):
+            hf.config_from_json(dict(published, **{key: value}))
+
+
 # ----------------------------------------------------------------------------- refusals, each naming its cause
 
 def refused(cfg_change=None, tensor_change=None, match="", tmp=None, arch="LlamaForCausalLM", **family):
