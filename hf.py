@@ -612,7 +612,8 @@ def _windows(f: Fields, arch: str, n_layer: int) -> tuple:
             first = f.used("max_window_layers", first)
             layers = ["sliding_attention" if i >= first else "full_attention" for i in range(n_layer)]
     elif arch == "Gemma2ForCausalLM":
-        layers = layers or ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layer)]
+        if layers is None:
+            layers = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layer)]
     else:                            # Gemma 3
         pattern = f("sliding_window_pattern")
         if layers is None:

@@ -478,6 +478,7 @@ def test_a_field_no_family_reads_is_refused_by_name_in_every_family(tmp_path, ca
     ("phi3-mini-4k-like", dict(attention_bias=True), "attention_bias=true"),
     ("olmo2", dict(partial_rotary_factor=0.5), "RoPE on part of each head is not supported"),
     ("gemma3-1b-like", dict(layer_types=["full_attention"]), "layer_types must name each of the 7 layers"),
+    ("gemma2", dict(layer_types=[]), "layer_types must name each of the"),   # names no layer: transformers fails
 ])
 def test_family_fields_that_cannot_be_honoured_are_refused(tmp_path, case, change, match):
     spec, cfg, t = hf_families.checkpoint(case, "4.x")
