@@ -212,6 +212,17 @@ def residual_importance(model: GPT, tokens: torch.Tensor) -> torch.Tensor:
     return sum(h.float().pow(2).mean(dim=(0, 1)) for h in hidden)
 
 
+def width_kept(d: int, fraction: float) -> int:
+    """How many of d residual coordinates prune_width keeps when it prunes `fraction` of them: a caller checks a
+    cut with it before any work (0 or d: no cut)."""
+    return d - int(round(fraction * d))
+
+
+def layers_dropped(n_layer: int, fraction: float) -> int:
+    """How many of n_layer blocks prune_depth drops when it prunes `fraction` of them (0 or n_layer: no cut)."""
+    return int(round(fraction * n_layer))
+
+
 @torch.no_grad()
 def prune_width(model: GPT, fraction: float, importance: torch.Tensor) -> GPT:
     """The child that keeps the (1 - fraction) most important residual coordinates (importance: one score per
@@ -219,7 +230,7 @@ def prune_width(model: GPT, fraction: float, importance: torch.Tensor) -> GPT:
     columns or rows; attention and MLP widths stay as they are (head_size and mlp_hidden are set, which would
     otherwise follow the width)."""
     d = model.config.n_embd
-    keep = torch.sort(importance.argsort(descending=True)[:d - int(round(fraction * d))]).values
+    keep = torch.sort(importance.argsort(descending=True)[:width_kept(d, fraction)]).values
     if not 0 < len(keep) < d:
         raise ValueError(f"pruning {fraction} of width {d} keeps {len(keep)} coordinates; keep some, drop some")
     config = dataclasses.replace(model.config, n_embd=len(keep), head_size=model.config.head_dim,
@@ -238,7 +249,7 @@ def prune_depth(model: GPT, fraction: float, tokens: torch.Tensor) -> GPT:
     cosine between a block's input and output states: Gromov et al. 2403.17887 drop such layers), the others in
     their order."""
     cfg = model.config
-    drop = int(round(fraction * cfg.n_layer))
+    drop = layers_dropped(cfg.n_layer, fraction)
     if not 0 < drop < cfg.n_layer:
         raise ValueError(f"pruning {fraction} of {cfg.n_layer} layers drops {drop}; drop some, keep some")
     h = model.eval().trace(tokens, hidden="all")["hidden"]

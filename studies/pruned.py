@@ -37,7 +37,7 @@ import torch
 import data
 import hf
 import seedprint
-from studies.edits import prune_depth, prune_width, residual_importance
+from studies.edits import layers_dropped, prune_depth, prune_width, residual_importance, width_kept
 from studies.lineage import (TRAINING, TRAINING_FLAGS, Lineage, add_lineage_flags, architecture, check_base,
                              check_lineage_flags, checkpoints, corpus, fit_floor, fresh_init, rate, released, trained,
                              training)
@@ -68,6 +68,36 @@ def cut_files(load, identity, tokens: torch.Tensor, folder: str, prefix: str, se
             atomic_write(paths[kind], lambda tmp: write_checkpoint(tmp, child, **seeds, tokenizer=tokenizer,
                                                                    provenance=provenance()))
     return {kind: (names[kind], paths[kind]) for kind in KINDS}
+
+
+def child_widths(config: GPTConfig) -> dict:
+    """{kind: its child's width} for a parent of `config` (KINDS; a depth cut keeps the width)."""
+    return {kind: width_kept(config.n_embd, fraction) if how == "width" else config.n_embd
+            for kind, (how, fraction) in KINDS.items()}
+
+
+def check_cuts(p, args, config: GPTConfig, width_flag: str, depth_flag: str) -> dict:
+    """Before any work: every cut of KINDS on a parent of `config` keeps some and drops some (else p.error, naming
+    width_flag or depth_flag, the flag the parent's size comes from), and a given --k is at most half the narrowest
+    child's width, as seedprint.py refuses it (left at its default, k is capped at half the width). The children's
+    widths (child_widths)."""
+    for kind, (how, fraction) in KINDS.items():
+        if how == "width":
+            kept = width_kept(config.n_embd, fraction)
+            if not 0 < kept < config.n_embd:
+                p.error(f"{width_flag}: the {kind} cut would keep {kept} of {config.n_embd} residual coordinates; "
+                        f"give a width of which it keeps some and drops some")
+        else:
+            dropped = layers_dropped(config.n_layer, fraction)
+            if not 0 < dropped < config.n_layer:
+                p.error(f"{depth_flag}: the {kind} cut would drop {dropped} of {config.n_layer} layers; give a depth "
+                        f"of which it drops some and keeps some")
+    widths = child_widths(config)
+    narrowest = min(widths.values())
+    if args.k != p.get_default("k") and args.k > narrowest // 2:
+        p.error(f"--k {args.k} is more than the narrowest child's width {narrowest} allows: the identity set is the "
+                f"k most extreme of its coordinates, at most half of them ({narrowest // 2})")
+    return widths
 
 
 def slug(kind: str) -> str:
@@ -189,9 +219,12 @@ def main(argv=None):
         refuse_unused(args, tiny_only, "with --base the parent (its architecture, its tokenizer) is given and its "
                       "children train with a fine-tune's recipe (batch 8, lr 1e-4, --child_steps): {flags} would do "
                       "nothing", p)
-        check_base(args.base, args.seq_len)
+        config = check_base(args.base, args.seq_len)
+        check_cuts(p, args, config, f"--base {args.base} (width {config.n_embd})",
+                   f"--base {args.base} ({config.n_layer} layers)")
     else:
-        check_lineage_flags(args)
+        config = check_lineage_flags(args)
+        check_cuts(p, args, config, f"--n_embd {config.n_embd}", f"--n_layer {config.n_layer}")
         if len(args.parents) < 2:
             p.error("--parents: the unrelated pairs are between parents, so two or more are needed")
         if set(args.parents) & set(args.scratch):

@@ -552,6 +552,39 @@ def test_the_pruned_study_with_a_base_refuses_each_flag_it_would_ignore(tmp_path
     assert not out.exists()
 
 
+def test_the_pruned_study_refuses_an_impossible_cut_or_k_before_any_work(tmp_path, monkeypatch):
+    """A cut that keeps everything or nothing (a quarter of 2 layers rounds to none, a quarter of width 2 too), a
+    --k above half the narrowest child's width, too few parents, or a scratch seed that is a parent's: each refused
+    in one line (exit 2) naming its flag, before any model is trained or anything written; a base too shallow to cut
+    as well, after its own checks only."""
+    from conftest import cli_error, llama_family, write_hf, write_tokenizer_json
+    from studies import pruned
+
+    def work(*args, **kwargs):
+        raise AssertionError("the study began its work")
+    monkeypatch.setattr(pruned, "tiny", work)
+    monkeypatch.setattr(pruned, "base_study", work)
+    out = tmp_path / "out"
+    width = 64 // 2                         # the tiny preset's width, halved by the 50% cut (the narrowest child)
+    cases = {("--n_layer", "2"): "--n_layer 2: the depth 25% cut would drop 0 of 2 layers",
+             ("--n_layer", "1"): "--n_layer 1: the depth 25% cut would drop 0 of 1 layers",
+             ("--n_embd", "2", "--n_head", "1"): "--n_embd 2: the width 25% cut would keep 2 of 2 residual",
+             ("--k", str(width // 2 + 1)): f"--k {width // 2 + 1} is more than the narrowest child's width {width}",
+             ("--parents", "0"): "--parents: the unrelated pairs are between parents",
+             ("--scratch", "0", "--parents", "0", "1"): "--scratch seeds must differ from --parents"}
+    for argv, message in cases.items():
+        line = cli_error(pruned.main, "studies.pruned", [*argv, "--out", str(out)])
+        assert message in line, line
+    spec, cfg, t = llama_family("LlamaForCausalLM")
+    assert spec["L"] == 2                   # a quarter of its layers rounds to none
+    base = tmp_path / "base"
+    write_hf(base, cfg, t)
+    write_tokenizer_json(base, ["<unk>"] + [f"w{i}" for i in range(spec["V"] - 1)])
+    line = cli_error(pruned.main, "studies.pruned", ["--base", str(base), "--seq_len", "16", "--out", str(out)])
+    assert f"--base {base} (2 layers): the depth 25% cut would drop 0 of 2 layers" in line, line
+    assert not out.exists()
+
+
 def test_the_registry_study_names_each_base_once_and_none_for_strangers(corpora, tmp_path):
     """studies.registry on tiny models: each continued base (permuted or not) is traced to its own base, every
     stranger to none, the lineage registered twice is inconclusive and one lineage; bf16 files are compared."""
