@@ -57,8 +57,8 @@ from typing import Callable, Optional
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from common import (ArgumentParser, DTYPES, Progress, add_device_flags, add_settings_flags, atomic_write,
                     check_dtype_runs, check_output, check_settings, figure, flag_type, lock_dir, parse_bool,
-                    print_table, provenance, refuse_unused, resolve_device, run_script, save_figure, setting,
-                    settings_given, update_results)
+                    print_table, provenance, range_rule, refuse_unused, resolve_device, run_script, save_figure,
+                    setting, settings_given, update_results)
 from model import GPT, GPTConfig, read_checkpoint
 import hf
 from data import random_batches
@@ -685,8 +685,9 @@ def write_fingerprint(path: str, fp: Fingerprint) -> None:
 
 
 def read_fingerprint(path: str) -> Fingerprint:
-    """A fingerprint file, checked: a file that is no fingerprint, one from a newer format, or one whose content
-    does not match its sha256 (damaged, truncated or edited) is refused in one line."""
+    """A fingerprint file, checked: a file that is no fingerprint, one from a newer format, one whose content does
+    not match its sha256 (damaged, truncated or edited), and one whose arrays do not fit its options and config or
+    hold NaN or inf (the sha256 proves wholeness, not that the file came from a model) are refused in one line."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no fingerprint file at {path!r}" + (" (a directory)" if os.path.isdir(path) else ""))
     try:
@@ -705,13 +706,45 @@ def read_fingerprint(path: str) -> Fingerprint:
     if set(arrays) != {*SETS, "rows"} or meta.get("sha256") != file_digest(
             {k: v for k, v in meta.items() if k != "sha256"}, arrays):
         raise ValueError(f"{path} does not match its own sha256: the file is damaged or was edited; make it again")
+    # whole and ours, but the sha256 proves no more (anyone can compute it): what a verdict reads is checked too
+    remake = "make it again with python seedprint.py MODEL --save FILE"
+    if not isinstance(meta.get("config"), dict):
+        raise ValueError(f"{path} records no model config: {remake}")
     unknown = sorted(set(meta["config"]) - {f.name for f in dataclasses.fields(GPTConfig)})
     if unknown:                    # GPTConfig(**config) would fail far from here, as an internal error
         raise ValueError(f"{path} records a model config with fields this seedprint.py does not know "
                          f"({', '.join(unknown)}): a later version of the project made it; update the project")
-    sets = [arrays[name].astype(np.float32) for name in SETS]
-    return Fingerprint(sets, expand(arrays["rows"], meta["rows_dtype"]), meta["options"], meta["config"],
-                       meta["weights"], meta["provenance"], path=path)
+    options, keys = meta.get("options"), set(default_options())
+    if not isinstance(options, dict) or set(options) != keys:
+        got = set(options) if isinstance(options, dict) else set()
+        missing, unknown = ", ".join(sorted(keys - got)) or "none", ", ".join(sorted(got - keys)) or "none"
+        raise ValueError(f"{path} records other options than a fingerprint file holds (missing: {missing}; "
+                         f"unknown: {unknown}): {remake}")
+    try:
+        Options(**{"input_seed" if k == "seed" else k: v for k, v in options.items() if k != "vocab"})
+        if not range_rule("int>=2")[0](options["vocab"]):
+            raise ValueError(f"--vocab must be an integer >= 2, got {options['vocab']!r}")
+        config = GPTConfig(**meta["config"])
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path} records an option or a config it cannot have been made with ({e}): {remake}") \
+            from None
+    if meta.get("rows_dtype") not in ROWS_DTYPES:
+        raise ValueError(f"{path} records its table's rows as {meta.get('rows_dtype')!r}, not one of "
+                         f"{', '.join(ROWS_DTYPES)}: {remake}")
+    vocab, d = options["vocab"], config.n_embd
+    shapes = {**{name: (options["sequences"], d) for name in SETS}, "rows": (vocab - vocab // 2, d)}
+    dtypes = {**{name: np.float32 for name in SETS}, "rows": ROWS_DTYPES[meta["rows_dtype"]]}
+    for name, shape in shapes.items():
+        a = arrays[name]
+        if a.shape != shape or a.dtype != dtypes[name]:
+            raise ValueError(f"{path} holds its {name} array as {a.dtype} {a.shape}, where its options and config "
+                             f"make it {np.dtype(dtypes[name])} {shape}: {remake}")
+    sets = [arrays[name] for name in SETS]
+    rows = expand(arrays["rows"], meta["rows_dtype"])
+    for name, a in zip((*SETS, "rows"), (*sets, rows)):
+        if not np.isfinite(a).all():                    # NaN ties every pair: scored, it would read "unrelated"
+            raise ValueError(f"{path} holds NaN or inf in its {name} array: {remake}")
+    return Fingerprint(sets, rows, options, meta["config"], meta["weights"], meta["provenance"], path=path)
 
 
 def is_fingerprint_file(m) -> bool:
@@ -727,6 +760,10 @@ def file_digest(meta: dict, arrays: dict) -> str:
         h.update(f"{name}|{a.dtype.str}|{a.shape}".encode())
         h.update(a.tobytes())
     return h.hexdigest()
+
+
+# compact's names of the rows' types, and the type each is stored as (bfloat16: its bits)
+ROWS_DTYPES = {"bfloat16": np.uint16, "float16": np.float16, "float32": np.float32}
 
 
 def compact(rows: np.ndarray):

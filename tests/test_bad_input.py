@@ -100,6 +100,13 @@ def files(tmp_path_factory):
     seedprint.write_fingerprint(str(f["fp"]), seedprint.make_fingerprint(str(f["ckpt"]), sequences=20, seq_len=8))
     seedprint.write_fingerprint(str(f["fp_other"]), seedprint.make_fingerprint(str(f["ckpt"]), sequences=20,
                                                                               seq_len=4))
+    with np.load(f["fp"]) as z:        # whole (its sha256 computed again), but NaN: refused, never scored "unrelated"
+        arrays, meta = {k: z[k] for k in z.files if k != "meta"}, json.loads(str(z["meta"]))
+    arrays["exact"] = np.full_like(arrays["exact"], np.nan)
+    del meta["sha256"]
+    meta["sha256"] = seedprint.file_digest(meta, arrays)
+    f["fp_nan"] = root / "fp_nan.npz"
+    np.savez(f["fp_nan"], meta=np.array(json.dumps(meta)), **arrays)
     np.savez(root / "foreign.npz", H=np.zeros(3))
     f["foreign_npz"] = root / "foreign.npz"
     f["reg_foreign"] = root / "reg_foreign"
@@ -192,6 +199,7 @@ CASES = [
     ("seedprint", ["{fp}", "{fp_other}"], "were made with other options (seq_len 8 vs 4)"),
     ("seedprint", ["{fp}", "{ckpt}", "--sequences", "30"], "other options than asked for (sequences 30 vs"),
     ("seedprint", ["{foreign_npz}", "{ckpt}"], "is not a SeedPrint fingerprint file"),
+    ("seedprint", ["{fp_nan}", "{ckpt}"], "fp_nan.npz holds NaN or inf in its exact array: make it again"),
     ("seedprint", ["{bad_npy}.npz", "{ckpt}"], "no fingerprint file at"),
     ("seedprint", ["{ckpt}", "--against", "{reg_empty}"], "holds no fingerprint file"),
     ("seedprint", ["{ckpt}", "--against", "{reg_foreign}"], "x.npz is not a SeedPrint fingerprint file"),

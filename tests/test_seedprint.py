@@ -576,6 +576,38 @@ def test_a_file_that_is_not_whole_or_not_ours_or_made_otherwise_is_refused_in_on
     line = cli_error(seedprint.main, "seedprint.py", [str(tmp_path / "later.npz"), paths["child"], "--out",
                                                       str(tmp_path / "out")])
     assert "(later_knob, other_knob)" in line and not (tmp_path / "out").exists()
+
+    def forged(name, edit_arrays=lambda arrays: None, edit_meta=lambda meta: None) -> str:
+        """good.npz edited and its sha256 computed again: whole, but not what a model gave."""
+        with np.load(good) as z:
+            arrays = {k: z[k].copy() for k in z.files if k != "meta"}
+            meta = json.loads(str(z["meta"]))
+        del meta["sha256"]
+        edit_arrays(arrays)
+        edit_meta(meta)
+        meta["sha256"] = seedprint.file_digest(meta, arrays)
+        np.savez(tmp_path / name, meta=np.array(json.dumps(meta)), **arrays)
+        return str(tmp_path / name)
+    assert seedprint.read_fingerprint(forged("same.npz")).options["sequences"] == 200     # forged alone: read
+    forgeries = {   # NaN ties every pair, so a file of NaN scored "unrelated"; the rest failed far from here or not
+        "nan.npz": (lambda a: a["test"].fill(np.nan), None, "holds NaN or inf in its test array"),
+        "inf.npz": (lambda a: a["exact"].__setitem__((3, 5), np.inf), None, "holds NaN or inf in its exact array"),
+        "no_option.npz": (None, lambda m: m["options"].pop("set_mode"), "(missing: set_mode; unknown: none)"),
+        "extra_option.npz": (None, lambda m: m["options"].update(temperature=3), "(missing: none; unknown: "
+                                                                                  "temperature)"),
+        "bad_option.npz": (None, lambda m: m["options"].update(k="16"), "--k must be an integer >= 2, got '16'"),
+        "int8.npz": (None, lambda m: m.update(rows_dtype="int8"), "records its table's rows as 'int8'"),
+        "narrow.npz": (lambda a: a.update(exact=a["exact"][:, :32]), None, "holds its exact array as float32 "
+                       "(200, 32), where its options and config make it float32 (200, 64)"),
+        "few_rows.npz": (lambda a: a.update(rows=a["rows"][:150]), None, "(150, 64), where its options and config "
+                                                                         "make it"),
+    }
+    for name, (edit_arrays, edit_meta, why) in forgeries.items():
+        file = forged(name, edit_arrays or (lambda a: None), edit_meta or (lambda m: None))
+        with pytest.raises(ValueError) as refused:
+            seedprint.read_fingerprint(file)
+        assert why in str(refused.value) and file in str(refused.value), name
+        assert "make it again with python seedprint.py MODEL --save FILE" in str(refused.value), name
     other = str(tmp_path / "other.npz")
     seedprint.write_fingerprint(other, seedprint.make_fingerprint(paths["stranger"], sequences=300, seq_len=8, k=16))
     with pytest.raises(ValueError, match=r"made with other options \(sequences 200 vs 300; seq_len 16 vs 8\)"):
