@@ -462,11 +462,15 @@ def _train(args: TrainConfig, run: dict) -> dict:
             if ddp:
                 dist.all_reduce(loss_sum)
             loss = loss_sum.item() / steps_timed / world
-            dt = time.time() - t0
+            now = time.time()
+            dt = now - t0
             tok_s = steps_timed * args.batch_size * T / dt
             mfu = flops_per_token * tok_s / (peak * world) if peak else None
+            # wall: seconds from this process's start of the run to this record's sync. The gap between two records
+            # holds all that ran between them (the print, log.json's writing), which ms_per_step leaves out: the
+            # clock that another program's wall-clock step times are read against
             log["train"].append(dict(step=done, loss=loss, lr=lr, tokens_per_s=tok_s, mfu=mfu,
-                                     ms_per_step=1000 * dt / steps_timed))
+                                     ms_per_step=1000 * dt / steps_timed, wall=now - began))
             if master:
                 print(f"step {done:>6} | loss {loss:.4f} | lr {lr:.2e} | {tok_s:,.0f} tok/s | "
                       f"mfu {f'{100 * mfu:.1f}%' if mfu else 'n/a'} | {1000 * dt / steps_timed:.1f} ms/step | "

@@ -14,9 +14,12 @@ results.json, each entry with its provenance; gpu_check.png; stages.log, every c
   train        train.py on GPT-2 124M as nanoGPT builds it (gpt2-nano with learned positions and nanoGPT's
                vocabulary padding to 50,304: the same parameters and flops/token), compiled, bf16 autocast, 16 x
                1,024 tokens x 4 micro-steps = 65,536 tokens a step: 10 warm-up steps, then 100 timed: tokens/s, MFU
-               against the card's dense bf16 peak, the loss at the last step
+               against the card's dense bf16 peak, the loss at the last step. The timed steps' time is the wall time
+               from the end of the warm-up to the end of the last step, each step's print and log writing included
   nanogpt      nanoGPT (karpathy/nanoGPT at NANOGPT_COMMIT, files checked) on the same data, tokens per step,
-               schedule and number of steps, timed the same way (its printed MFU is against an A100: recomputed)
+               schedule and number of steps, timed the same way: the sum of the times it prints, each from the end
+               of one iteration to the end of the next, its print included (its printed MFU is against an A100:
+               recomputed)
   ddp          train.py under `torchrun --nproc_per_node 1` (NCCL, DDP) against the plain run: the loss of each of
                the first 20 steps, all inside the learning-rate warm-up, so both runs take the same steps
   fingerprint  studies.fingerprint_speed: SeedPrint's fingerprint of a llama2-7b-shaped model in bf16 on 2,000
@@ -467,12 +470,17 @@ def stage_train(run: Run) -> dict:
     run.command([sys.executable, "train.py", *trainer_flags(run, steps, out)])
     records = train_losses(out, steps)
     timed = records[t["warm"]:]
-    seconds = sum(r["ms_per_step"] for r in timed) / 1000       # each record is one step, timed to a device sync
+    # the wall time from the end of the last warm-up step to the end of the last step, as nanoGPT's times add up
+    # (stage_nanogpt): each step's print and log.json's writing included. train.py's own ms_per_step leaves those
+    # out, so it is not read here.
+    seconds = timed[-1]["wall"] - records[t["warm"] - 1]["wall"]
     tokens_per_s = run.tokens_per_step * len(timed) / seconds
     losses = [r["loss"] for r in records]
     return dict(model=f"{t['model']} {t['knobs']}", parameters=run.train_model.num_params(),
                 tokens_per_step=run.tokens_per_step, warm_steps=t["warm"], timed_steps=len(timed),
-                warm_seconds=sum(r["ms_per_step"] for r in records[:t["warm"]]) / 1000, timed_seconds=seconds,
+                warm_seconds=records[t["warm"] - 1]["wall"], timed_seconds=seconds,
+                timed_is="the wall time between the ends of the last warm-up step and the last step (each step's "
+                "print and log.json's writing included); warm_seconds: from the run's start to the end of the warm-up",
                 tokens_per_s=tokens_per_s, flops_per_token=run.train_flops_per_token,
                 mfu=run.mfu(tokens_per_s, run.train_flops_per_token), loss_last_step=losses[-1],
                 loss_mean_last_10=float(np.mean(losses[-10:])), loss_is="each step's mean over its micro-batches",
@@ -514,7 +522,9 @@ def stage_nanogpt(run: Run) -> dict:
         raise StageFailed(f"nanoGPT printed iterations {[i for i, *_ in iters][:5]}... with losses "
                           f"{[loss for _, loss, *_ in iters][-3:]}, not {steps} finite ones")
     # its time of iteration i is the wall time between the ends of iterations i - 1 and i (time.time(), no device
-    # sync; the .item() after it syncs), so the sum over the timed iterations is their wall time
+    # sync; the .item() and the print after it are in the next iteration's time), so the sum over the timed
+    # iterations is the wall time between the ends of the last warm-up iteration and the last: as stage_train reads
+    # train.py's
     timed = iters[t["warm"]:]
     seconds = sum(dt for _, _, dt, _ in timed)
     tokens_per_s = run.tokens_per_step * len(timed) / seconds

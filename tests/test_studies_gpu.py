@@ -152,8 +152,9 @@ def test_table1_and_the_fingerprint_report_mfu_against_the_peak_given(tiny_run):
 
 
 def test_train_py_and_nanogpt_are_timed_the_same_way(tiny_run):
-    """Both: the steps after the warm-up, tokens per step x steps / their summed times; train.py's from its own
-    log, nanoGPT's from the times the stand-in printed (100 + 10 i ms at iteration i)."""
+    """Both: the steps after the warm-up, tokens per step x steps / the wall time from the end of the warm-up to the
+    end of the last step; train.py's from its log's wall stamps (not its own ms_per_step, which leaves out printing
+    and the log's writing), nanoGPT's from the times the stand-in printed (100 + 10 i ms at iteration i)."""
     tmp, res = tiny_run
     t = TINY["trainer"]
     cfg = dict(gpu_check.get_config(t["model"], **t["knobs"]).__dict__)
@@ -161,10 +162,13 @@ def test_train_py_and_nanogpt_are_timed_the_same_way(tiny_run):
     fpt = trainer_flops_per_token(cfg)
     log = json.loads((tmp / "work" / "train" / "log.json").read_text())["train"]
     timed = [r for r in log if r["step"] > t["warm"]]
-    tok_s = per_step * len(timed) / (sum(r["ms_per_step"] for r in timed) / 1000)
+    last_warm = [r for r in log if r["step"] == t["warm"]][0]
+    tok_s = per_step * len(timed) / (timed[-1]["wall"] - last_warm["wall"])
     r = res["train"]
     assert (r["tokens_per_step"], r["timed_steps"]) == (per_step, t["timed"])
     assert r["tokens_per_s"] == pytest.approx(tok_s, rel=1e-9)
+    # the wall between step ends holds the steps' own clock and what it leaves out, within the stage's own time
+    assert sum(x["ms_per_step"] for x in timed) / 1000 <= r["timed_seconds"] < res["stages"]["train"]["seconds"]
     assert r["mfu"] == pytest.approx(tok_s * fpt / 1e12, rel=1e-9)
     assert r["losses"] == [x["loss"] for x in log] and r["loss_last_step"] == log[-1]["loss"]
     n = res["nanogpt"]
@@ -176,6 +180,34 @@ def test_train_py_and_nanogpt_are_timed_the_same_way(tiny_run):
     assert n["same_parameters"] and n["files_match_commit"] is False          # a stand-in is no nanoGPT
     target = {x["target"]: x for x in res["targets"]}["train_vs_nanogpt"]
     assert target["value"] == pytest.approx(tok_s / nano_tok_s) and target["met"] == (tok_s >= nano_tok_s)
+
+
+def test_train_py_is_timed_by_the_wall_between_step_ends_not_by_its_own_step_clock(gpu_dir, tmp_path):
+    """A log.json whose steps each take 100 ms on train.py's own clock (ms_per_step) with host work between them
+    (printing, the log's writing) that grows by 10 ms a step: the timed steps' seconds are their 100 ms each plus
+    those gaps, as nanoGPT's printed times hold its own; the step clock alone would make train.py look faster."""
+    t = TINY["trainer"]
+    steps = t["warm"] + t["timed"]
+    gap = lambda step: 0.010 * step                  # seconds of host work after step `step`'s sync
+    run = a_run(gpu_dir, tmp_path)
+
+    def command(cmd, **kw):                          # train.py's log, as it would write it
+        out = cmd[cmd.index("--out_dir") + 1]
+        os.makedirs(out)
+        wall, records = 0.0, []
+        for step in range(1, steps + 1):
+            wall += 0.100 + (gap(step - 1) if step > 1 else 0.0)
+            records.append(dict(step=step, loss=10.0 - step / 10, ms_per_step=100.0, wall=wall))
+        with open(os.path.join(out, "log.json"), "w") as fh:
+            json.dump(dict(train=records), fh)
+        return "ok", 0, ""
+    run.command = command
+    run.begin("train", 60)
+    r = gpu_check.stage_train(run)
+    seconds = sum(0.100 + gap(step - 1) for step in range(t["warm"] + 1, steps + 1))
+    per_step = t["micro"] * t["accum"] * gpu_check.get_config(t["model"], **t["knobs"]).block_size
+    assert r["timed_seconds"] == pytest.approx(seconds, rel=1e-9) and seconds > 0.100 * t["timed"]
+    assert r["tokens_per_s"] == pytest.approx(per_step * t["timed"] / seconds, rel=1e-9)
 
 
 def test_torchrun_takes_the_plain_runs_steps(tiny_run):
