@@ -238,6 +238,11 @@ def test_the_targets_are_read_against_the_issues_thresholds():
     assert {x["target"]: x for x in gpu_check.targets(res, cards("H100", "H100"))}["train_vs_nanogpt"]["value"] == 0.9
     other = {x["target"]: x for x in gpu_check.targets(res, cards("H100", "H200"))}["train_vs_nanogpt"]
     assert other["met"] is None and other["not_read"] == "train.py ran on H100, nanoGPT on H200"
+    for status, said in (("failed", "it failed"), ("timed out", "it timed out"), ("skipped", "it did not run")):
+        # a full-size nanogpt stage that measured nothing: said so, not taken for files or a model unlike nanoGPT's
+        res["nanogpt"] = dict(size="full", stage=dict(status=status, error="..."))
+        t = {x["target"]: x for x in gpu_check.targets(res)}["train_vs_nanogpt"]
+        assert t["value"] is None and t["met"] is None and t["not_read"] == f"nanoGPT not compared: {said}", status
 
 
 def a_run(gpu_dir, tmp_path, size="tiny"):
