@@ -194,11 +194,13 @@ class Lineage:
             return self.vocab
         return min((seedprint.config_of(m) or m.build().config).vocab_size for m in models)
 
-    def fingerprints(self, m, vocab: int, aligned: bool = True) -> list:
-        """[the exact verdict's fingerprint, and with `aligned` the aligned verdict's test and alignment sets]."""
-        sets = [{}] + (seedprint.aligned_sets(vocab, self.inputs["seed"]) if aligned else [])
+    def fingerprints(self, m, vocab: int, aligned: bool = True, exact: bool = True) -> list:
+        """[the exact verdict's fingerprint (None without `exact`), and with `aligned` the aligned verdict's test and
+        alignment sets]."""
+        sets = ([{}] if exact else []) + (seedprint.aligned_sets(vocab, self.inputs["seed"]) if aligned else [])
         options = dict(self.inputs, vocab=vocab)
-        return seedprint.fingerprint_all([m], self.cache, self.device, self.dtype, options, sets)[0]
+        H = seedprint.fingerprint_all([m], self.cache, self.device, self.dtype, options, sets)[0] if sets else []
+        return H if exact else [None] + H
 
     def token_rows(self, m, lo: int, hi: int):
         """seedprint.token_rows, kept for the next pairs (the last rows_kept models)."""
@@ -213,8 +215,12 @@ class Lineage:
         """(exact verdict, aligned verdict or None) of two models (paths or Recipes); two widths: (None, the matched
         verdict)."""
         vocab = self.bound(a, b)
-        A, B = self.fingerprints(a, vocab, aligned), self.fingerprints(b, vocab, aligned)
-        one_width = not seedprint.two_widths((A[0].shape[1], B[0].shape[1]))
+        # the widths from the configs, before any fingerprint: a pair of two widths has no exact test, so its exact
+        # set is never made; a model of unknown config (a Recipe that names none) shows its width in that set
+        configs = [seedprint.config_of(m) for m in (a, b)]
+        widths = None if None in configs else [c.n_embd for c in configs]
+        A, B = (self.fingerprints(m, vocab, aligned, exact=not seedprint.two_widths(widths)) for m in (a, b))
+        one_width = not seedprint.two_widths(widths or [A[0].shape[1], B[0].shape[1]])
         exact = seedprint.seedprint_test(A[0], B[0], **self.test) if one_width else None
         if not aligned:
             return exact, None

@@ -476,6 +476,33 @@ def test_a_depth_pruned_child_runs_its_parents_blocks_but_the_dropped_ones():
     assert torch.allclose(child.trace(x, hidden="last")["hidden"][-1], expected, atol=1e-5)
 
 
+def test_a_pair_of_two_widths_is_never_fingerprinted_on_the_exact_inputs(tmp_path, monkeypatch):
+    """Lineage.pair reads the widths from the configs first: a pair of two widths (no exact test) is fingerprinted
+    on the aligned test's and the alignment's inputs alone, a pair of one width on the exact inputs as well; a model
+    whose config is unknown shows its width in the exact set, which is made for it."""
+    import argparse
+    from studies.lineage import Lineage, fresh_init
+    made = []
+
+    def fingerprint(model, **options):
+        made.append("exact" if "low" not in options else "aligned")       # aligned_sets give each a low bound
+        return real(model, **options)
+    real = seedprint.fingerprint
+    monkeypatch.setattr(seedprint, "fingerprint", fingerprint)
+    args = argparse.Namespace(sequences=40, seq_len=16, input_seed=0, k=8, rank_by="smallest", set_mode="coset",
+                              dtype=None)
+    config = lambda width: get_config("tiny", **LLAMA_KNOBS, n_embd=width, n_layer=1, vocab_size=64, block_size=16)
+    wide, narrow, other = fresh_init(config(64), 0), fresh_init(config(32), 1), fresh_init(config(64), 2)
+    unknown = seedprint.Recipe("no config", lambda: build(config(64), 3, 3))
+    for name, a, b, expected, exact_test in (("two", wide, narrow, ["aligned"] * 4, False),
+                                             ("one", wide, other, ["exact", "aligned", "aligned"] * 2, True),
+                                             ("unknown", unknown, narrow, ["exact", "aligned", "aligned"] * 2, False)):
+        made.clear()
+        exact, matched = Lineage(args, str(tmp_path / name), "cpu").pair(a, b)
+        assert made == expected, name
+        assert (exact is not None) == exact_test and matched is not None, name
+
+
 def test_the_pruned_study_cuts_a_parent_once_per_calibration_and_names_the_cut_by_it(tmp_path, monkeypatch):
     """studies.pruned.cut_files: the three cuts of a parent are the edits themselves on these windows; the parent is
     loaded, and its importance computed, once for all three; a rerun makes nothing; other windows (shorter: another
