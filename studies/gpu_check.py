@@ -922,9 +922,11 @@ def main(argv=None):
                    "one CUDA GPU; tiny (default): the same stages on the CPU in under a minute")
     p.add_argument("--stages", nargs="+", choices=STAGES + OPTIONAL_STAGES, action=Distinct, default=None,
                    help=f"which stages, in this order (default {' '.join(STAGES)}; profile only when named)")
-    p.add_argument("--budget", type=flag_type("int>=1"), default=570, help="seconds for all stages together: a "
-                   f"stage is cut to what is left, and not started with under {MIN_STAGE_SECONDS} s left (then the "
-                   "command that makes the rest is printed; default 570: the whole run under 10 minutes)")
+    # a --budget under MIN_STAGE_SECONDS could start no stage: refused, not run to write an empty results.json
+    p.add_argument("--budget", type=flag_type(f"int>={MIN_STAGE_SECONDS}"), default=570, help="seconds for all "
+                   f"stages together, at least {MIN_STAGE_SECONDS}: a stage is cut to what is left, and not started "
+                   f"with under {MIN_STAGE_SECONDS} s left (then the command that makes the rest is printed; default "
+                   "570: the whole run under 10 minutes)")
     p.add_argument("--tests", nargs="+", default=None, help="what the tests stage gives pytest (default: tests at "
                    "full size, tests/test_gpu.py at tiny size)")
     p.add_argument("--peak_tflops", type=flag_type("float>0"), default=None, help="the peak MFU is read against "

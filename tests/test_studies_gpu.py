@@ -493,7 +493,9 @@ def test_bad_input_is_refused_in_one_line_before_any_work(gpu_dir, tmp_path):
     run = lambda *argv: cli_error(gpu_check.main, "studies.gpu_check", [*argv, "--out", str(tmp_path / "out")])
     assert "invalid choice: 'bogus'" in run("--stages", "bogus")
     assert "lists env more than once" in run("--stages", "env", "env")
-    assert "--budget: must be an integer >= 1" in run("--budget", "0")
+    assert "--budget: must be an integer >= 20" in run("--budget", "0")
+    # too little for any stage to start (MIN_STAGE_SECONDS): a run that could do nothing is refused
+    assert gpu_check.MIN_STAGE_SECONDS == 20 and "--budget: must be an integer >= 20, got 19" in run("--budget", "19")
     assert "--prepare first" in run("--stages", "train", "--gpu_dir", str(tmp_path / "none"))
     assert "--prepare runs alone: drop --stages" in run("--prepare", "--stages", "env")
     assert "go with --prepare" in run("--nanogpt_from", str(tmp_path))
