@@ -829,12 +829,12 @@ def compare_many(models: list, k: int = None, rank_by: str = None, set_mode: str
                 options=run["options"])
 
 
-def fingerprinted(models: list, asked: dict, temperature: float = 10.0, alpha: float = ALPHA, cache_dir: str = None,
-                  device="cpu", dtype: str = None, align: bool = False) -> dict:
-    """Every check of a comparison, then each model's fingerprints (and its token table's held-out rows where the
-    coordinates are matched), ready for verdicts of any of its pairs (verdict). asked: file_options' keys and any
-    of fingerprint()'s options, None where not given."""
-    models = [read_fingerprint(m) if is_fingerprint_file(m) else m for m in models]
+def plan(models: list, asked: dict, temperature: float = 10.0, alpha: float = ALPHA, align: bool = False) -> dict:
+    """Every check of a comparison that reads no weight (the options, the models' configs, the fingerprint files'
+    records), so that a command line runs it before any work: {"inputs": the fingerprint options, "test": the
+    statistic's (STATISTIC), "configs": each model's (None: unknown), "matched": whether B's coordinates are matched
+    to A's (align, or models of two widths)}. models: read already (Fingerprints, not their paths). asked:
+    file_options' keys and any of fingerprint()'s options, None where not given."""
     opts = agreed_options(models, asked)
     test = {key: opts.pop(key) for key in STATISTIC}
     check_options(**test, temperature=temperature, alpha=alpha)
@@ -849,13 +849,23 @@ def fingerprinted(models: list, asked: dict, temperature: float = 10.0, alpha: f
     if matched and opts.get("vocab") is None:
         raise ValueError("the aligned verdict draws token ids from two halves of the vocabulary: give vocab= for "
                          "models whose vocabulary is not known (callables, fingerprint arrays)")
+    return dict(inputs=opts, test=test, configs=every, matched=matched)
+
+
+def fingerprinted(models: list, asked: dict, temperature: float = 10.0, alpha: float = ALPHA, cache_dir: str = None,
+                  device="cpu", dtype: str = None, align: bool = False) -> dict:
+    """Every check of a comparison (plan), then each model's fingerprints (and its token table's held-out rows where
+    the coordinates are matched), ready for verdicts of any of its pairs (verdict)."""
+    models = [read_fingerprint(m) if is_fingerprint_file(m) else m for m in models]
+    checked = plan(models, asked, temperature, alpha, align)
+    opts, test, matched = checked["inputs"], checked["test"], checked["matched"]
     # the aligned (and the matched) verdict tests on the lower half's inputs and fits its match on the upper half's
     # (aligned_sets); where widths are mixed without --align, a pair of one width keeps the exact verdict
     sets = ([] if align else [{}]) + (aligned_sets(opts["vocab"], opts["seed"]) if matched else [])
     H = fingerprint_all(models, cache_dir, device, dtype, opts, sets)
     tables = [held_out_rows(m, opts["vocab"]) if matched else None for m in models]
-    return dict(models=models, configs=every, H=H, tables=tables, align=align, matched=matched, test=test,
-                temperature=temperature, alpha=alpha, options=dict(opts, **test))
+    return dict(models=models, configs=checked["configs"], H=H, tables=tables, align=align, matched=matched,
+                test=test, temperature=temperature, alpha=alpha, options=dict(opts, **test))
 
 
 def verdict(run: dict, i: int, j: int) -> SeedPrintResult:
@@ -1092,7 +1102,8 @@ def main(argv=None):
     device = resolve_device(args.device)
     if args.dtype:
         check_dtype_runs(device, DTYPES[args.dtype])
-    for m in models:                                           # every refusal before any work
+    plan(models + bases, asked, align=args.align)              # every refusal before any work: no weight read yet
+    for m in models:                                           # then the weights, each streamed once
         if isinstance(m, str):
             hf.check_weights_finite(m)
     t0 = time.time()

@@ -707,3 +707,30 @@ def test_the_command_line_saves_files_searches_a_folder_and_holds_the_files_to_t
                                                       "--out", str(tmp_path / "out2")])
     assert "other options than asked for (sequences 2000 vs the file's 200)" in line    # the default, given
     assert not (tmp_path / "out2").exists()
+
+
+def test_the_command_line_refuses_its_flags_and_files_before_reading_any_weight(family, tmp_path, monkeypatch):
+    """A typo is reported at once, not after every weight of every model was streamed (a full read of a large
+    model): each refusal comes before the first weight is read."""
+    from conftest import cli_error
+    from model import write_checkpoint
+    root, paths = family
+    small = str(tmp_path / "small_vocab.pt")
+    write_checkpoint(small, build(get_config("tiny", **dict(LLAMA, vocab_size=300)), 4, 4))
+    reg = tmp_path / "reg"
+    reg.mkdir()
+    made = str(reg / "base.npz")                                            # vocab 400
+    seedprint.write_fingerprint(made, seedprint.make_fingerprint(paths["base"], **FILE_OPTS))
+    read = []
+    for name in ("check_weights_finite", "load", "tensors"):                 # every way a weight is read
+        monkeypatch.setattr(seedprint.hf, name, lambda path, *a, name=name, **kw: read.append((name, path)))
+    cases = [([paths["base"], paths["child"], "--seq_len", "999"], "--seq_len 999 exceeds the context"),
+             ([paths["base"], "--save", str(tmp_path / "x.npz"), "--seq_len", "999"], "--seq_len 999 exceeds"),
+             ([made, paths["child"], "--sequences", "30"], "other options than asked for (sequences 30 vs"),
+             ([made, small], "beyond the vocabulary of"),
+             ([paths["child"], "--against", str(reg), "--seq_len", "999"], "(seq_len 999 vs the file's 16)")]
+    for argv, why in cases:
+        line = cli_error(seedprint.main, "seedprint.py", argv + ([] if "--save" in argv else ["--out",
+                                                                                             str(tmp_path / "out")]))
+        assert why in line and read == [], (argv, line, read)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "x.npz").exists()
