@@ -32,15 +32,16 @@ forward pass computes what transformers computes, within float32 rounding, witho
     a model_type naming another family than architectures, and a field 4.x and 5.x read as two models;
   - a field present but not understood, a tensor missing, unknown, misshapen or stored twice, an
     architecture not carried: each is one error naming it (and the config.json fields behind a tensor), before
-    any weight is read. A tied LM head stored apart from its embedding must hold the same values: checked as it
-    loads, the one check that reads values. Nothing is approximated in silence.
+    any weight is read. A tied LM head stored apart from its embedding must hold the same values: checked before
+    any weight loads, the one check that reads values. Nothing is approximated in silence.
 
 A model here is a path: a Hugging Face directory, or a train.py checkpoint file (model.py's format). Every
 script that takes a model reads it through these five, whichever it is:
 
     load(path)               -> a GPT, in the checkpoint's dtype, its weights checked finite
     read_config(path)        -> its GPTConfig, the weight files checked against it, no weight read
-    check_weights_finite(path) -> every weight streamed once, one that holds NaN/inf refused by name
+    check_weights_finite(path) -> every weight streamed once, one that holds NaN/inf refused by name (and a tied
+                                head stored apart that differs from its embedding)
     token_rows(path, lo, hi) -> rows lo..hi of the token table alone
     tensors(path)            -> (name, tensor), one at a time
     main([path, ...])        -> hf.py's command line: what each model maps onto (its family, the knobs it sets,
@@ -80,11 +81,12 @@ def load(path, device="cpu", dtype: Optional[torch.dtype] = None) -> GPT:
         model = load_checkpoint(path, device=device)               # checked finite as stored ...
         return model if dtype is None else check_model_weights_finite(model.to(dtype), path)    # ... and as cast
     config, arch, headers, fields = read_dir(path)
-    found = {kind for _, _, kind in read_weights(headers, arch)}
-    dtype = dtype or next((SAFETENSORS_FLOATS[k] for k in SAFETENSORS_FLOATS if k in found), torch.float32)
+    dtype = dtype or built_dtype(headers, arch)
     with torch.device("meta"):
         model = GPT(config).to(dtype)        # dtype on the meta device: nothing allocated yet
-    load_weights(model.to_empty(device=device), headers, arch, path, fields)
+    plan = plan_weights(model, headers, arch, path, fields)     # every check that reads no weight, then the one
+    check_tied_head(config, headers, arch, path, dtype)         # that reads values, before any weight loads
+    load_weights(model.to_empty(device=device), plan)
     return check_model_weights_finite(model, path)
 
 
@@ -140,7 +142,13 @@ def read_weights(headers: dict, arch: str):
 
 def check_weights_finite(path) -> None:
     """Stream every weight of the model at `path` once, tensor by tensor, and refuse one that holds NaN or inf,
-    naming it. For scripts that read several models: all are checked before the work on any begins."""
+    naming it; before that, a tied LM head stored apart from its embedding is compared with it (check_tied_head,
+    in the dtype load builds the model in). For scripts that read several models: all are checked before the work
+    on any begins."""
+    path = checked_path(path)
+    if os.path.isdir(path):
+        config, arch, headers, _ = read_dir(path)
+        check_tied_head(config, headers, arch, path, built_dtype(headers, arch))
     for name, t in tensors(path):
         if not torch.isfinite(t).all():
             raise nonfinite_weight(path, name, t)
@@ -152,9 +160,8 @@ def token_rows(path, lo: int, hi: int):
     path = checked_path(path)
     if os.path.isfile(path):
         return read_checkpoint(path, mmap=True)["model"]["transformer.wte.weight"][lo:hi].float().numpy()
-    plan = planned(path)[3]
-    file, name = next((file, name) for file, name, pieces in plan
-                      if pieces and pieces[0][0] == "transformer.wte.weight")
+    _, arch, _, plan = planned(path)
+    file, name, _ = plan[top_tensors(arch)[0]]
     with safetensors_library().safe_open(file, framework="pt") as f:
         return f.get_slice(name)[lo:hi].float().numpy()
 
@@ -816,6 +823,12 @@ def read_dir(path: str):
 SAFETENSORS_FLOATS = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 
 
+def built_dtype(headers: dict, arch: str) -> torch.dtype:
+    """The dtype a model is built in where none is asked for: the widest of the tensors the loader reads."""
+    found = {kind for _, _, kind in read_weights(headers, arch)}
+    return next((SAFETENSORS_FLOATS[k] for k in SAFETENSORS_FLOATS if k in found), torch.float32)
+
+
 def safetensors_library():
     """The safetensors package, imported here only: nothing but a Hugging Face directory needs it."""
     try:
@@ -873,6 +886,14 @@ NAMES = {   # this model's module -> the family's, per layer (a norm's name depe
 TOP_NAMES = {"llama": {"transformer.wte": "embed_tokens", "transformer.ln_f": "norm", "lm_head": "lm_head"},
              "neox": {"transformer.wte": "embed_in", "transformer.ln_f": "final_layer_norm", "lm_head": "embed_out"}}
 GPT2_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+
+
+def top_tensors(arch: str) -> tuple:
+    """The family's (token embedding, LM head) tensor names, relative to its prefix."""
+    if arch == "GPT2LMHeadModel":
+        return "wte.weight", "lm_head.weight"
+    top = TOP_NAMES["neox" if arch == "GPTNeoXForCausalLM" else "llama"]
+    return f"{top['transformer.wte']}.weight", f"{top['lm_head']}.weight"
 
 
 def tensor_targets(model: GPT, arch: str) -> dict:
@@ -951,21 +972,22 @@ def tensor_fields(name: str, head: str, n_layer: int) -> tuple:
             LAYER_FIELDS if layer and int(layer[1]) >= n_layer else ())
 
 
-def plan_weights(model: GPT, headers: dict, arch: str, where: str, fields: Optional[dict] = None) -> list:
+def plan_weights(model: GPT, headers: dict, arch: str, where: str, fields: Optional[dict] = None) -> dict:
     """Every tensor of the headers checked against `model` (on any device, meta too) before a weight is read: a
     missing, unknown, misshapen or twice-stored one is an error naming it, and the config.json `fields` behind it.
-    -> [(file, name, pieces)]; a tied LM head stored beside the embedding comes last, its pieces None: its values
-    are compared with the embedding's as it loads (load_weights), which no plan can do."""
+    -> {name relative to the prefix: (file, name, pieces)}. A tied LM head stored beside the embedding is checked
+    here as the embedding's twin and left out: no parameter reads it (check_tied_head compares its values)."""
     targets, params = tensor_targets(model, arch), dict(model.named_parameters())
-    head = "embed_out.weight" if arch == "GPTNeoXForCausalLM" else "lm_head.weight"
+    head = top_tensors(arch)[1]
     tied = model.config.tie_embeddings
-    plan, tied_head = {}, None
+    plan, seen = {}, set()
     for file, header in headers.items():
         for hf_name, (kind, shape) in header.items():
             name = relative_name(hf_name, arch)
             if name is None:
                 continue       # not weights, a vision tower
-            twice = name in plan or name == head and tied_head is not None
+            twice = name in seen
+            seen.add(name)
             if twice or name not in targets and not (tied and name == head):
                 raise ValueError(f"{where}: tensor {hf_name!r} is " + (
                     "stored twice" if twice else f"not part of a {arch} with this config.json"
@@ -977,9 +999,7 @@ def plan_weights(model: GPT, headers: dict, arch: str, where: str, fields: Optio
             if shape != want:
                 raise ValueError(f"{where}: tensor {hf_name!r} has shape {list(shape)}, config.json implies "
                                  f"{list(want)}{fields_note(fields, arch, SHAPE_FIELDS)}")
-            if name == head and tied:
-                tied_head = (file, hf_name, None)
-            else:
+            if not (name == head and tied):
                 plan[name] = (file, hf_name, targets[name])
     missing = [name for name in targets if name not in plan]
     if missing:
@@ -987,7 +1007,7 @@ def plan_weights(model: GPT, headers: dict, arch: str, where: str, fields: Optio
         causes = [key for name in missing for key in tensor_fields(name, head, model.config.n_layer)]
         raise ValueError(f"{where}: the tensor(s) {shown}{' ...' if len(missing) > 3 else ''} of a {arch} are "
                          f"missing from the checkpoint{fields_note(fields, arch, causes)}")
-    return list(plan.values()) + ([tied_head] if tied_head else [])
+    return plan
 
 
 def expected_shape(pieces: list, params: dict) -> tuple:
@@ -1003,37 +1023,45 @@ def expected_shape(pieces: list, params: dict) -> tuple:
 
 
 @torch.no_grad()
-def load_weights(model: GPT, headers: dict, arch: str, where: str, fields: Optional[dict] = None) -> None:
-    """Fill every parameter of `model` from the safetensors files, one tensor at a time, after plan_weights has
-    checked them all. A fused tensor is read once and split (or reordered) into its parameters. A tied LM head
-    stored beside the embedding is read last and must hold the embedding's values (in the model's dtype)."""
+def load_weights(model: GPT, plan: dict) -> None:
+    """Fill every parameter of `model` from the safetensors files, one tensor at a time, as plan_weights planned.
+    A fused tensor is read once and split (or reordered) into its parameters."""
     params = dict(model.named_parameters())
-    plan = plan_weights(model, headers, arch, where, fields)
-    for file, hf_name, pieces in plan:
+    for file, hf_name, pieces in plan.values():
         t = read_tensor(file, hf_name)
-        if pieces is None:
-            embedding = next(name for _, name, pieces in plan if pieces and pieces[0][0] == "transformer.wte.weight")
-            check_tied_head(t, params["transformer.wte.weight"], hf_name, embedding, where)
-            continue
         for param, rows, read, transpose in pieces:
             dest = params[param] if rows is None else params[param][rows]
             src = t if read is None else t[read]
             dest.copy_(src.T if transpose else src)
 
 
-def check_tied_head(head: torch.Tensor, embedding: torch.Tensor, head_name: str, embedding_name: str,
-                    where: str) -> None:
+@torch.no_grad()
+def check_tied_head(config: GPTConfig, headers: dict, arch: str, where: str, dtype: torch.dtype) -> None:
     """tie_word_embeddings true and the LM head stored apart: transformers 4.x ties after loading (the embedding
     is the head, the stored one dropped), 5.x keeps a stored head that differs (untied). Equal in the model's dtype,
-    both are this model; different, they are two: refused, naming both. Compared in slices of rows, on the
-    embedding's device, so the check holds no second copy of the table."""
-    rows = max(1, 2 ** 24 // max(1, embedding[0].numel()))
-    for i in range(0, embedding.shape[0], rows):
-        if not torch.equal(head[i:i + rows].to(embedding.device, embedding.dtype), embedding[i:i + rows]):
-            raise ValueError(f"{where}: tie_word_embeddings is true, but the checkpoint stores the LM head "
-                             f"{head_name!r} with other values than the embedding {embedding_name!r}: transformers "
-                             f"4.x would use the embedding as the head, 5.x the stored head; refused (drop the "
-                             f"stored head, or set tie_word_embeddings to false)")
+    both are this model; different, they are two: refused, naming both. The two stored tensors are compared file
+    against file, in slices of rows, so the check holds no copy of either table and can run before any weight
+    loads. A head or embedding missing, misshapen or of a dtype that does not load is left to plan_weights."""
+    embedding, head = top_tensors(arch)
+    stored = {relative_name(name, arch): (file, name, kind, shape)
+              for file, header in headers.items() for name, (kind, shape) in header.items()}
+    if not config.tie_embeddings or head not in stored or embedding not in stored:
+        return
+    (e_file, e_name, e_kind, shape), (h_file, h_name, h_kind, h_shape) = stored[embedding], stored[head]
+    if h_shape != shape or not {e_kind, h_kind} <= SAFETENSORS_FLOATS.keys():
+        return
+    library = safetensors_library()
+    with library.safe_open(e_file, framework="pt") as e_f, library.safe_open(h_file, framework="pt") as h_f:
+        e_slice, h_slice = e_f.get_slice(e_name), h_f.get_slice(h_name)
+        rows = max(1, 2 ** 24 // max(1, math.prod(shape[1:])))
+        for i in range(0, shape[0], rows):
+            e, h = e_slice[i:i + rows].to(dtype), h_slice[i:i + rows].to(dtype)
+            # a NaN both hold is one tensor stored twice: the finite check names it
+            if not ((e == h) | (e.isnan() & h.isnan())).all():
+                raise ValueError(f"{where}: tie_word_embeddings is true, but the checkpoint stores the LM head "
+                                 f"{h_name!r} with other values than the embedding {e_name!r}: transformers "
+                                 f"4.x would use the embedding as the head, 5.x the stored head; refused (drop the "
+                                 f"stored head, or set tie_word_embeddings to false)")
 
 
 # ----------------------------------------------------------------------------- command line

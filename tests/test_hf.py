@@ -925,19 +925,30 @@ HEADS = {"gpt2": ("transformer.wte.weight", "lm_head.weight"),
 
 
 @pytest.mark.parametrize("name", list(CLASS_FAMILIES))
-def test_a_tied_head_stored_apart_loads_only_as_the_embedding_itself(tmp_path, name):
+def test_a_tied_head_stored_apart_loads_only_as_the_embedding_itself(tmp_path, monkeypatch, name):
     """tie_word_embeddings true and the LM head stored too: transformers 4.x uses the embedding as the head, 5.x a
     stored head that differs. A head equal to the embedding is one model (it loads as the tied one); a head that
-    differs is two: refused, naming both tensors, as the weights load (no plan reads values)."""
+    differs is two: refused, naming both tensors, before any weight loads, and by check_weights_finite (which a
+    script runs on every model before its work begins); the plan alone (read_config) reads no value."""
     ck = Checkpoint(name, "5.x", tmp_path)
     embedding, head = HEADS.get(name, ("model.embed_tokens.weight", "lm_head.weight"))
     cfg = dict(ck.cfg, tie_word_embeddings=True)
     if "text_config" in cfg:
         cfg["text_config"] = dict(cfg["text_config"], tie_word_embeddings=True)
     other = torch.randn(ck.t[embedding].shape, generator=torch.Generator().manual_seed(5)) * 0.2
-    model, refusal = ck.load(cfg, dict(ck.t, **{head: other}))
+    with monkeypatch.context() as m:
+        m.setattr(hf, "read_tensor", lambda *a: pytest.fail("a weight was loaded before the tied head's refusal"))
+        model, refusal = ck.load(cfg, dict(ck.t, **{head: other}))
     assert refusal is not None and embedding in refusal and head in refusal, refusal
-    hf.read_config(str(ck.root / f"edit{ck.edits}"))          # the plan alone accepts it: values are not read there
+    path = str(ck.root / f"edit{ck.edits}")
+    hf.read_config(path)
+    with pytest.raises(ValueError, match="tie_word_embeddings is true") as refused:
+        hf.check_weights_finite(path)
+    assert embedding in str(refused.value) and head in str(refused.value)
+    nan = ck.t[embedding].clone()          # one table stored twice, NaN in both: the NaN is named, not a difference
+    nan[1, 2] = float("nan")
+    model, refusal = ck.load(cfg, dict(ck.t, **{embedding: nan, head: nan.clone()}))
+    assert refusal is not None and "NaN" in refusal and "tie_word_embeddings" not in refusal, refusal
     same = dict(ck.t, **{head: ck.t[embedding].clone()})
     model, refusal = ck.load(cfg, same)
     assert refusal is None and ck.mismatch(model, dict(tie=True), same) <= 1e-5, refusal
