@@ -91,6 +91,7 @@ NANOGPT_FILES = {"model.py": "7c01703240dbec5d554527dc666e35b3df8391d0b117fddc07
                  "LICENSE": "a59ec5cdb1c1e447e5266a014b3e7ded511f8d6e5a08931e931c87490ff821fe"}
 GPU_DIR = os.path.join(ROOT, ".gpu_check")      # git-ignored: nanogpt/ and nanogpt/data/DATASET/
 DATASET = "bench"                               # nanoGPT reads data/<dataset>/train.bin from its own folder
+SCRATCH = "gpu_check_scratch"                   # the study's own folder inside --work: nothing else there is touched
 CORPORA_USED = ("shakespeare", "wikitext2", "brown")     # data.py's corpora: 1.96M GPT-2 tokens, 3.8 MiB
 TOKENIZER = "gpt2"
 CARRY_LIMIT = 64 * 2 ** 20     # .gpu_check/ at most: small enough to copy with the checkout to an offline GPU machine
@@ -339,8 +340,8 @@ class Run:
         write_file(self.log_path, old + text)
 
     def scratch(self, name: str) -> str:
-        """An empty directory in the scratch space for one command's outputs (a --work reused from an earlier run
-        holds that run's checkpoints, which train.py would refuse to train over)."""
+        """An empty directory in the study's scratch folder for one command's outputs (a --work reused from an
+        earlier run holds that run's checkpoints, which train.py would refuse to train over)."""
         path = os.path.join(self.work, name)
         shutil.rmtree(path, ignore_errors=True)
         return path
@@ -361,6 +362,22 @@ class Run:
         same = (entry.get("size") == self.size_name and git.get("commit") and not git.get("dirty")
                 and git == now["git"] and how.get("device_name") == now["device_name"])
         return entry if same else None
+
+
+@contextlib.contextmanager
+def scratch_space(work):
+    """The folder the stages' commands write in, for as long as the run lasts: SCRATCH inside --work, locked (a
+    second run with the same --work is refused rather than emptying this one's folders), or without --work a
+    temporary directory, removed at the end. Only what is inside it is ever removed."""
+    if work:
+        with lock_dir(os.path.join(work, SCRATCH), "--work") as path:
+            yield path
+        return
+    path = tempfile.mkdtemp(prefix="gpu_check_")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------- the stages
@@ -931,8 +948,9 @@ def main(argv=None):
                    "full size, tests/test_gpu.py at tiny size)")
     p.add_argument("--peak_tflops", type=flag_type("float>0"), default=None, help="the peak MFU is read against "
                    "(default: common.BF16_PEAK_FLOPS by the card's name; none on a CPU)")
-    p.add_argument("--work", default=None, help="scratch for checkpoints and logs (default: a temporary directory, "
-                   "removed at the end)")
+    p.add_argument("--work", default=None, help=f"scratch for checkpoints and logs, kept in WORK/{SCRATCH} (emptied "
+                   "stage by stage, locked while a run lasts; nothing else in WORK is touched; default: a temporary "
+                   "directory, removed at the end)")
     p.add_argument("--out", default="out/gpu_check")
     args = p.parse_args(argv)
     if args.prepare:
@@ -951,7 +969,7 @@ def main(argv=None):
     stages = list(args.stages or STAGES)
     check_output(args.out)
     if args.work:
-        check_output(args.work, "--work")
+        check_output(os.path.join(args.work, SCRATCH), "--work")
     nano = os.path.join(args.gpu_dir, "nanogpt")
     if any(s in NEEDS_DATA for s in stages) and not os.path.isfile(os.path.join(nano, "data", DATASET, "meta.json")):
         raise FileNotFoundError(f"{nano}/data/{DATASET} holds no prepared data, which stages "
@@ -968,9 +986,7 @@ def main(argv=None):
                              f"{run.train_config.vocab_size}: prepare it again with --prepare")
     failed, deferred = [], []
     with lock_dir(args.out):
-        run.work = args.work or tempfile.mkdtemp(prefix="gpu_check_")
-        os.makedirs(run.work, exist_ok=True)
-        try:
+        with scratch_space(args.work) as run.work:
             for name in stages:
                 left = run.deadline - time.time()
                 if left < MIN_STAGE_SECONDS:        # too little to start: left for the next run, not begun
@@ -978,9 +994,6 @@ def main(argv=None):
                     deferred.append(name)
                 else:
                     failed += [name] if run_stage(run, name) != "ok" else []
-        finally:
-            if not args.work:
-                shutil.rmtree(run.work, ignore_errors=True)
         final = dict(targets=targets(run.results, run.made))
         update_results(run.results_path, final, str(run.device), run.dtype)
         run.results.update(final)

@@ -160,7 +160,7 @@ def test_train_py_and_nanogpt_are_timed_the_same_way(tiny_run):
     cfg = dict(gpu_check.get_config(t["model"], **t["knobs"]).__dict__)
     per_step = t["micro"] * t["accum"] * cfg["block_size"]
     fpt = trainer_flops_per_token(cfg)
-    log = json.loads((tmp / "work" / "train" / "log.json").read_text())["train"]
+    log = json.loads((tmp / "work" / gpu_check.SCRATCH / "train" / "log.json").read_text())["train"]
     timed = [r for r in log if r["step"] > t["warm"]]
     last_warm = [r for r in log if r["step"] == t["warm"]][0]
     tok_s = per_step * len(timed) / (timed[-1]["wall"] - last_warm["wall"])
@@ -356,7 +356,7 @@ def test_stages_past_the_budget_are_not_started_and_the_next_run_is_printed(gpu_
     assert res["stages"]["env"]["status"] == "ok"
     for name in ("nanogpt", "table1"):
         assert res["stages"][name]["status"] == "skipped" and "of --budget left" in res["stages"][name]["error"]
-    assert not (tmp_path / "work" / "nanogpt").exists()
+    assert not (tmp_path / "work" / gpu_check.SCRATCH / "nanogpt").exists()
     said = capsys.readouterr().out
     assert (f"--size tiny --stages table1 train nanogpt --gpu_dir {gpu_dir} --budget 100 --work {tmp_path / 'work'} "
             f"--out {out}") in said
@@ -365,6 +365,42 @@ def test_stages_past_the_budget_are_not_started_and_the_next_run_is_printed(gpu_
     with pytest.raises(SystemExit):
         gpu_check.main(argv)
     assert json.loads((out / "results.json").read_text())["nanogpt"] == res["nanogpt"]
+
+
+def test_work_keeps_the_users_own_folders_and_a_second_run_on_it_is_refused(gpu_dir, tmp_path, monkeypatch):
+    """--work DIR holding the user's folders named as the stages' outputs: the stages write in a folder of the
+    study's own inside it, and the user's files stay. While a run holds --work, a second run with it is refused in
+    one line before any work (here another process holds the lock)."""
+    work, names = tmp_path / "work", ("probe", "train", "nanogpt", "plain", "ddp", "fingerprint")
+    for name in names:
+        (work / name).mkdir(parents=True)
+        (work / name / "keep.txt").write_text("the user's own")
+    made = []
+
+    def env(run):                                   # every scratch directory the stages ask for, written into
+        for name in names:
+            made.append(run.scratch(name))
+            os.makedirs(made[-1])
+            with open(os.path.join(made[-1], "out.txt"), "w") as fh:
+                fh.write("a stage's output")
+        return {}
+    monkeypatch.setitem(gpu_check.STAGE_RUNS, "env", env)
+    argv = ["--stages", "env", "--gpu_dir", str(gpu_dir), "--work", str(work)]
+    gpu_check.main([*argv, "--out", str(tmp_path / "out")])
+    assert all((work / name / "keep.txt").read_text() == "the user's own" for name in names)
+    assert sorted(os.listdir(work)) == sorted([*names, gpu_check.SCRATCH])
+    assert [os.path.dirname(path) for path in made] == [str(work / gpu_check.SCRATCH)] * len(names)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], "
+                               "os.O_RDONLY); fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); "
+                               "time.sleep(60)", str(work / gpu_check.SCRATCH)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        line = cli_error(gpu_check.main, "studies.gpu_check", [*argv, "--out", str(tmp_path / "second")])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "in use by another run" in line and "choose another --work" in line
+    assert not (tmp_path / "second").exists()                   # nothing written
 
 
 def test_a_stage_over_its_limit_is_stopped_with_everything_it_started(tmp_path):
