@@ -2,8 +2,9 @@
 studies/gpu_check.py: the code on one GPU, in prepared commands: the test suite with CUDA visible, Table 1 at
 the paper's size, the trainer beside nanoGPT, torchrun against one plain process, SeedPrint's 7B fingerprint.
 
-It makes, stage by stage, each under its own time limit and all within --budget seconds (out/gpu_check/:
-results.json, each entry with its provenance; gpu_check.png; stages.log, every command's whole output):
+It makes, stage by stage, each under its own time limit and all within --budget seconds as far as its commands go
+(what runs in this process has no cap: see below), into out/gpu_check/: results.json, each entry with its
+provenance; gpu_check.png; stages.log, every command's whole output:
   env          the card, its memory, torch, CUDA, cuDNN and the driver; the dense bf16 peak MFU is read against
                (common.BF16_PEAK_FLOPS) beside a measured bf16 matrix product (8192^3); whether flash attention runs
   tests        python -m pytest tests with CUDA visible (tests/test_gpu.py and every test with a CUDA path):
@@ -40,7 +41,10 @@ count of uniform draws.
 
 Each stage's time limit is a cap against a stage that hangs, not its expected time: at full size the caps add up
 to 1,290 s. The stages run in order, each cut to what is left of --budget; one with under MIN_STAGE_SECONDS left
-is not started. A run that leaves stages unfinished or not started prints the command of the next run (the same
+is not started. The caps stop commands (subprocesses) only: env, profile and the fingerprint stage's card/CPU file
+comparison (file_drift) run in this process, and neither their limit nor --budget can stop them; one that runs
+long is recorded with its seconds and leaves the stages after it less of --budget, one that hangs hangs the run.
+A run that leaves stages unfinished or not started prints the command of the next run (the same
 OUT, the same flags; train and nanogpt together, as they are read against each other on one card), so a second
 run completes it.
 
@@ -660,7 +664,8 @@ def file_drift(run: Run) -> dict:
     """Fingerprint files of two seeded LLaMA-style tiny models, made on the card (bf16 autocast) and on its CPU
     (float32), written beside results.json so that any later machine can compare with them: how far a verdict moves
     when one side's files come from a GPU. The same model across the two (related: its tau should stay near 1), and
-    the two seeds on each side (unrelated: p and tau should barely move)."""
+    the two seeds on each side (unrelated: p and tau should barely move). In this process, after the stage's
+    command: the stage's limit does not cap it."""
     cfg = get_config("tiny", **LLAMA_KNOBS)
     folder = os.path.join(os.path.dirname(run.results_path), "fingerprints")
     files = {}
@@ -761,7 +766,8 @@ def profiled(fn, cuda: bool, window: str = None) -> dict:
 
 def stage_profile(run: Run) -> dict:
     """A few steps of each benchmark after its warm-up, under torch.profiler: what costs the time. In this process
-    (the compiler's caches of the stages before make the warm-ups short); one model at a time."""
+    (the compiler's caches of the stages before make the warm-ups short); one model at a time. No command runs
+    here, so neither the stage's limit nor --budget can stop it."""
     out = dict(train=profile_train(run), table1=profile_probe(run), fingerprint=profile_fingerprint(run))
     if run.device.type == "cuda":
         torch.cuda.empty_cache()
