@@ -25,9 +25,11 @@ forward pass computes what transformers computes, within float32 rounding, witho
 
   - each family reads exactly the fields its transformers class reads (FIELDS), in both spellings found on the
     Hub (transformers 4.x rope_theta + rope_scaling, 5.x rope_parameters); a field left out takes transformers'
-    class default; an explicit null means what it means to that class (a softcap or Mistral's window: off, a bias:
-    none, num_key_value_heads: num_attention_heads), or is refused by name where transformers builds no one model
-    from it (4.57 and 5.x both fail on it, or build two different models);
+    class default, except the sizes (vocabulary, width, layers, heads, MLP width; GPT-2's context), which must be
+    given: a file without them is refused, not read as the class's default model (Gemma 3's excepted: its
+    published multimodal configs leave them out); an explicit null means what it means to that class (a softcap or
+    Mistral's window: off, a bias: none, num_key_value_heads: num_attention_heads), or is refused by name where
+    transformers builds no one model from it (4.57 and 5.x both fail on it, or build two different models);
   - a field the class does not read is refused by name unless it is null or says what the class builds anyway; so is
     a model_type naming another family than architectures, and a field 4.x and 5.x read as two models;
   - a field present but not understood, a tensor missing, unknown, misshapen or stored twice, an
@@ -1079,9 +1081,13 @@ def main(argv=None) -> None:
     try:
         for path in args.paths:
             path = checked_path(path)
-            config, arch = (read_config(path), "train.py checkpoint") if os.path.isfile(path) else planned(path)[:2]
-            with torch.device("meta"):
-                found.append((path, config, arch, GPT(config).num_params()))
+            if os.path.isfile(path):
+                config, arch = read_config(path), "train.py checkpoint"
+                with torch.device("meta"):
+                    model = GPT(config)
+            else:
+                config, arch, model, _ = planned(path)
+            found.append((path, config, arch, model.num_params()))
     except (ValueError, OSError, ImportError) as e:           # OSError: also a folder that cannot be read
         sys.stderr.write(f"hf.py: error: {' '.join(str(e).split())}\n")
         sys.exit(2)

@@ -209,6 +209,21 @@ def test_smollm2_and_phi4_mini_configs_as_published():
             hf.config_from_json(dict(published, **{key: value}))
 
 
+def test_the_command_line_counts_parameters_on_the_model_its_checks_built(tmp_path, monkeypatch):
+    """hf.py PATH: the parameter count is the stored tensors', read off the meta model that the checks built (one
+    build per model, not a second one for the count)."""
+    spec, cfg, t = llama_family("LlamaForCausalLM")
+    write_hf(tmp_path, cfg, t)
+    built = []
+    monkeypatch.setattr(hf, "GPT", lambda config, GPT=hf.GPT: built.append(config) or GPT(config))
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        hf.main([str(tmp_path)])
+    assert printed.getvalue().splitlines()[0] == \
+        f"{tmp_path}: LlamaForCausalLM, {sum(v.numel() for v in t.values()):,} parameters"
+    assert len(built) == 1
+
+
 # ----------------------------------------------------------------------------- refusals, each naming its cause
 
 def refused(cfg_change=None, tensor_change=None, match="", tmp=None, arch="LlamaForCausalLM", **family):
