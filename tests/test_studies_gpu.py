@@ -458,6 +458,20 @@ def test_the_profile_stage_reads_the_probes_timed_loop_at_the_tiny_size(gpu_dir,
     assert all(0 < prof[name]["busy_share"] <= 1 and prof[name]["top"] for name in ("train", "table1", "fingerprint"))
 
 
+def test_the_probes_profile_runs_one_pass(gpu_dir, tmp_path, monkeypatch):
+    """probe() compiles and warms before its own clock, and the profile reads only that clock's window: the pass
+    under the profiler is the only one (a pass before it would compile the probe a second time at full size)."""
+    import probe
+    passes, real = [], probe.probe
+
+    def counted(*a, **k):
+        passes.append(k["sequences"])
+        return real(*a, **k)
+    monkeypatch.setattr(probe, "probe", counted)
+    prof = gpu_check.profile_probe(a_run(gpu_dir, tmp_path))
+    assert passes == [2 * TINY["probe"]["batch_size"]] and prof["window"] == "probe.timed_pass"
+
+
 def test_pytests_summary_is_read_with_and_without_workers():
     out = "....F\n===== short test summary info =====\nFAILED tests/test_a.py::test_b - assert 1 == 2\n" \
           "===== 1 failed, 4 passed, 2 warnings in 3.21s =====\n"
