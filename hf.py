@@ -66,9 +66,13 @@ import torch
 from model import (GPT, GPTConfig, check_model_weights_finite, load_checkpoint, nonfinite_weight, qkv_sizes,
                    read_checkpoint)
 
-LLAMA_LIKE = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Olmo2ForCausalLM",
-              "GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM")
-FAMILIES = (*LLAMA_LIKE, "GPT2LMHeadModel", "GPTNeoXForCausalLM", "Gemma3ForConditionalGeneration")
+# The families loaded, in the docstring's order, each architecture with the model_type transformers' AutoConfig
+# expects of it (it builds the model_type's class): the one list of what hf.py carries
+MODEL_TYPES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
+               "Qwen3ForCausalLM": "qwen3", "Olmo2ForCausalLM": "olmo2", "GemmaForCausalLM": "gemma",
+               "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text", "Phi3ForCausalLM": "phi3",
+               "GPT2LMHeadModel": "gpt2", "GPTNeoXForCausalLM": "gpt_neox", "Gemma3ForConditionalGeneration": "gemma3"}
+FAMILIES = tuple(MODEL_TYPES)
 
 
 def load(path, device="cpu", dtype: Optional[torch.dtype] = None) -> GPT:
@@ -342,11 +346,6 @@ FIELDS = {
 IGNORED = {"GemmaForCausalLM": {"hidden_activation"},           # Gemma 1 reads hidden_act, ...
            "Gemma2ForCausalLM": {"hidden_act"},                 # ... Gemma 2 and 3 hidden_activation
            "Gemma3ForCausalLM": {"hidden_act", "attn_logit_softcapping"}}   # stored, never passed to the attention
-# the model_type transformers' AutoConfig expects of each architecture (it builds the model_type's class)
-MODEL_TYPES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
-               "Qwen3ForCausalLM": "qwen3", "Olmo2ForCausalLM": "olmo2", "GemmaForCausalLM": "gemma",
-               "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text", "Phi3ForCausalLM": "phi3",
-               "GPT2LMHeadModel": "gpt2", "GPTNeoXForCausalLM": "gpt_neox", "Gemma3ForConditionalGeneration": "gemma3"}
 
 # fields that never change the forward pass of a causal LM in eval mode: bookkeeping, token ids,
 # initialization, dropout, caching, generation defaults, heads other than the LM head
