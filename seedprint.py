@@ -843,7 +843,7 @@ def plan(models: list, asked: dict, temperature: float = 10.0, alpha: float = AL
     check_seq_len(opts["seq_len"], every, models)
     if opts.get("inputs", "tokens") == "tokens" and opts.get("vocab") is None and configs:
         opts["vocab"] = min(c.vocab_size for c in configs)
-    check_vocab(opts.get("vocab"), every, models)
+    check_vocab(opts.get("vocab"), every, models, [m.path for m in models if isinstance(m, Fingerprint)])
     widths = sorted({c.n_embd for c in configs})
     matched = align or len(widths) > 1                   # a pair of two widths has no exact test: it is matched
     if matched and opts.get("vocab") is None:
@@ -919,13 +919,20 @@ def model_name(m) -> str:
     return m if isinstance(m, str) else getattr(m, "path", None) or getattr(m, "key", None) or "a model"
 
 
-def check_vocab(vocab, configs: list, names: list = None) -> None:
-    """Every model (its config; None: unknown) must have a token for every id below `vocab` (the inputs' bound)."""
+def check_vocab(vocab, configs: list, names: list = None, files: list = ()) -> None:
+    """Every model (its config; None: unknown) must have a token for every id below `vocab` (the inputs' bound).
+    files: the fingerprint files that fixed the bound, if any: then no flag can lower it, the files must be made
+    again."""
     for i, c in enumerate(configs):
         if vocab is not None and c is not None and vocab > c.vocab_size:
             name = model_name(names[i]) if names else "a model"
+            common = min(x.vocab_size for x in configs if x is not None)        # every model has these tokens
+            if files:
+                raise ValueError(f"{', '.join(files)} draw{'s' if len(files) == 1 else ''} token ids below {vocab}, "
+                                 f"beyond the vocabulary of {name} ({c.vocab_size}): make every fingerprint file again "
+                                 f"with --vocab {common} (python seedprint.py MODEL --vocab {common} --save FILE)")
             raise ValueError(f"the inputs' token ids reach {vocab}, beyond the vocabulary of {name} ({c.vocab_size}): "
-                             f"give --vocab {c.vocab_size} (every fingerprint of a comparison made with it)")
+                             f"give --vocab {common} (every fingerprint of a comparison made with it)")
 
 
 def check_seq_len(seq_len: int, configs: list, names: list = None) -> None:

@@ -709,14 +709,22 @@ def test_the_command_line_saves_files_searches_a_folder_and_holds_the_files_to_t
     assert not (tmp_path / "out2").exists()
 
 
-def test_the_command_line_refuses_its_flags_and_files_before_reading_any_weight(family, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def small_vocab(tmp_path_factory):
+    """A checkpoint of the family's shape but a smaller vocabulary (300, the family's 400), from a seed of its own."""
+    from model import write_checkpoint
+    path = str(tmp_path_factory.mktemp("small_vocab") / "small_vocab.pt")
+    write_checkpoint(path, build(get_config("tiny", **dict(LLAMA, vocab_size=300)), 4, 4))
+    return path
+
+
+def test_the_command_line_refuses_its_flags_and_files_before_reading_any_weight(family, small_vocab, tmp_path,
+                                                                                 monkeypatch):
     """A typo is reported at once, not after every weight of every model was streamed (a full read of a large
     model): each refusal comes before the first weight is read."""
     from conftest import cli_error
-    from model import write_checkpoint
     root, paths = family
-    small = str(tmp_path / "small_vocab.pt")
-    write_checkpoint(small, build(get_config("tiny", **dict(LLAMA, vocab_size=300)), 4, 4))
+    small = small_vocab
     reg = tmp_path / "reg"
     reg.mkdir()
     made = str(reg / "base.npz")                                            # vocab 400
@@ -734,3 +742,26 @@ def test_the_command_line_refuses_its_flags_and_files_before_reading_any_weight(
                                                                                              str(tmp_path / "out")]))
         assert why in line and read == [], (argv, line, read)
     assert not (tmp_path / "out").exists() and not (tmp_path / "x.npz").exists()
+
+
+def test_a_file_whose_token_ids_pass_a_models_vocabulary_is_refused_with_advice_that_works(family, small_vocab,
+                                                                                          tmp_path):
+    """A file's token ids are fixed when it is made: no flag can lower them, so the advice is to make the files again
+    at a vocabulary every model has, and that advice, followed, gives a verdict."""
+    from conftest import cli_error
+    root, paths = family
+    big = str(tmp_path / "base.npz")
+    flags = ["--sequences", "200", "--seq_len", "16", "--k", "16"]
+    seedprint.main([paths["base"], "--save", big, *flags])                         # vocab 400, the base's own
+    line = cli_error(seedprint.main, "seedprint.py", [big, small_vocab, "--out", str(tmp_path / "out")])
+    assert "base.npz draws token ids below 400, beyond the vocabulary of" in line, line
+    assert "make every fingerprint file again with --vocab 300" in line, line
+    line = cli_error(seedprint.main, "seedprint.py", [paths["base"], paths["child"], small_vocab, "--vocab", "450",
+                                                      "--seq_len", "16", "--out", str(tmp_path / "out")])
+    assert "beyond the vocabulary of" in line and "give --vocab 300" in line, line   # no file: the flag, below all
+    small = str(tmp_path / "base300.npz")
+    seedprint.main([paths["base"], "--save", small, "--vocab", "300", *flags])    # the advice, followed
+    seedprint.main([small, small_vocab, "--out", str(tmp_path / "out")])
+    import json
+    done = json.loads((tmp_path / "out" / "results.json").read_text())["compare"]
+    assert done["options"]["vocab"] == 300 and done["related"] is False
