@@ -74,8 +74,8 @@ ALPHA = 0.01
 ALIGNED_TAU_FLOOR = 0.06
 # The same floor for models of two widths: a narrower model's coordinates matched into a wider one's choose among
 # more candidates, over a smaller identity set, so unrelated pairs reach larger matched taus. Fit by studies/pruned.py
-# on one set of seeds (twice their largest, rounded up) and tested on another (docs/seedprint.md, "Derivatives
-# pruned in width or depth").
+# on one set of seeds (twice their largest, rounded up) and tested on another (docs/seedprint.md, "In a dispute",
+# its paragraph "Children pruned in width or depth").
 PARTIAL_TAU_FLOOR = 0.21
 # The mean |r| from which a (whitened) token-table match is trusted: chosen and tested in studies/aligned_floor.py
 # (docs/seedprint.md, "The aligned verdict": descendants' and unrelated models' values).
