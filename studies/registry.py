@@ -31,17 +31,21 @@ from studies.lineage import (add_lineage_flags, architecture, check_lineage_flag
                              permuted, rate, sign_flip, test_options, trained, training)
 
 
-def register(models: dict, folder: str, options: dict, device: str, dtype: str = None) -> list:
+def register(models: dict, folder: str, options: dict, device: str, dtype: str = None, cache: str = None) -> list:
     """The fingerprint file of each model (name -> path or Recipe) in `folder`, made once: a file there already is
-    reused only where it was made of the same weights with the same options (another run's file is made anew)."""
+    reused only where it was made of the same weights with the same options, on the same device in the same dtype
+    (another run's file is made anew). Its fingerprints come from the fingerprint cache `cache` where it holds them
+    (a model the study fingerprinted already)."""
     os.makedirs(folder, exist_ok=True)
     files = []
     for name, m in models.items():
         path = os.path.join(folder, f"{name}.npz")
         old = seedprint.read_fingerprint(path) if os.path.isfile(path) else None
         if old is None or old.weights != seedprint.weights_record(m) or any(
-                old.options[k] != v for k, v in options.items()) or old.provenance.get("dtype") != dtype:
-            seedprint.write_fingerprint(path, seedprint.make_fingerprint(m, device=device, dtype=dtype, **options))
+                old.options[k] != v for k, v in options.items()) or old.provenance.get("dtype") != dtype \
+                or old.provenance.get("device") != str(device):     # a GPU fingerprints under bf16 autocast
+            seedprint.write_fingerprint(path, seedprint.make_fingerprint(m, cache_dir=cache, device=device,
+                                                                         dtype=dtype, **options))
         files.append(path)
     return files
 
@@ -98,7 +102,8 @@ def main(argv=None):
         child = lambda s, n: checkpoints(trained(template, args.out, f"seed{s}_child{n}", s, text2,
                                                  steps=args.child_steps, init_from=bases[s], data_seed=1234 + n))[-1][1]
         folder = os.path.join(args.out, "registry")
-        files = register({f"base{s}": path for s, path in bases.items()}, folder, options, device, args.dtype)
+        cache = os.path.join(args.out, "fingerprints")
+        files = register({f"base{s}": path for s, path in bases.items()}, folder, options, device, args.dtype, cache)
         flip = sign_flip(bases[args.bases[0]])
         suspects = [(f"trained from seed {u}", "unrelated: trained on the bases' data", None,
                      checkpoints(trained(template, args.out, f"suspect{u}", u, text))[-1][1]) for u in args.suspects]
@@ -107,12 +112,12 @@ def main(argv=None):
                      for i, s in enumerate(args.bases)]
         suspects += [(f"base {s} continued, permuted", "related: continued, basis permuted", i,
                       permuted(child(s, 1), flip)) for i, s in enumerate(args.bases)]
-        cache = os.path.join(args.out, "fingerprints")
         bar = Progress(len(suspects), "suspects searched", "suspects")
-        trials = []
+        trials, found = [], {}
         for label, kind, base, m in suspects:
             res = seedprint.search(m, files, cache_dir=cache, device=device, dtype=args.dtype, align=args.align,
                                    **options)
+            found[label] = res                  # against the bf16 files below, each suspect is searched once more
             right = res["answer"] == "none" if base is None else res["answer"] == "derives from" and res["base"] == base
             trials.append(dict(suspect=label, kind=kind, answer=res["answer"], named=res["base"], right=bool(right),
                                smallest_p=min(r.p for r in res["results"])))
@@ -122,17 +127,17 @@ def main(argv=None):
         twice_folder = os.path.join(args.out, "registry_twice")
         twice_files = register({f"base{s}": bases[s], f"base{s}_child1": child(s, 1),
                                 **{f"base{b}": bases[b] for b in args.bases[1:3]}}, twice_folder, options, device,
-                               args.dtype)
+                               args.dtype, cache)
         twice = seedprint.search(child(s, 2), twice_files, cache_dir=cache, device=device, dtype=args.dtype,
                                  align=args.align, **options)
         # the same registry made in bfloat16 (as a GPU makes its files) against the one above (float32: the study's
         # models are saved in it, unless --dtype says otherwise), suspect by suspect
         bf16 = register({f"base{s}": path for s, path in bases.items()}, os.path.join(args.out, "registry_bf16"),
-                        options, device, dtype="bfloat16")
+                        options, device, dtype="bfloat16")      # no cache: it holds --dtype's fingerprints alone
         drift = []
         for label, kind, base, m in suspects[::4]:
-            a, b = (seedprint.search(m, fs, cache_dir=cache, device=device, dtype=args.dtype, align=args.align,
-                                     **options) for fs in (files, bf16))
+            a = found[label]
+            b = seedprint.search(m, bf16, cache_dir=cache, device=device, dtype=args.dtype, align=args.align, **options)
             for ra, rb in zip(a["results"], b["results"]):
                 drift.append(dict(p=abs(np.log10(max(ra.p_raw, 1e-300)) - np.log10(max(rb.p_raw, 1e-300))),
                                   tau=abs((ra.tau_aligned if ra.aligned else ra.mean_tau) -

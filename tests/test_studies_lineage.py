@@ -612,10 +612,47 @@ def test_the_pruned_study_refuses_an_impossible_cut_or_k_before_any_work(tmp_pat
     assert not out.exists()
 
 
-def test_the_registry_study_names_each_base_once_and_none_for_strangers(corpora, tmp_path):
-    """studies.registry on tiny models: each continued base (permuted or not) is traced to its own base, every
-    stranger to none, the lineage registered twice is inconclusive and one lineage; bf16 files are compared."""
+def test_a_registry_file_is_made_from_the_cache_and_remade_on_another_device(tmp_path, monkeypatch):
+    """studies.registry.register: a model fingerprinted already (in the fingerprint cache) is not run again to make
+    its file; a file is reused on the device it was made on and made anew on another (a GPU fingerprints under bf16
+    autocast). The device is only recorded here: the model runs on the CPU either way."""
+    from model import write_checkpoint
     from studies import registry
+    path = str(tmp_path / "m.pt")
+    write_checkpoint(path, build(get_config("tiny", n_layer=1, vocab_size=64, block_size=16), 0, 0))
+    runs, made = [], []
+    real_fingerprint, real_make = seedprint.fingerprint, seedprint.make_fingerprint
+
+    def fingerprint(model, **options):
+        runs.append(options)
+        return real_fingerprint(model, **options)
+
+    def make_fingerprint(m, device="cpu", **kwargs):
+        made.append(device)
+        fp = real_make(m, device="cpu", **kwargs)
+        fp.provenance["device"] = device
+        return fp
+    monkeypatch.setattr(seedprint, "fingerprint", fingerprint)
+    monkeypatch.setattr(seedprint, "make_fingerprint", make_fingerprint)
+    options, cache = dict(sequences=20, seq_len=8, k=8), str(tmp_path / "cache")
+    registry.register({"m": path}, str(tmp_path / "one"), options, "cpu", cache=cache)
+    assert len(runs) == 3                             # the exact, the aligned test's and the alignment's inputs
+    registry.register({"m": path}, str(tmp_path / "two"), options, "cpu", cache=cache)
+    assert len(runs) == 3 and made == ["cpu", "cpu"]  # another registry's file, from the cache
+    for device in ("cpu", "cuda:0", "cuda:0", "cpu"):
+        registry.register({"m": path}, str(tmp_path / "two"), options, device, cache=cache)
+    assert made == ["cpu", "cpu", "cuda:0", "cpu"]    # reused on its device, made anew on another
+
+
+def test_the_registry_study_names_each_base_once_and_none_for_strangers(corpora, tmp_path, monkeypatch):
+    """studies.registry on tiny models: each continued base (permuted or not) is traced to its own base, every
+    stranger to none, the lineage registered twice is inconclusive and one lineage; bf16 files are compared. Each
+    search and each model's fingerprint on each input set is made once."""
+    from studies import registry
+    searches, runs = [], []
+    real_search, real_fingerprint = seedprint.search, seedprint.fingerprint
+    monkeypatch.setattr(seedprint, "search", lambda *a, **kw: searches.append(a) or real_search(*a, **kw))
+    monkeypatch.setattr(seedprint, "fingerprint", lambda *a, **kw: runs.append(kw) or real_fingerprint(*a, **kw))
     out = tmp_path / "out"
     registry.main(["--tokenizer", "bytes", "--n_embd", "64", "--n_layer", "2", "--block_size", "16", "--seq_len",
                    "16", "--max_steps", "30", "--child_steps", "10", "--ckpt_every", "30", "--batch_size", "8",
@@ -629,6 +666,12 @@ def test_the_registry_study_names_each_base_once_and_none_for_strangers(corpora,
         "related: continued, basis permuted": 3}
     assert res["twice"] == dict(answer="inconclusive", related=[0, 1], one_lineage=True)
     assert res["bf16_against_float32"]["pairs"] == 3 * len(res["trials"][::4])
+    suspects, drifted = len(res["trials"]), len(res["trials"][::4])
+    assert len(searches) == suspects + 1 + drifted     # each suspect, the twice-registered one, the bf16 files
+    # each base on the three input sets for its file, in float32 and in bf16; each suspect on the aligned verdict's
+    # two (--align on), the twice-registered one too; the first continuation once more on the exact inputs, for its
+    # file in the twice registry (the rest of that registry's files come from the cache)
+    assert len(runs) == 3 * 3 * 2 + suspects * 2 + 2 + 1
     assert sorted(os.listdir(out / "registry")) == ["base0.npz", "base1.npz", "base2.npz"]
     # --dtype reaches every model: the registry's files were made in it, and every suspect fingerprinted in it
     made = [seedprint.read_fingerprint(str(f)).provenance["dtype"] for f in (out / "registry").iterdir()]
