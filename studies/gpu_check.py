@@ -73,7 +73,7 @@ import time
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from common import (DEBUG_ENV, TORCHRUN_VARS, ArgumentParser, Distinct, atomic_write, check_output, figure,
                     flag_type, lock_dir, one_line, peak_flops, print_table, provenance, read_json, resolve_device,
-                    run_script, save_figure, update_results)
+                    run_script, save_figure, teardown_abort, update_results)
 import numpy as np
 import torch
 
@@ -280,9 +280,6 @@ def child_env(debug: bool = True, **extra) -> dict:
     if debug:
         env[DEBUG_ENV] = "1"
     return env
-
-
-GLOO_TEARDOWN_ABORT = "terminate called without an active exception"     # see tests/conftest.py
 
 
 class Run:
@@ -627,7 +624,7 @@ def stage_ddp(run: Run) -> dict:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1", "train.py",
            *trainer_flags(run, n, out)]
     status, rc, text = run.command(cmd, check=False)
-    if status == "failed" and GLOO_TEARDOWN_ABORT in text and "SIGABRT" in text:     # gloo's rare exit abort
+    if teardown_abort(rc, text):                     # gloo's rare abort at exit (common.GLOO_TEARDOWN_ABORT)
         shutil.rmtree(out, ignore_errors=True)
         status, rc, text = run.command(cmd, check=False)
     if status != "ok":

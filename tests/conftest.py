@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from common import run_script
+from common import run_script, teardown_abort
 
 
 TEXT = "It was the best of times, it was the worst of times; naïve café, 東京 ✓.\n" * 60
@@ -48,10 +48,9 @@ def cli_error(main, name: str, argv: list, code: int = 2) -> str:
 
 
 # gloo, on a loaded 2-core machine, now and then aborts a rank as it tears down after the job's work is done
-# ("terminate called without an active exception", SIGABRT), its results already written. Counted under load
-# with probe.py's two-process test: 2 of 12 runs before common.leave_process_group's barrier, 1 of 76 after it;
-# 0 of 30 for a bare init / all_gather / barrier / destroy script.
-GLOO_TEARDOWN_ABORT = "terminate called without an active exception"
+# (common.GLOO_TEARDOWN_ABORT and common.teardown_abort), its results already written. Counted under load with
+# probe.py's two-process test: 2 of 12 runs before common.leave_process_group's barrier, 1 of 76 after it; 0 of 30
+# for a bare init / all_gather / barrier / destroy script.
 
 
 def torchrun(script: str, flags: list, out: str, out_flag: str = "--out", cwd=None,
@@ -64,8 +63,7 @@ def torchrun(script: str, flags: list, out: str, out_flag: str = "--out", cwd=No
            *flags, out_flag, str(out)]
     for attempt in range(2):
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
-        if (proc.returncode == 0 or GLOO_TEARDOWN_ABORT not in proc.stdout + proc.stderr
-                or "(SIGABRT)" not in proc.stderr):
+        if not teardown_abort(proc.returncode, proc.stdout + proc.stderr):
             return proc
         shutil.rmtree(out, ignore_errors=True)
     return proc

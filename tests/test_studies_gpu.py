@@ -312,6 +312,47 @@ def test_torchrun_reuses_train_losses_only_from_the_same_commit_card_and_size(gp
     assert first_command(tmp_path / "size", now, size="full") == "plain"
 
 
+def test_torchrun_is_run_once_more_after_gloos_teardown_abort_and_only_after_it(gpu_dir, tmp_path):
+    """The ddp stage's torchrun job, failed by gloo's abort at exit (its message and torchrun's report of a rank
+    ended by SIGABRT, as the tests' torchrun helper retries it: common.teardown_abort), runs once more from an empty
+    folder; any other failure, or the abort twice, fails the stage."""
+    n = TINY["trainer"]["ddp_steps"]
+    abort = ("terminate called without an active exception\n... exitcode  : -6 (pid: 7)\n"
+             "traceback : Signal 6 (SIGABRT) received by PID 7\n")
+
+    def ddp_stage(case, torchrun_said):
+        """The stage with each command stood in for: torchrun says torchrun_said[i] at its i-th try (None: it
+        trains); the commands it was given, in order."""
+        run, seen = a_run(gpu_dir, tmp_path / case), []
+
+        def command(cmd, check=True, **kw):
+            seen.append("torchrun" if "torch.distributed.run" in cmd else "plain")
+            out = cmd[cmd.index("--out_dir") + 1]
+            said = torchrun_said[seen.count("torchrun") - 1] if seen[-1] == "torchrun" else None
+            if said is not None:
+                os.makedirs(out, exist_ok=True)              # a failed try leaves its checkpoints behind
+                return "failed", 1, said
+            assert not os.path.exists(out), "a try began over an earlier one's files"
+            os.makedirs(out)
+            with open(os.path.join(out, "log.json"), "w") as fh:
+                json.dump(dict(train=[dict(step=i, loss=10.0 - i) for i in range(1, n + 1)]), fh)
+            return "ok", 0, "DDP over gloo" if seen[-1] == "torchrun" else ""
+        run.command = command
+        run.begin("ddp", 60)
+        try:
+            entry = gpu_check.stage_ddp(run)
+        except gpu_check.StageFailed as e:
+            entry = f"failed: {e}"
+        return entry, seen
+
+    entry, seen = ddp_stage("abort once", [abort, None])
+    assert seen == ["plain", "torchrun", "torchrun"] and entry["same"] and entry["backend"] == "gloo"
+    for case, said in (("abort twice", [abort, abort]), ("another failure", ["Traceback: ValueError\n"]),
+                       ("the message alone", ["terminate called without an active exception\n"])):
+        entry, seen = ddp_stage(case, said)
+        assert entry.startswith("failed: torchrun failed") and seen == ["plain"] + ["torchrun"] * len(said), case
+
+
 def test_the_loss_comparison_fails_where_the_losses_differ():
     plain = [10.9, 10.5, 10.1, 9.8]
     same = gpu_check.compare_losses(plain + [9.5], plain, "float32")
