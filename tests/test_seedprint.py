@@ -765,3 +765,14 @@ def test_a_file_whose_token_ids_pass_a_models_vocabulary_is_refused_with_advice_
     import json
     done = json.loads((tmp_path / "out" / "results.json").read_text())["compare"]
     assert done["options"]["vocab"] == 300 and done["related"] is False
+
+
+def test_every_docs_title_the_code_points_to_is_in_the_docs():
+    """seedprint.py's pointers (docs/seedprint.md, "a title") name headings or paragraph titles that exist."""
+    import re
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    docs = " ".join(open(os.path.join(root, "docs", "seedprint.md")).read().split())
+    code = re.sub(r"\n\s*#\s*", " ", open(seedprint.__file__).read())          # comments joined across lines
+    titles = [t for pointer in re.findall(r"\(docs/seedprint\.md, ([^)]*)\)", " ".join(code.split()))
+              for t in re.findall(r'"([^"]+)"', pointer)]
+    assert [t for t in titles if t not in docs] == [] and "The aligned verdict" in titles     # found, and found there
