@@ -127,11 +127,22 @@ def fitted_floor(rows: list):
                       and r["matched_on"] == "held-out inputs"])
 
 
+# The pairs pooled across kinds, as the README and docs/seedprint.md quote the rates: the power, and the
+# false-positive rate of the matched verdict (two widths) apart from the exact and aligned ones (one width).
+POOLED = {"related, all kinds": lambda r: r["related"],
+          "unrelated, two widths": lambda r: not r["related"] and seedprint.two_widths(r["widths"]),
+          "unrelated, one width": lambda r: not r["related"] and not seedprint.two_widths(r["widths"])}
+
+
 def summary(rows: list) -> list:
-    """Per kind of pair: how many the verdict calls related, with the 95% Clopper-Pearson interval of the rate."""
+    """Per kind of pair, then pooled (POOLED, where there are such pairs): how many the verdict calls related, with
+    the 95% Clopper-Pearson interval of the rate."""
     out = []
-    for kind in dict.fromkeys(r["kind"] for r in rows):
-        rs = [r for r in rows if r["kind"] == kind]
+    groups = [(kind, [r for r in rows if r["kind"] == kind]) for kind in dict.fromkeys(r["kind"] for r in rows)]
+    groups += [(name, [r for r in rows if keep(r)]) for name, keep in POOLED.items()]
+    for kind, rs in groups:
+        if not rs:
+            continue
         x, n = sum(r["called"] for r in rs), len(rs)
         exact = [r["called_exact"] for r in rs if r["called_exact"] is not None]
         out.append(dict(kind=kind, truth="related" if rs[0]["related"] else "unrelated", called_related=f"{x}/{n}",

@@ -51,11 +51,16 @@ def register(models: dict, folder: str, options: dict, device: str, dtype: str =
 
 
 def rates(trials: list) -> list:
-    """Per kind of suspect: how often each answer was given, with the 95% Clopper-Pearson interval of the answer the
-    truth calls for (the false-positive rate for unrelated suspects: their "derives from")."""
+    """Per kind of suspect, then pooled over the unrelated kinds and over the related ones (the rates the README and
+    docs/seedprint.md quote): how often each answer was given, with the 95% Clopper-Pearson interval of "derives
+    from" (for unrelated suspects, the false-positive rate)."""
+    groups = [(kind, [t for t in trials if t["kind"] == kind]) for kind in dict.fromkeys(t["kind"] for t in trials)]
+    groups += [(f"{truth}, all", [t for t in trials if t["related"] == (truth == "related")])
+               for truth in ("unrelated", "related")]
     rows = []
-    for kind in dict.fromkeys(t["kind"] for t in trials):
-        ts = [t for t in trials if t["kind"] == kind]
+    for kind, ts in groups:
+        if not ts:
+            continue
         n = len(ts)
         count = {a: sum(t["answer"] == a for t in ts) for a in ("derives from", "none", "inconclusive")}
         right = sum(t["right"] for t in ts)
@@ -119,8 +124,8 @@ def main(argv=None):
                                    **options)
             found[label] = res                  # against the bf16 files below, each suspect is searched once more
             right = res["answer"] == "none" if base is None else res["answer"] == "derives from" and res["base"] == base
-            trials.append(dict(suspect=label, kind=kind, answer=res["answer"], named=res["base"], right=bool(right),
-                               smallest_p=min(r.p for r in res["results"])))
+            trials.append(dict(suspect=label, kind=kind, related=base is not None, answer=res["answer"],
+                               named=res["base"], right=bool(right), smallest_p=min(r.p for r in res["results"])))
             bar.update()
         # a lineage registered twice: the base and its first continuation; the suspect its second
         s = args.bases[0]

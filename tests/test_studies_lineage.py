@@ -31,6 +31,14 @@ def test_clopper_pearson_against_its_closed_forms():
     assert stats.binom.cdf(5, 400, hi) == pytest.approx(0.025, abs=1e-9)
 
 
+def shown_rate(x: int, n: int) -> list:
+    """x of n and its 95% Clopper-Pearson interval as the tables show them (lineage.rate), where x is 0 or n: from
+    the interval's closed forms."""
+    assert x in (0, n)
+    lo, hi = (0.0, 1 - 0.025 ** (1 / n)) if x == 0 else (0.025 ** (1 / n), 1.0)
+    return [f"{100 * x / n:.2f}%", f"[{100 * lo:.2f}, {100 * hi:.2f}]%"]
+
+
 def test_fig11_statistic_is_the_per_dimension_correlation_across_inputs():
     rng = np.random.default_rng(6)
     H0, H = rng.standard_normal((50, 8)), rng.standard_normal((50, 8))
@@ -559,6 +567,18 @@ def test_the_pruned_study_finds_every_child_and_calls_no_stranger_related(corpor
     counts = {r["kind"]: r["called_related"] for r in res["table"]}
     assert counts["parent vs its width 50% child"] == "2/2" and counts["parent vs scratch at width 25%"] == "0/2"
     assert sorted({tuple(r["widths"]) for r in res["pairs"]}) == [(64, 32), (64, 48), (64, 64)]
+    # the pooled rows the docs quote, recounted from the pairs: 2 parents, 1 scratch seed
+    two = lambda r: r["widths"][0] != r["widths"][1]
+    members = {"related, all kinds": [r for r in res["pairs"] if r["related"]],                     # 2 x 3 kinds
+               "unrelated, two widths": [r for r in res["pairs"] if not r["related"] and two(r)],  # 2 x (2 + 2)
+               "unrelated, one width": [r for r in res["pairs"] if not r["related"] and not two(r)]}   # 2 x 1
+    assert {name: len(rs) for name, rs in members.items()} == {"related, all kinds": 6, "unrelated, two widths": 8,
+                                                                "unrelated, one width": 2}
+    table = {r["kind"]: r for r in res["table"]}
+    for name, rs in members.items():
+        x = sum(r["called"] for r in rs)
+        assert [table[name][key] for key in ("called_related", "rate", "CI95")] == [f"{x}/{len(rs)}",
+                                                                                   *shown_rate(x, len(rs))], name
 
 
 def test_the_pruned_study_with_a_base_refuses_each_flag_it_would_ignore(tmp_path):
@@ -663,7 +683,13 @@ def test_the_registry_study_names_each_base_once_and_none_for_strangers(corpora,
     assert all(t["right"] for t in res["trials"]), res["trials"]
     assert {r["kind"]: r["suspects"] for r in res["table"]} == {
         "unrelated: trained on the bases' data": 2, "unrelated: a fresh init": 2, "related: a base continued": 3,
-        "related: continued, basis permuted": 3}
+        "related: continued, basis permuted": 3, "unrelated, all": 2 + 2, "related, all": 3 + 3}
+    table = {r["kind"]: r for r in res["table"]}
+    for truth in ("unrelated", "related"):           # the pooled rows, recounted from the trials
+        ts = [t for t in res["trials"] if t["kind"].startswith(f"{truth}:")]
+        x = sum(t["answer"] == "derives from" for t in ts)
+        assert [table[f"{truth}, all"][key] for key in ("derives_from", "right", "derives_from_rate", "CI95")] == [
+            x, f"{sum(t['right'] for t in ts)}/{len(ts)}", *shown_rate(x, len(ts))], truth
     assert res["twice"] == dict(answer="inconclusive", related=[0, 1], one_lineage=True)
     assert res["bf16_against_float32"]["pairs"] == 3 * len(res["trials"][::4])
     suspects, drifted = len(res["trials"]), len(res["trials"][::4])
