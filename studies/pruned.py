@@ -19,7 +19,8 @@ its 95% Clopper-Pearson interval.
     python -m studies.pruned --base DIR --sequences 300 --child_steps 20   # SmolLM2-135M: 9 min
 
 With --base, the parent is that model (its tokenizer tokenizes the corpora), its children are trained
---child_steps on --corpus2, and the unrelated controls are fresh inits of each child's architecture.
+--child_steps on --corpus2, and the unrelated controls are fresh inits of each child's architecture: two of two
+widths, too few to fit a floor on, so none is fit (results.json says why).
 """
 import dataclasses
 import hashlib
@@ -245,11 +246,19 @@ def main(argv=None):
     with lock_dir(args.out):
         t0 = time.time()
         rows = base_study(args, device) if args.base else tiny(args, device)
-        table, floor = summary(rows), fitted_floor(rows)
+        table = summary(rows)
         print_table(table)
-        print(f"the floor these pairs call for: {floor} (seedprint.PARTIAL_TAU_FLOOR {seedprint.PARTIAL_TAU_FLOOR})")
+        if args.base:
+            # two fresh inits are the base's unrelated pairs of two widths: too few to fit a floor on, and not the
+            # trained models the floor is for
+            floor = dict(fitted_floor=None, fitted_floor_why="not fit with --base: its unrelated pairs of two widths "
+                         "are two fresh inits, too few to calibrate on (the floor is fit on the tiny study's)")
+        else:
+            floor = dict(fitted_floor=fitted_floor(rows))
+            print(f"the floor these pairs call for: {floor['fitted_floor']} (seedprint.PARTIAL_TAU_FLOOR "
+                  f"{seedprint.PARTIAL_TAU_FLOOR})")
         update_results(os.path.join(args.out, "results.json"),
-                       {"pruned_base" if args.base else "pruned": dict(table=table, pairs=rows, fitted_floor=floor,
+                       {"pruned_base" if args.base else "pruned": dict(table=table, pairs=rows, **floor,
                                                                        seconds=time.time() - t0)},
                        device, args.dtype)
 

@@ -581,6 +581,32 @@ def test_the_pruned_study_finds_every_child_and_calls_no_stranger_related(corpor
                                                                                    *shown_rate(x, len(rs))], name
 
 
+def test_the_pruned_study_on_a_hugging_face_base_fits_no_floor(tmp_path):
+    """studies.pruned --base on a tiny LLaMA directory (4 layers, width 32): its three children are called related,
+    the fresh inits of their architectures unrelated, and no floor is fit on the two fresh inits of two widths (its
+    reason is recorded instead)."""
+    from conftest import llama_family, write_hf, write_tokenizer_json
+    from studies import pruned
+    spec, cfg, t = llama_family("LlamaForCausalLM")
+    _, _, more = llama_family("LlamaForCausalLM", seed=1)
+    t.update({k.replace(f"layers.{i}.", f"layers.{i + 2}."): v for k, v in more.items()
+              for i in range(2) if k.startswith(f"model.layers.{i}.")})
+    cfg["num_hidden_layers"] = 4
+    base = tmp_path / "base"
+    write_hf(base, cfg, t)
+    write_tokenizer_json(base, ["<unk>", "<s>"] + [f"w{i}" for i in range(spec["V"] - 2)])
+    for name, step in (("a.txt", 7), ("b.txt", 13)):
+        (tmp_path / name).write_text(" ".join(f"w{(i * step) % 90}" for i in range(4000)))
+    out = tmp_path / "out"
+    pruned.main(["--base", str(base), "--child_steps", "2", "--sequences", "60", "--seq_len", "16", "--k", "8",
+                 "--device", "cpu", "--corpus", str(tmp_path / "a.txt"), "--corpus2", str(tmp_path / "b.txt"),
+                 "--out", str(out)])
+    res = json.loads((out / "results.json").read_text())["pruned_base"]
+    assert sorted(tuple(r["widths"]) for r in res["pairs"]) == sorted([(32, 24), (32, 16), (32, 32)] * 2)
+    assert all(r["called"] == r["related"] for r in res["pairs"]), res["pairs"]
+    assert res["fitted_floor"] is None and "not fit with --base" in res["fitted_floor_why"]
+
+
 def test_the_pruned_study_with_a_base_refuses_each_flag_it_would_ignore(tmp_path):
     """With --base the tiny parents' flags do nothing: each is refused by name (one line, exit 2), before the base is
     looked at, and nothing is written."""
