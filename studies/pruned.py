@@ -12,7 +12,7 @@ their input least, as Gromov et al.), each trained on after the cut (--child_ste
 
 and the unrelated pairs of unequal widths: every parent against every other parent's width-pruned children, and
 against models trained from scratch at the pruned widths on the parents' data (same-data pairs). Makes
-docs/seedprint.md's "Derivatives pruned in width or depth": power per kind and the false-positive rate, each with
+docs/seedprint.md's "Children pruned in width or depth": power per kind and the false-positive rate, each with
 its 95% Clopper-Pearson interval.
 
     python -m studies.pruned                                     # tiny byte-level models: 13 min on 2 cores
