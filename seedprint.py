@@ -650,22 +650,17 @@ def agreed_options(models: list, asked: dict) -> dict:
 
 def make_fingerprint(m, cache_dir: str = None, device="cpu", dtype: str = None, **options) -> Fingerprint:
     """A model's fingerprint file in memory (write_fingerprint saves it): a path, a GPT or a Recipe, fingerprinted
-    on the exact, the aligned test and the held-out inputs that `options` (file_options) fix; vocab (the token
-    ids' bound) defaults to the model's own vocabulary."""
-    opts = {**default_options(), **{k: v for k, v in file_options(**options).items() if v is not None}}
-    test = {key: opts.pop(key) for key in STATISTIC}
-    check_options(**test)
+    on the exact, the aligned test and the held-out inputs that `options` (file_options) fix, with the checks of a
+    comparison (plan); vocab (the token ids' bound) defaults to the model's own vocabulary."""
     config = config_of(m)
     if config is None:
         raise ValueError("a fingerprint file is made of a model (a path, a GPT or a Recipe): its token table and "
                          "architecture are part of it")
-    opts["vocab"] = opts["vocab"] or config.vocab_size
-    name = model_name(m)
-    check_seq_len(opts["seq_len"], [config], [name])
-    check_vocab(opts["vocab"], [config], [name])
+    checked = plan([m], file_options(**options))
+    opts, test = checked["inputs"], checked["test"]
     sets = fingerprint_all([m], cache_dir, device, dtype, opts, [{}] + aligned_sets(opts["vocab"], opts["seed"]))[0]
     return Fingerprint(sets, held_out_rows(m, opts["vocab"]), dict(opts, **test), dataclasses.asdict(config),
-                       weights_record(m), provenance(device, dtype), path=str(name))
+                       weights_record(m), provenance(device, dtype), path=str(model_name(m)))
 
 
 def write_fingerprint(path: str, fp: Fingerprint) -> None:
@@ -838,6 +833,8 @@ def plan(models: list, asked: dict, temperature: float = 10.0, alpha: float = AL
     opts = agreed_options(models, asked)
     test = {key: opts.pop(key) for key in STATISTIC}
     check_options(**test, temperature=temperature, alpha=alpha)
+    if opts.get("vocab") is not None and not range_rule("int>=2")[0](opts["vocab"]):    # 0 would read as not given
+        raise ValueError(f"--vocab must be an integer >= 2, got {opts['vocab']!r}")
     every = [config_of(m) for m in models]               # configs only: no weights (None: unknown)
     configs = [c for c in every if c is not None]
     check_seq_len(opts["seq_len"], every, models)

@@ -616,6 +616,20 @@ def test_a_file_that_is_not_whole_or_not_ours_or_made_otherwise_is_refused_in_on
         seedprint.compare(good, paths["child"], sequences=100)
 
 
+def test_a_file_is_made_under_the_checks_of_a_comparison(family):
+    """make_fingerprint and a comparison share one set of checks (plan): what one refuses, so does the other; a
+    --vocab of 0 was read as not given, the model's own vocabulary."""
+    root, paths = family
+    for options, why in ((dict(vocab=0), "--vocab must be an integer >= 2, got 0"),
+                         (dict(seq_len=999), "--seq_len 999 exceeds the context"),
+                         (dict(vocab=401), r"token ids reach 401, beyond the vocabulary of .*base.pt \(400\)"),
+                         (dict(k=1), "--k must be an integer >= 2, got 1")):
+        for make in (lambda: seedprint.make_fingerprint(paths["base"], **dict(FILE_OPTS, **options)),
+                     lambda: seedprint.compare(paths["base"], paths["child"], **dict(FILE_OPTS, **options))):
+            with pytest.raises(ValueError, match=why):
+                make()
+
+
 def test_one_suspect_against_many_bases(family, tmp_path):
     """The registry: a suspect derived from one base is named; a stranger derives from none; a suspect whose
     lineage is registered twice (the base and its own child) is inconclusive, the two bases one lineage."""
