@@ -18,9 +18,10 @@ provenance; gpu_check.png; stages.log, every command's whole output:
                against the card's dense bf16 peak, the loss at the last step. The timed steps' time is the wall time
                from the end of the warm-up to the end of the last step, each step's print and log writing included
   nanogpt      nanoGPT (karpathy/nanoGPT at NANOGPT_COMMIT, files checked) on the same data, tokens per step,
-               schedule and number of steps, timed the same way: the sum of the times it prints, each from the end
-               of one iteration to the end of the next, its print included (its printed MFU is against an A100:
-               recomputed)
+               learning rates and number of steps (its warm-up is lr (i + 1) / (warmup + 1), train.py's
+               lr (i + 1) / warmup: a little slower, the same decay), timed the same way: the sum of the times it
+               prints, each from the end of one iteration to the end of the next, its print included (its printed
+               MFU is against an A100: recomputed)
   ddp          train.py under `torchrun --nproc_per_node 1` (NCCL, DDP) against the plain run: the loss of each of
                the first 20 steps, all inside the learning-rate warm-up, so both runs take the same steps
   fingerprint  studies.fingerprint_speed: SeedPrint's fingerprint of a llama2-7b-shaped model in bf16 on 2,000
@@ -137,7 +138,8 @@ PAPER_X_TOP_UNIFORM = 58.5
 TARGETS = (  # (key, what is measured, threshold, "min": at least, "max": at most, "order": within a factor of 10)
     ("train_vs_nanogpt", "train.py tokens/s over nanoGPT's, side by side", 1.0, "min"),
     ("train_mfu", "train.py MFU", 0.40, "min"),
-    ("probe_mfu", "probe gpt2-nano MFU at the longest length (1,024 at full size), the lower seed", 0.50, "min"),
+    ("probe_mfu", "probe gpt2-nano MFU at the longest length (1,024 at full size), the lower of the two seeds' "
+     "MFUs", 0.50, "min"),
     ("fingerprint_seconds", "7B fingerprint, 2,000 x 1,024 tokens, end to end (s)", 90.0, "max"),
     ("top1_x_top_uniform", "Table 1's top-1 count over the top count of as many uniform draws (Fig 1's red line), "
      "every row within a factor of 10 of the paper's 58.5", PAPER_X_TOP_UNIFORM, "order"),
@@ -287,7 +289,8 @@ class Run:
     --out/results.json), and the running stage's clock."""
 
     def __init__(self, args, size: dict):
-        self.args, self.size, self.size_name = args, size, args.size
+        self.args, self.size = args, size
+        self.tests = list(args.tests or size["tests"])      # what the tests stage gives pytest
         self.device = resolve_device(size["device"])
         self.dtype, self.compile = size["dtype"], size["compile"]
         self.peak = args.peak_tflops * 1e12 if args.peak_tflops else peak_flops(self.device)
@@ -360,8 +363,9 @@ class Run:
             return entry
         how, now = self.made.get(stage) or {}, provenance(self.device)
         git = how.get("git") or {}
-        same = (entry.get("size") == self.size_name and git.get("commit") and not git.get("dirty")
-                and git == now["git"] and how.get("device_name") == now["device_name"])
+        # the size needs no check: __init__ keeps only the entries of this run's size
+        same = (git.get("commit") and not git.get("dirty") and git == now["git"]
+                and how.get("device_name") == now["device_name"])
         return entry if same else None
 
 
@@ -453,7 +457,7 @@ def stage_table1(run: Run) -> dict:
         per_token = r["tflops"] * 1e12 / r["tokens_per_s"]         # model.forward_flops per token
         rows.append(dict(seed=r["seed"], seq_len=r["seq_len"], top1_id=r["top1_id"], top1_count=r["top1_count"],
                          sequences=r["n"], top1_share=r["top1_freq"], x_uniform=r["ratio_to_uniform"],
-                         x_top_uniform=r.get("ratio_to_top_uniform"), log10_p=r["log10_p"],
+                         x_top_uniform=r["ratio_to_top_uniform"], log10_p=r["log10_p"],
                          distinct_predicted=r["distinct_predicted"], seconds=r["seconds"],
                          tokens_per_s=r["tokens_per_s"], tflops=r["tflops"], flops_per_token=per_token,
                          mfu=run.mfu(r["tokens_per_s"], per_token)))
@@ -510,7 +514,8 @@ NANO_ITER = re.compile(r"^iter (\d+): loss (\S+), time ([\d.]+)ms, mfu (-?[\d.]+
 
 def nanogpt_flags(run: Run, out_dir: str) -> list:
     """nanoGPT's train.py flags (configurator.py: --key=value, each of the type of its default) for the same model,
-    tokens per step, data, schedule and steps as trainer_flags."""
+    tokens per step, data, learning rates and steps as trainer_flags (nanoGPT's own warm-up formula differs a
+    little: the module's docstring)."""
     t, cfg = run.size["trainer"], run.train_config
     steps = t["warm"] + t["timed"]
     flags = dict(dataset=DATASET, out_dir=out_dir, init_from="scratch", n_layer=cfg.n_layer, n_head=cfg.n_head,
@@ -558,7 +563,7 @@ def stage_nanogpt(run: Run) -> dict:
                 loss_mean_last_10=float(np.mean(losses[-10:])),
                 loss_is="the last micro-batch's loss of each step, as nanoGPT prints it", losses=losses,
                 dtype=run.dtype, compiled=run.compile)
-    why = unlike_nanogpt(dict(entry, size=run.size_name))
+    why = unlike_nanogpt(dict(entry, size=run.args.size))
     if why:
         raise StageFailed(why, entry=entry)        # what it measured is kept, but no target is read off it
     return entry
@@ -592,8 +597,8 @@ def loss_tolerance(dtype: str, loss: float) -> float:
     other roundings): train.py compiles the model before wrapping it in DDP, but the compile happens at the first
     call, inside DDP's forward, where dynamo's DDPOptimizer (torch._dynamo.config.optimize_ddp, on by default)
     sees the active DDP module and splits the graph. And flash attention's backward is not deterministic; that noise
-    grows over the steps but stays well under 0.02 nats in 20 warm-up steps (an assumed bound, to be checked against
-    the first GPU run)."""
+    grows over the steps. 0.02 nats over the 20 warm-up steps was set before any GPU run; what the first H100 run's
+    losses differed by is in docs/reproduce.md ("What one H100 measured"), well inside it."""
     return 1e-5 * abs(loss) if dtype == "float32" else 0.02
 
 
@@ -772,7 +777,6 @@ def stage_profile(run: Run) -> dict:
 
 
 def profile_train(run: Run) -> dict:
-    from init import build
     d, t, T = run.device, run.size["trainer"], run.train_config.block_size
     model = build(run.train_config, 42, 42, device=d)
     step_model = torch.compile(model) if run.compile else model
@@ -796,7 +800,6 @@ def profile_train(run: Run) -> dict:
 
 def profile_probe(run: Run) -> dict:
     import probe
-    from init import build
     p, d = run.size["probe"], run.device
     model = build(get_config(p["model"]), 42, 0, device=d, dtype=getattr(torch, run.dtype)).eval()
     T, n = max(p["seq_len"]), p["batch_size"]
@@ -807,8 +810,6 @@ def profile_probe(run: Run) -> dict:
 
 
 def profile_fingerprint(run: Run) -> dict:
-    import seedprint
-    from init import build
     f, d = run.size["fingerprint"], run.device
     model = build(get_config(f["model"]), 42, device=d, dtype=getattr(torch, run.dtype)).eval()
     n = f["batch_size"]
@@ -981,7 +982,6 @@ def main(argv=None):
     if "nanogpt" in stages and not os.path.isfile(os.path.join(nano, "train.py")):
         raise FileNotFoundError(f"{nano} holds no nanoGPT train.py: run python -m studies.gpu_check --prepare first")
     run = Run(args, size)
-    run.tests = list(args.tests or size["tests"])
     if any(s in NEEDS_DATA for s in stages):
         vocab = data.load_data(run.data_dir)["meta"]["vocab_size"]
         if vocab > run.train_config.vocab_size:
@@ -1057,8 +1057,8 @@ def run_stage(run: Run, name: str, skip: str = None) -> str:
             print(f"  {name}: {error}", flush=True)
         record.update(status=status, seconds=round(time.time() - t0, 1), commands=run.commands, error=error)
     stages = dict(run.results.get("stages", {}), **{name: record})
-    entry = dict(entry or {}, size=run.size_name, stage=record)
-    stages["size"] = run.size_name
+    entry = dict(entry or {}, size=run.args.size, stage=record)
+    stages["size"] = run.args.size
     run.results.update({name: entry, "stages": stages})
     update_results(run.results_path, {name: entry, "stages": stages}, str(run.device), run.dtype)
     run.made[name] = provenance(str(run.device), run.dtype)        # as update_results records it

@@ -246,12 +246,13 @@ def test_the_targets_are_read_against_the_issues_thresholds():
 
 
 def a_run(gpu_dir, tmp_path, size="tiny"):
-    """gpu_check's Run at the tiny size, as main makes it, its stage clock started; `size` is the size it records."""
-    args = argparse.Namespace(size="tiny", peak_tflops=1.0, gpu_dir=str(gpu_dir), out=str(tmp_path / "out"),
-                              budget=570)
+    """gpu_check's Run of the tiny size's stages, as main makes it, with a scratch folder; `size` is the size it
+    records (--size)."""
+    args = argparse.Namespace(size=size, peak_tflops=1.0, gpu_dir=str(gpu_dir), out=str(tmp_path / "out"),
+                              budget=570, tests=None)
     os.makedirs(args.out, exist_ok=True)
     run = gpu_check.Run(args, TINY)
-    run.size_name, run.work, run.tests = size, str(tmp_path / "work"), []
+    run.work = str(tmp_path / "work")
     os.makedirs(run.work, exist_ok=True)
     return run
 
