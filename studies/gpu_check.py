@@ -243,15 +243,16 @@ class StageFailed(Exception):
 
 
 def stop(proc: subprocess.Popen) -> None:
-    """End a command and everything it started (torchrun's workers, the compiler's): its own process group."""
+    """End a command and everything it started (torchrun's workers, the compiler's): its own process group.
+    SIGTERM first, so that torchrun can end its workers; then SIGKILL to the group, for the command itself where it
+    outlived SIGTERM and for any member that did, even once the command has exited."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
+        except (ProcessLookupError, PermissionError):       # no member left
+            break
         try:
             proc.wait(timeout=10)
-            return
         except subprocess.TimeoutExpired:
             continue
 

@@ -464,6 +464,32 @@ def test_a_stage_over_its_limit_is_stopped_with_everything_it_started(tmp_path):
         raise AssertionError(f"the command's own child {child} outlived the time limit")
 
 
+def test_a_stopped_command_leaves_no_process_that_outlived_sigterm(tmp_path):
+    """A command whose own child ignores SIGTERM: the command ends at SIGTERM, and the child is killed all the same
+    (SIGKILL to the command's process group after it)."""
+    code = ("import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN); print(flush=True); time.sleep(60)'], "
+            "stdout=subprocess.PIPE); c.stdout.readline(); print(c.pid, flush=True); time.sleep(60)")
+    status, rc, seconds = gpu_check.run_command([sys.executable, "-c", code], str(tmp_path / "log"), 3, str(tmp_path),
+                                                dict(os.environ))
+    assert (status, rc) == ("timed out", None) and seconds < 10        # the command itself ends at SIGTERM
+    child = int((tmp_path / "log").read_text().split()[0])
+
+    def gone():                          # a zombie (killed, not yet reaped by init) is gone too
+        try:
+            with open(f"/proc/{child}/stat") as fh:
+                return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+    for _ in range(50):
+        if gone():
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, 9)
+        raise AssertionError(f"the command's child {child}, which ignores SIGTERM, outlived the stop")
+
+
 def test_a_profile_window_reads_only_what_ran_inside_it_for_as_long_as_it_lasted():
     """profile_rows(window=...) against a second count: a large product before a record_function range and three
     small ones inside it. The window reads the three alone (the whole profile all four), and its wall is the
