@@ -35,7 +35,8 @@ import seedprint
 import train
 from studies.edits import (add_noise, extend_vocab, low_rank_update, merge, permute_mlp, permute_residual, prune,
                            quantize, rotate_residual)
-from studies.lineage import Lineage, add_test_flags, check_base, checkpoints, fresh_init, released, test_options
+from studies.lineage import (Lineage, add_test_flags, base_corpus, check_base, checkpoints, fresh_init, released,
+                             test_options)
 
 
 def logit_change(a, b, vocab: int, seed: int = 0) -> float:
@@ -87,8 +88,7 @@ def main(argv=None):
                                                                  provenance=provenance()))
         cfg, V = base.config, base.config.vocab_size
         key = released_base.key
-        texts = {c: data.prepared([c], os.path.join(out, f"data_{data.corpus_label(c)}"), args.base, args.data_from)
-                 for c in (args.corpus, args.corpus2)}
+        texts = {c: base_corpus(out, c, args.base, args.data_from) for c in (args.corpus, args.corpus2)}
         label = {c: data.corpus_label(c) for c in (args.corpus, args.corpus2)}
         fine_tune = short_run(args, out, f"finetune_{label[args.corpus]}", texts[args.corpus], device,
                               init_from=base_ckpt)

@@ -10,6 +10,7 @@ the study's --out, so a second run reuses every model and every fingerprint and 
     TRAINING, training(args)       the study's training flags: train.TrainConfig's own, on this template
     trained(template, out, ...)    the directory of one training run, trained on first use
     corpus(out, name, ...)         a named corpus or a text file, prepared once under out/data
+    base_corpus(out, name, base)   the same, tokenized by a released model's tokenizer (--base)
     init_checkpoint(out, cfg, s)   a fresh init saved as a checkpoint (fingerprints are cached by file)
     fresh_init(cfg, s)             the same, built in memory on demand (a seedprint.Recipe)
     permuted(path, flip)           a model's copy in a permuted (signed) residual basis (a seedprint.Recipe)
@@ -94,6 +95,12 @@ def check_base(base: str, seq_len: int) -> GPTConfig:
     data.get_tokenizer(base)
     hf.check_weights_finite(base)
     return config
+
+
+def base_corpus(out: str, name: str, base: str, data_from: str = None) -> str:
+    """A named corpus or a text file, tokenized once by a released model's tokenizer (--base) into out/data_NAME
+    (corpus() would put the tokenizer, here a path, into the directory's name)."""
+    return data.prepared([name], os.path.join(out, f"data_{data.corpus_label(name)}"), base, data_from)
 
 
 def released(path: str) -> seedprint.Recipe:

@@ -39,7 +39,7 @@ import data
 import hf
 import seedprint
 from studies.edits import layers_dropped, prune_depth, prune_width, residual_importance, width_kept
-from studies.lineage import (TRAINING, TRAINING_FLAGS, Lineage, add_lineage_flags, architecture, check_base,
+from studies.lineage import (TRAINING, TRAINING_FLAGS, Lineage, add_lineage_flags, base_corpus, check_base,
                              check_lineage_flags, checkpoints, corpus, fit_floor, fresh_init, rate, released, trained,
                              training)
 
@@ -151,8 +151,9 @@ def summary(rows: list) -> list:
     return out
 
 
-def tiny(args, device: str) -> list:
-    """The byte-level study: parents, their children, models from scratch at the pruned widths; every pair."""
+def tiny(args, config: GPTConfig, device: str) -> list:
+    """The byte-level study: parents (of the architecture `config`, the flags'), their children, models from scratch
+    at the pruned widths; every pair."""
     text, text2 = (corpus(args.out, c, args.tokenizer, args.data_from) for c in (args.corpus, args.corpus2))
     meta = data.load_data(text)["meta"]
     template = training(args, device)
@@ -165,11 +166,11 @@ def tiny(args, device: str) -> list:
         for kind, (name, start) in cuts.items():         # a child's run is named by its cut: a new cut, a new run
             children[s, kind] = checkpoints(trained(template, args.out, name, s, text2, steps=args.child_steps,
                                                     init_from=start))[-1][1]
-    widths = {kind: hf.read_config(children[args.parents[0], kind]).n_embd for kind in KINDS}
+    widths = child_widths(config)
     scratch = {}
     for kind in ("width 25%", "width 50%"):
-        knobs = {**template.knobs, "n_embd": widths[kind], "head_size": architecture(args).head_dim,
-                 "mlp_hidden": architecture(args).mlp_width}
+        knobs = {**template.knobs, "n_embd": widths[kind], "head_size": config.head_dim,
+                 "mlp_hidden": config.mlp_width}
         for u in args.scratch:
             run = trained(dataclasses.replace(template, knobs=knobs), args.out, f"scratch{u}_w{widths[kind]}", u, text)
             scratch[u, kind] = checkpoints(run)[-1][1]
@@ -194,8 +195,7 @@ def base_study(args, device: str) -> list:
     base = released(args.base)
     cfg = base.config
     out = os.path.join(args.out, f"pruned_base_{hashlib.sha256(base.key.encode()).hexdigest()[:10]}")   # per base
-    texts = {c: data.prepared([c], os.path.join(out, f"data_{data.corpus_label(c)}"), args.base, args.data_from)
-             for c in (args.corpus, args.corpus2)}
+    texts = {c: base_corpus(out, c, args.base, args.data_from) for c in (args.corpus, args.corpus2)}
     tokens = calibration_tokens(texts[args.corpus], args.seq_len)
     template = dataclasses.replace(TRAINING, batch_size=8, seq_len=min(64, cfg.block_size), lr=1e-4,
                                    ckpt_every=args.child_steps, log_every=10, device=device)
@@ -245,7 +245,7 @@ def main(argv=None):
     device = str(resolve_device(args.device))
     with lock_dir(args.out):
         t0 = time.time()
-        rows = base_study(args, device) if args.base else tiny(args, device)
+        rows = base_study(args, device) if args.base else tiny(args, config, device)
         table = summary(rows)
         print_table(table)
         if args.base:
