@@ -246,15 +246,17 @@ def prune_width(model: GPT, fraction: float, importance: torch.Tensor) -> GPT:
 @torch.no_grad()
 def prune_depth(model: GPT, fraction: float, tokens: torch.Tensor) -> GPT:
     """The child without the round(fraction L) blocks that change their input least on `tokens` (the largest mean
-    cosine between a block's input and output states: Gromov et al. 2403.17887 drop such layers), the others in
-    their order."""
+    cosine between a block's input and output states), the others in their order: ShortGPT's rule (Men et al. 2024,
+    arXiv 2403.03853, Block Influence), each block ranked on its own; not Gromov et al.'s (2403.17887), which drop
+    one contiguous run of blocks."""
     cfg = model.config
     drop = layers_dropped(cfg.n_layer, fraction)
     if not 0 < drop < cfg.n_layer:
         raise ValueError(f"pruning {fraction} of {cfg.n_layer} layers drops {drop}; drop some, keep some")
     h = model.eval().trace(tokens, hidden="all")["hidden"]
-    change = [F.cosine_similarity(h[i].float(), h[i + 1].float(), dim=-1).mean().item() for i in range(cfg.n_layer)]
-    kept = sorted(sorted(range(cfg.n_layer), key=lambda i: change[i])[:cfg.n_layer - drop])
+    similarity = [F.cosine_similarity(h[i].float(), h[i + 1].float(), dim=-1).mean().item()
+                  for i in range(cfg.n_layer)]
+    kept = sorted(sorted(range(cfg.n_layer), key=lambda i: similarity[i])[:cfg.n_layer - drop])
     layers = None if cfg.sliding_layers is None else "".join(cfg.sliding_layers[i] for i in kept)
     out = _copy(model, dataclasses.replace(cfg, n_layer=len(kept), sliding_layers=layers))
     source = model.state_dict()

@@ -4,7 +4,7 @@ and does matching a narrower model into a wider one keep unrelated models apart?
 carried to the derivatives Minitron, Sheared-LLaMA and Llama-3.2 are made as)
 
 Children of each parent (activation-importance width pruning, as Minitron; depth pruning of the blocks that change
-their input least, as Gromov et al.), each trained on after the cut (--child_steps on --corpus2):
+their input least, as ShortGPT), each trained on after the cut (--child_steps on --corpus2):
 
     width 25%   the 75% most important residual coordinates kept      -> the matched verdict (two widths)
     width 50%   half of them kept                                     -> the matched verdict
