@@ -31,7 +31,7 @@ provenance; gpu_check.png; stages.log, every command's whole output:
   profile      (only when asked) where the benchmarks' time goes: the top kernels of a train step, a probe batch
                and a fingerprint batch by device time, and the share of wall time the device was busy (the
                probe's inside its timed loop, apart from its compiling)
-and the issue's targets read off those numbers (not tests): train.py >= nanoGPT tokens/s and >= 40% MFU; the probe
+and the check's targets read off those numbers (not tests): train.py >= nanoGPT tokens/s and >= 40% MFU; the probe
 at T = 1,024 >= 50% MFU; the 7B fingerprint under 90 s; top-1 counts of the order of the paper's 58.5 times the top
 count of uniform draws.
 
@@ -826,7 +826,7 @@ STAGE_RUNS = dict(env=stage_env, table1=stage_table1, train=stage_train, nanogpt
 # ----------------------------------------------------------------------------- the verdicts, the figure, the table
 
 def targets(results: dict, made: dict = None) -> list:
-    """Each of the issue's targets against what the stages measured (None where a stage is missing, or where
+    """Each of the check's targets against what the stages measured (None where a stage is missing, or where
     not_read says why it is no measure). made: each entry's provenance, where train.py's and nanoGPT's cards are
     read."""
     get = lambda stage, key: (results.get(stage) or {}).get(key)

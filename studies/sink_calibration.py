@@ -12,7 +12,7 @@ The README's pilot (seed 0 only: a bounded pilot; 25 min on one core; 10.2M toke
     python -m studies.sink_calibration --variants baseline --position rope --n_layer 4 --n_head 4 --n_embd 128 \
         --block_size 128 --lr 2e-3 --weight_decay 0.5 --max_steps 5000 --batch_size 16 --lengths 32 64 128
 
-and the same with --position none (20 min). The paper-scale command (about 60M parameters, 1B tokens) is in
+and the same with --position none (20 min). A run at Gu et al.'s scale (about 60M parameters, 1B tokens) is in
 docs/sinks.md and needs a GPU. The default (tiny, 600 steps, baseline only) takes 4 minutes on 2 cores.
 """
 import dataclasses
