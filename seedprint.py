@@ -319,20 +319,27 @@ def whiten(X: np.ndarray) -> np.ndarray:
     return X @ (V / np.sqrt(np.maximum(w, 1e-12 * w.max()))) @ V.T
 
 
-def table_match(TA: np.ndarray, TB: np.ndarray, signed: bool = True):
+def whitened_table(T: np.ndarray):
+    """whiten(T) in float64, as table_match matches it; None where there is no table, or its rows are fewer than its
+    width (too few to whiten), or it is constant."""
+    if T is None or len(T) < T.shape[1] or not T.std() > 0:
+        return None
+    return whiten(T.astype(np.float64))
+
+
+def table_match(TA: np.ndarray, TB: np.ndarray, signed: bool = True, whitened: bool = False):
     """align_coordinates on the two token tables' held-out rows, each whitened first, and whether the match is
     trusted: (match, sign, fit, trusted); fit None and untrusted where the rows are fewer than the width (too few to
     whiten) or a table is constant. Why whiten: a trained table carries a few strong directions (token
     frequency and the like) that every column loads on, so two models trained on the same data would have
     columns that correlate through them whatever their bases. Whitened, only a map that moves whole columns -- a
     descendant's signed permutation -- correlates columns one to one; a rotation of the same table spreads each
-    over all."""
-    rows = len(TA)
-    WA, WB = (whiten(T.astype(np.float64)) if rows >= T.shape[1] and T.std() > 0 else None for T in (TA, TB))
+    over all. whitened=True: TA and TB are whitened_table's already (a table compared with many is whitened once)."""
+    WA, WB = (TA, TB) if whitened else (whitened_table(T) for T in (TA, TB))
     if WA is None or WB is None:
         return None, None, None, False
     match, sign, fit = align_coordinates(WA, WB, signed)
-    return match, sign, fit, fit >= table_gate(rows, TA.shape[1], TB.shape[1])
+    return match, sign, fit, fit >= table_gate(len(WA), WA.shape[1], WB.shape[1])
 
 
 def signs_keep_function(*configs) -> bool:
@@ -343,12 +350,13 @@ def signs_keep_function(*configs) -> bool:
 
 def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = "smallest", set_mode: str = "coset",
                    temperature: float = 10.0, alpha: float = ALPHA, align=None, signed: bool = True,
-                   tables=None) -> SeedPrintResult:
+                   tables=None, whitened: bool = False) -> SeedPrintResult:
     """Steps 2-4 on the fingerprints of two models on the same N inputs. align=(HA_hold, HB_hold): the two models'
     fingerprints on other, held-out inputs, and the aligned verdict: the exact test, and the same test after B's
     coordinates are matched to A's (a signed permutation, or for LayerNorm models, signed=False, a plain one).
     The match comes from one of two places:
-      - tables=(TA, TB): the two token tables' rows of held-out tokens (held_out_rows), whitened (table_match). A
+      - tables=(TA, TB): the two token tables' rows of held-out tokens (held_out_rows), whitened (table_match; with
+        whitened=True, whitened_table's already). A
         descendant's columns are its base's, moved, so this match recovers the basis; it is trusted where its mean
         |r| reaches table_gate, far above what independent tables reach by chance, so its p counts without a
         floor. A trusted match is used alone: one that is partly wrong costs power, never calibration;
@@ -380,7 +388,7 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
         if len(tables[0]) != len(tables[1]) or [t.shape[1] for t in tables] != [HA.shape[1], HB.shape[1]]:
             raise ValueError(f"the token tables' held-out rows ({tables[0].shape} and {tables[1].shape}) must be as "
                              f"many and as wide as the fingerprints ({HA.shape[1]} and {HB.shape[1]})")
-        match, sign, table_fit, trusted = table_match(*tables, signed=signed)
+        match, sign, table_fit, trusted = table_match(*tables, signed=signed, whitened=whitened)
         on = "token table" if trusted else on
     if on == "held-out inputs":
         match, sign, _ = align_coordinates(*align, signed=signed)
@@ -860,7 +868,8 @@ def fingerprinted(models: list, asked: dict, temperature: float = 10.0, alpha: f
     # (aligned_sets); where widths are mixed without --align, a pair of one width keeps the exact verdict
     sets = ([] if align else [{}]) + (aligned_sets(opts["vocab"], opts["seed"]) if matched else [])
     H = fingerprint_all(models, cache_dir, device, dtype, opts, sets)
-    tables = [held_out_rows(m, opts["vocab"]) if matched else None for m in models]
+    # each table whitened once here, not once per pair: a suspect's is matched against every base of a registry
+    tables = [whitened_table(held_out_rows(m, opts["vocab"])) if matched else None for m in models]
     return dict(models=models, configs=checked["configs"], H=H, tables=tables, align=align, matched=matched,
                 test=test, temperature=temperature, alpha=alpha, options=dict(opts, **test))
 
@@ -872,7 +881,7 @@ def verdict(run: dict, i: int, j: int) -> SeedPrintResult:
         return seedprint_test(H[i][0], H[j][0], **kw)                       # the exact verdict (refuses two widths)
     test, held = len(H[i]) - 2, len(H[i]) - 1                               # the aligned sets come last
     return seedprint_test(H[i][test], H[j][test], **kw, align=(H[i][held], H[j][held]),
-                          tables=(run["tables"][i], run["tables"][j]),
+                          tables=(run["tables"][i], run["tables"][j]), whitened=True,
                           signed=signs_keep_function(run["configs"][i], run["configs"][j]))
 
 

@@ -650,6 +650,26 @@ def test_one_suspect_against_many_bases(family, tmp_path):
     assert res["answer"] == "inconclusive" and res["related"] == [0, 1] and res["one_lineage"]
 
 
+def test_a_search_whitens_each_token_table_once_and_gives_the_verdicts_of_its_pairs(family, tmp_path, monkeypatch):
+    """The suspect's table is matched against every base: whitened once, not once per base, and each verdict is the
+    one its pair gets alone."""
+    root, paths = family
+    bases = []
+    for name in ("base", "stranger", "other"):
+        bases.append(str(tmp_path / f"{name}.npz"))
+        seedprint.write_fingerprint(bases[-1], seedprint.make_fingerprint(paths[name], **FILE_OPTS))
+    calls, whiten = [], seedprint.whiten
+    monkeypatch.setattr(seedprint, "whiten", lambda X: calls.append(X.shape) or whiten(X))
+    found = seedprint.search(paths["hidden"], bases, align=True)
+    assert len(calls) == 1 + len(bases)                                            # the suspect's and each base's
+    monkeypatch.undo()
+    assert found["answer"] == "derives from" and found["base"] == 0
+    for base, r in zip(bases, found["results"]):
+        alone = seedprint.compare(base, paths["hidden"], align=True)
+        assert (r.p_raw, r.table_fit, r.matched_on, r.tau_aligned) == (alone.p, alone.table_fit, alone.matched_on,
+                                                                       alone.tau_aligned)
+
+
 # ----------------------------------------------------------------------------- two widths
 
 def test_the_partial_match_recovers_a_subset_of_coordinates_whichever_model_is_wider():
