@@ -502,6 +502,13 @@ def aligned_sets(vocab: int, seed: int) -> list:
     return [dict(vocab=vocab // 2, low=0, seed=seed), dict(vocab=vocab, low=vocab // 2, seed=seed + HELD_OUT_SEED)]
 
 
+def input_sets(vocab: int, seed: int) -> dict:
+    """Every input set a verdict reads, by its name in SETS, as fingerprint_all's sets: the exact verdict's (the
+    options themselves) and the aligned verdict's test and held-out sets (aligned_sets)."""
+    test, held_out = aligned_sets(vocab, seed)
+    return dict(exact={}, test=test, held_out=held_out)
+
+
 def held_out_rows(m, vocab: int):
     """The token table's rows of the alignment's tokens, [vocab // 2, vocab) (aligned_sets), float32 (rows x d),
     for the aligned verdict's table match; None for a model whose weights are not at hand (a callable, a
@@ -532,19 +539,22 @@ class Recipe:
 
 
 def fingerprint_all(models: list, cache_dir: str = None, device="cpu", dtype: str = None, options: dict = None,
-                    sets: list = None) -> list:
+                    sets=None) -> list:
     """out[i][j]: the fingerprint of model i on input set j: the options updated by sets[j] (default: one set, the
-    options themselves). A model is a GPT, a path, a Recipe, a callable, a Fingerprint, or a fingerprint array (one
-    set only).
+    options themselves). sets may be a dict by SETS' names (input_sets'): then out[i] is a dict by those names too,
+    and a Fingerprint gives its arrays of those names. A model is a GPT, a path, a Recipe, a callable, a Fingerprint
+    (named sets only), or a fingerprint array (one set only).
     Each model is loaded once. Paths and recipes are read from the cache under cache_dir, keyed on the identity
     of their weights and every option (device and dtype included), and saved to it only once every fingerprint
     is computed: a run that fails on one model (a damaged file, NaN activations) writes nothing."""
-    options = dict(options or {})
-    sets = [dict(options, **s) for s in (sets or [{}])]
+    options, names = dict(options or {}), list(sets) if isinstance(sets, dict) else None
+    sets = [dict(options, **s) for s in ((sets.values() if names is not None else sets) or [{}])]
     out, new = [], []
     for m in models:
         if isinstance(m, Fingerprint):          # its sets were made under the options compare_many agreed on
-            out.append([m.sets[SETS.index(set_name(opts))] for opts in sets])
+            if names is None:
+                raise ValueError("a fingerprint file's arrays are read by name: give sets by SETS' names")
+            out.append([m.sets[SETS.index(name)] for name in names])
             continue
         if isinstance(m, np.ndarray):
             if len(sets) > 1:
@@ -584,7 +594,7 @@ def fingerprint_all(models: list, cache_dir: str = None, device="cpu", dtype: st
             with open(tmp, "wb") as fh:
                 np.savez(fh, H=H, key=key)
         atomic_write(file, save)
-    return out
+    return out if names is None else [dict(zip(names, row)) for row in out]
 
 
 # ----------------------------------------------------------------------------- fingerprint files
@@ -594,13 +604,7 @@ def fingerprint_all(models: list, cache_dir: str = None, device="cpu", dtype: st
 # verdict from the two models: the same arrays reach the same test.
 
 FILE_FORMAT, FILE_VERSION = "seedprint-fingerprint", 1
-SETS = ("exact", "test", "held_out")          # [{}] + aligned_sets(...): the arrays fingerprint_all makes
-
-
-def set_name(options: dict) -> str:
-    """Which of SETS the fingerprint options of one input set (fingerprint_all's) are: the exact set draws ids from
-    0 up, the aligned test set from 0 up to half the vocabulary (low 0), the held-out set from half up."""
-    return "exact" if "low" not in options else "test" if options["low"] == 0 else "held_out"
+SETS = ("exact", "test", "held_out")          # input_sets' names, in a file's order
 
 
 @dataclass
@@ -666,9 +670,10 @@ def make_fingerprint(m, cache_dir: str = None, device="cpu", dtype: str = None, 
                          "architecture are part of it")
     checked = plan([m], file_options(**options))
     opts, test = checked["inputs"], checked["test"]
-    sets = fingerprint_all([m], cache_dir, device, dtype, opts, [{}] + aligned_sets(opts["vocab"], opts["seed"]))[0]
-    return Fingerprint(sets, held_out_rows(m, opts["vocab"]), dict(opts, **test), dataclasses.asdict(config),
-                       weights_record(m), provenance(device, dtype), path=str(model_name(m)))
+    H = fingerprint_all([m], cache_dir, device, dtype, opts, input_sets(opts["vocab"], opts["seed"]))[0]
+    return Fingerprint([H[name] for name in SETS], held_out_rows(m, opts["vocab"]), dict(opts, **test),
+                       dataclasses.asdict(config), weights_record(m), provenance(device, dtype),
+                       path=str(model_name(m)))
 
 
 def write_fingerprint(path: str, fp: Fingerprint) -> None:
@@ -866,8 +871,9 @@ def fingerprinted(models: list, asked: dict, temperature: float = 10.0, alpha: f
     opts, test, matched = checked["inputs"], checked["test"], checked["matched"]
     # the aligned (and the matched) verdict tests on the lower half's inputs and fits its match on the upper half's
     # (aligned_sets); where widths are mixed without --align, a pair of one width keeps the exact verdict
-    sets = ([] if align else [{}]) + (aligned_sets(opts["vocab"], opts["seed"]) if matched else [])
-    H = fingerprint_all(models, cache_dir, device, dtype, opts, sets)
+    names = ([] if align else ["exact"]) + (["test", "held_out"] if matched else [])
+    every = input_sets(opts["vocab"], opts["seed"]) if matched else dict(exact={})     # unmatched: vocab may be None
+    H = fingerprint_all(models, cache_dir, device, dtype, opts, {name: every[name] for name in names})
     # each table whitened once here, not once per pair: a suspect's is matched against every base of a registry
     tables = [whitened_table(held_out_rows(m, opts["vocab"])) if matched else None for m in models]
     return dict(models=models, configs=checked["configs"], H=H, tables=tables, align=align, matched=matched,
@@ -877,10 +883,9 @@ def fingerprinted(models: list, asked: dict, temperature: float = 10.0, alpha: f
 def verdict(run: dict, i: int, j: int) -> SeedPrintResult:
     """The verdict of models i (the base) and j of a fingerprinted() comparison, before any adjustment."""
     H, kw = run["H"], dict(run["test"], temperature=run["temperature"], alpha=run["alpha"])
-    if not run["matched"] or not run["align"] and not two_widths((H[i][0].shape[1], H[j][0].shape[1])):
-        return seedprint_test(H[i][0], H[j][0], **kw)                       # the exact verdict (refuses two widths)
-    test, held = len(H[i]) - 2, len(H[i]) - 1                               # the aligned sets come last
-    return seedprint_test(H[i][test], H[j][test], **kw, align=(H[i][held], H[j][held]),
+    if not run["matched"] or not run["align"] and not two_widths((H[i]["exact"].shape[1], H[j]["exact"].shape[1])):
+        return seedprint_test(H[i]["exact"], H[j]["exact"], **kw)           # the exact verdict (refuses two widths)
+    return seedprint_test(H[i]["test"], H[j]["test"], **kw, align=(H[i]["held_out"], H[j]["held_out"]),
                           tables=(run["tables"][i], run["tables"][j]), whitened=True,
                           signed=signs_keep_function(run["configs"][i], run["configs"][j]))
 

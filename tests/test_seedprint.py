@@ -616,6 +616,23 @@ def test_a_file_that_is_not_whole_or_not_ours_or_made_otherwise_is_refused_in_on
         seedprint.compare(good, paths["child"], sequences=100)
 
 
+def test_input_sets_are_named_and_a_file_gives_its_arrays_by_those_names(family, tmp_path):
+    """Which array is which goes by name, never by a set's options or its place in a list."""
+    root, paths = family
+    assert seedprint.input_sets(400, 7) == dict(exact={}, test=dict(vocab=200, low=0, seed=7),
+                                                held_out=dict(vocab=400, low=200, seed=7 + seedprint.HELD_OUT_SEED))
+    file = str(tmp_path / "base.npz")
+    seedprint.write_fingerprint(file, seedprint.make_fingerprint(paths["base"], **FILE_OPTS))
+    fp = seedprint.read_fingerprint(file)
+    with np.load(file) as z:                                                    # the file's own arrays, by name
+        stored = {name: z[name] for name in ("exact", "test", "held_out")}
+    H = seedprint.fingerprint_all([fp], sets={name: {} for name in ("held_out", "exact", "test")})[0]
+    assert list(H) == ["held_out", "exact", "test"]
+    assert all(np.array_equal(H[name], stored[name]) for name in stored)
+    with pytest.raises(ValueError, match="read by name"):
+        seedprint.fingerprint_all([fp], sets=[{}])
+
+
 def test_a_file_is_made_under_the_checks_of_a_comparison(family):
     """make_fingerprint and a comparison share one set of checks (plan): what one refuses, so does the other; a
     --vocab of 0 was read as not given, the model's own vocabulary."""
