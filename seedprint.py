@@ -93,6 +93,14 @@ def identity_dims(H: np.ndarray, k: int, rank_by: str = "smallest") -> np.ndarra
     return np.sort(np.argsort(key, kind="stable")[:k])
 
 
+def check_k(k: int, widths, which: str = "the narrowest width") -> None:
+    """A --k given on a command line must fit every model's width: the identity set is the k most extreme
+    coordinates, at most half of them. (Left at its default, k is capped at half the width: identity_set.)"""
+    if k > min(widths) // 2:
+        raise ValueError(f"--k {k} is more than {which} {min(widths)} allows: the identity set is the k most extreme "
+                         f"of its coordinates, at most half of them ({min(widths) // 2})")
+
+
 def identity_set(HA: np.ndarray, HB: np.ndarray, k: int, rank_by: str = "smallest", set_mode: str = "coset"):
     """(S, k used): A's identity dimensions, intersected with B's ("coset") or A's alone ("base").
     k is capped at half the width, so that "the k smallest" still selects."""
@@ -1113,9 +1121,8 @@ def main(argv=None):
     models = [read_fingerprint(m) if is_fingerprint_file(m) else m for m in args.models]
     bases = registry(args.against) if args.against else []
     widths = [config_of(m).n_embd for m in models + bases]
-    if "k" in given and given["k"] > min(widths) // 2:       # left out, k is capped at half the width
-        p.error(f"--k {given['k']} is more than the narrower width {min(widths)} allows: the identity set is the k "
-                f"most extreme of its coordinates, at most half of them ({min(widths) // 2})")
+    if "k" in given:                                          # left out, k is capped at half the width
+        check_k(given["k"], widths, "the narrower width")
     check_output(args.out)
     device = resolve_device(args.device)
     if args.dtype:

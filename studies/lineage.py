@@ -79,6 +79,8 @@ def check_lineage_flags(args) -> GPTConfig:
     where the study trains, comes from the data)."""
     config = architecture(args)
     seedprint.check_seq_len(args.seq_len, [config])
+    if args.k != seedprint.Options().k:                 # left at its default, k is capped at half the width
+        seedprint.check_k(args.k, [config.n_embd], "the width (--n_embd)")
     if hasattr(args, "max_steps"):
         training(args, "cpu")
     return config

@@ -94,10 +94,8 @@ def check_cuts(p, args, config: GPTConfig, width_flag: str, depth_flag: str) -> 
                 p.error(f"{depth_flag}: the {kind} cut would drop {dropped} of {config.n_layer} layers; give a depth "
                         f"of which it drops some and keeps some")
     widths = child_widths(config)
-    narrowest = min(widths.values())
-    if args.k != p.get_default("k") and args.k > narrowest // 2:
-        p.error(f"--k {args.k} is more than the narrowest child's width {narrowest} allows: the identity set is the "
-                f"k most extreme of its coordinates, at most half of them ({narrowest // 2})")
+    if args.k != p.get_default("k"):
+        seedprint.check_k(args.k, widths.values(), "the narrowest child's width")
     return widths
 
 

@@ -211,6 +211,10 @@ CASES = [
     ("seedprint", ["{ckpt}", "--save", "{root}/x.npz", "--vocab", "9999"], "beyond the vocabulary of"),
     ("seedprint", ["{ckpt}", "--save", "{root}/x.npz", "--align", "on"], "--align would do nothing with --save"),
     ("studies.registry", ["--dtype", "bfloat16"], "bf16 against bf16 would compare nothing"),
+    # a given --k must fit the width (the tiny preset's 64, or --n_embd's): it was capped in silence and recorded as
+    # asked
+    ("studies.registry", ["--k", "33"], "--k 33 is more than the width (--n_embd) 64 allows"),
+    ("studies.lineage_fpr", ["--n_embd", "32", "--k", "17"], "--k 17 is more than the width (--n_embd) 32 allows"),
     ("studies.seedprint_tables", ["--exp", "table4b", "--lr", "nan"], "--lr: must be a finite number > 0, got nan"),
     ("studies.derivatives", ["--base", "{hf}"], "no tokenizer"),
     ("seedprint", ["{hf_huge}", "{hf}"], "non-finite activations (NaN/inf), first in block 1"),
