@@ -738,8 +738,7 @@ def read_fingerprint(path: str) -> Fingerprint:
                          f"unknown: {unknown}): {remake}")
     try:
         Options(**{"input_seed" if k == "seed" else k: v for k, v in options.items() if k != "vocab"})
-        if not range_rule("int>=2")[0](options["vocab"]):
-            raise ValueError(f"--vocab must be an integer >= 2, got {options['vocab']!r}")
+        check_vocab_bound(options["vocab"])
         config = GPTConfig(**meta["config"])
     except (TypeError, ValueError) as e:
         raise ValueError(f"{path} records an option or a config it cannot have been made with ({e}): {remake}") \
@@ -854,8 +853,8 @@ def plan(models: list, asked: dict, temperature: float = 10.0, alpha: float = AL
     opts = agreed_options(models, asked)
     test = {key: opts.pop(key) for key in STATISTIC}
     check_options(**test, temperature=temperature, alpha=alpha)
-    if opts.get("vocab") is not None and not range_rule("int>=2")[0](opts["vocab"]):    # 0 would read as not given
-        raise ValueError(f"--vocab must be an integer >= 2, got {opts['vocab']!r}")
+    if opts.get("vocab") is not None:
+        check_vocab_bound(opts["vocab"])
     every = [config_of(m) for m in models]               # configs only: no weights (None: unknown)
     configs = [c for c in every if c is not None]
     check_seq_len(opts["seq_len"], every, models)
@@ -936,6 +935,12 @@ def search(suspect, bases: list, alpha: float = ALPHA, cache_dir: str = None, de
 def model_name(m) -> str:
     """How a message names a model: its path, a fingerprint file's path, a recipe's key, else "a model"."""
     return m if isinstance(m, str) else getattr(m, "path", None) or getattr(m, "key", None) or "a model"
+
+
+def check_vocab_bound(vocab) -> None:
+    """A token ids' bound, as given or recorded: an integer >= 2 (0 would read as not given, the model's own)."""
+    if not range_rule("int>=2")[0](vocab):
+        raise ValueError(f"--vocab must be an integer >= 2, got {vocab!r}")
 
 
 def check_vocab(vocab, configs: list, names: list = None, files: list = ()) -> None:
