@@ -5,20 +5,22 @@ A lecturer edits docs/lecture.md only, then runs this tool from anywhere:
 
     python docs/lecture_tool.py              # run the page at the lecture's size (CHECK = False), in order, in one
                                              # namespace, in a fresh directory; rewrite its outputs, quoted numbers
-                                             # and figures, then the notebook (about 2 min on 2 CPU cores)
+                                             # and figures, then the notebook (about a minute on 2 CPU cores)
     python docs/lecture_tool.py --notebook   # only docs/lecture.ipynb (and the map), after an edit of prose alone
     python docs/lecture_tool.py --check      # write nothing: say what is not current (exit 1), as the suite does
 
 What it reads and writes in docs/lecture.md:
-  ```python blocks        the lecture's code, run in order from the repository's root
+  ```python blocks        the lecture's code, run in order from the repository's root (or a fresh directory that
+                          holds its code)
   <!-- output KEY -->     a generated line, followed by a ``` block: what the python block above printed (train.py's
-                          progress lines left out, see `shown`). KEY hashes the code up to that block, the project's
-                          files that code imports (directly or through each other), that output and the figures the
-                          block saved, so the suite can tell a block, or a project file it runs, edited since its
-                          output was made (tests/test_lecture.py) without running the page at its full size
+                          progress lines left out, see `shown`). KEY hashes the project files the page imports
+                          (directly or through each other: one hash for the whole page), the code up to that block,
+                          that output and the figures the block saved, so the suite can tell a block, or a project
+                          file the page runs, edited since its output was made (tests/test_lecture.py) without
+                          running the page at its full size
   <!--{EXPR:FMT}-->V<!--/--> a number quoted in prose: V is the f-string field {EXPR:FMT} evaluated right after the
                           python block above it, so prose and output cannot disagree; the page's last line,
-                          <!-- values KEY -->, hashes every code block, the project's files they import, every
+                          <!-- values KEY -->, hashes the project files the page imports, every code block, every
                           quoted field and value
   figures                 a block that saves f"{FIGURES}/NAME.png" has it copied to docs/lecture/NAME.png
 
@@ -241,8 +243,8 @@ def stale(text: str, figure_bytes, root: str = ROOT) -> list:
             figures = [figure_bytes(name) for name in figure_names(parts[last_python][1])]
             if part[1] != output_key(sources, codes, part[2], figures):
                 problems.append(f"the output of python block {len(codes)} is not what its code (a block before it, "
-                                f"or a project file it imports) printed when it was made, or a figure it saves "
-                                f"changed")
+                                f"or a project file the page imports) printed when it was made, or a figure it "
+                                f"saves changed")
         elif part[0] == "text":
             values += [(m.group(1), m.group(2)) for m in VALUE.finditer(part[1])]
     mark = VALUES_MARK.search(text)
@@ -434,8 +436,8 @@ def committed_figure(name: str) -> bytes:
 
 def regenerate() -> None:
     """The full run: the page at the lecture's size, written back. It runs in a fresh directory that holds the
-    repository's code (as a clone's root would, with an empty out/): models and data an earlier run left under
-    out/lecture/ were made by the code as it was then, and the page would reuse them."""
+    repository's code and data/ (as a clone's root would, with an empty out/): models and prepared tokens an
+    earlier run left under out/lecture/ were made by the code as it was then, and the page would reuse them."""
     with open(PAGE) as fh:
         text = fh.read()
     sys.path.insert(0, ROOT)
@@ -448,8 +450,9 @@ def regenerate() -> None:
         print(f"{seconds:6.1f} s  {heading[i][:70]}", file=sys.stderr)
 
     with tempfile.TemporaryDirectory(prefix="lecture-") as work:
+        # the code, and data/: the corpora fetched there (each checked against its sha256) are read, not made again
         for name in os.listdir(ROOT):
-            if name.endswith(".py") or name in ("studies", "requirements.txt"):
+            if name.endswith(".py") or name in ("studies", "requirements.txt", "data"):
                 os.symlink(os.path.join(ROOT, name), os.path.join(work, name))
         os.chdir(work)
         try:

@@ -33,8 +33,7 @@ def page() -> str:
     return (DOCS / "lecture.md").read_text()
 
 
-def committed_figure(name: str) -> bytes:
-    return (DOCS / "lecture" / name).read_bytes()
+committed_figure = tool.committed_figure
 
 
 def shape(line: str) -> str:
