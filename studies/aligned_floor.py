@@ -174,7 +174,8 @@ def main(argv=None):
                    help="lengths of the continuation whose power is measured")
     add_lineage_flags(p, out="out/lineage")
     args = p.parse_args(argv)
-    check_lineage_flags(args)
+    check_lineage_flags(args, [CONDITIONS[name]["n_embd"] for name in args.conditions],
+                        "the narrowest width of --conditions")
     set_by_conditions = [f for f in ("n_embd", "block_size") if getattr(args, f) is not None]
     set_by_conditions += [f for f in ("tokenizer", "max_steps", "batch_size") if getattr(args, f) != p.get_default(f)]
     if set_by_conditions:

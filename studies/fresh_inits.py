@@ -67,7 +67,7 @@ def main(argv=None):
     p.add_argument("--align", type=parse_bool, default=False, metavar="on|off", help="also the aligned verdict")
     add_lineage_flags(p, out="out/lineage", template=None)
     args = p.parse_args(argv)
-    check_lineage_flags(args)
+    check_lineage_flags(args, [hf.read_config(args.base).n_embd] if args.base else None, "the width of --base")
     if args.base and (config_overrides(args) or args.model != "tiny"):
         p.error("--base gives the architecture: drop --model and the knob flags")
     check_output(args.out)

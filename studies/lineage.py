@@ -73,14 +73,15 @@ def add_test_flags(parser) -> None:
     add_device_flags(parser, "load the models in this dtype for their fingerprints (default: as saved)")
 
 
-def check_lineage_flags(args) -> GPTConfig:
+def check_lineage_flags(args, widths=None, which: str = "the width (--n_embd)") -> GPTConfig:
     """Every setting of add_lineage_flags, before any data is read or model trained (the ranges were checked as
     the flags were parsed; here, what depends on several); returns the architecture of the flags (its vocabulary,
     where the study trains, comes from the data)."""
     config = architecture(args)
     seedprint.check_seq_len(args.seq_len, [config])
     if args.k != seedprint.Options().k:                 # left at its default, k is capped at half the width
-        seedprint.check_k(args.k, [config.n_embd], "the width (--n_embd)")
+        # widths: the models' own where a study takes them from elsewhere than --n_embd (conditions, a base)
+        seedprint.check_k(args.k, widths or [config.n_embd], which)
     if hasattr(args, "max_steps"):
         training(args, "cpu")
     return config

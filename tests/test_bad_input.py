@@ -215,6 +215,8 @@ CASES = [
     # asked
     ("studies.registry", ["--k", "33"], "--k 33 is more than the width (--n_embd) 64 allows"),
     ("studies.lineage_fpr", ["--n_embd", "32", "--k", "17"], "--k 17 is more than the width (--n_embd) 32 allows"),
+    ("studies.aligned_floor", ["--conditions", "bytes_w128", "--k", "65"],
+     "--k 65 is more than the narrowest width of --conditions 128 allows"),
     ("studies.seedprint_tables", ["--exp", "table4b", "--lr", "nan"], "--lr: must be a finite number > 0, got nan"),
     ("studies.derivatives", ["--base", "{hf}"], "no tokenizer"),
     ("seedprint", ["{hf_huge}", "{hf}"], "non-finite activations (NaN/inf), first in block 1"),
