@@ -724,8 +724,9 @@ def read_fingerprint(path: str) -> Fingerprint:
         raise ValueError(f"{path} does not match its own sha256: the file is damaged or was edited; make it again")
     # whole and ours, but the sha256 proves no more (anyone can compute it): what a verdict reads is checked too
     remake = "make it again with python seedprint.py MODEL --save FILE"
-    if not isinstance(meta.get("config"), dict):
-        raise ValueError(f"{path} records no model config: {remake}")
+    for record in ("config", "weights", "provenance"):
+        if not isinstance(meta.get(record), dict):
+            raise ValueError(f"{path} records no {'model config' if record == 'config' else record}: {remake}")
     unknown = sorted(set(meta["config"]) - {f.name for f in dataclasses.fields(GPTConfig)})
     if unknown:                    # GPTConfig(**config) would fail far from here, as an internal error
         raise ValueError(f"{path} records a model config with fields this seedprint.py does not know "

@@ -597,6 +597,8 @@ def test_a_file_that_is_not_whole_or_not_ours_or_made_otherwise_is_refused_in_on
                                                                                   "temperature)"),
         "bad_option.npz": (None, lambda m: m["options"].update(k="16"), "--k must be an integer >= 2, got '16'"),
         "int8.npz": (None, lambda m: m.update(rows_dtype="int8"), "records its table's rows as 'int8'"),
+        "no_provenance.npz": (None, lambda m: m.pop("provenance"), "records no provenance"),    # a KeyError later
+        "no_weights.npz": (None, lambda m: m.update(weights=None), "records no weights"),
         "narrow.npz": (lambda a: a.update(exact=a["exact"][:, :32]), None, "holds its exact array as float32 "
                        "(200, 32), where its options and config make it float32 (200, 64)"),
         "few_rows.npz": (lambda a: a.update(rows=a["rows"][:150]), None, "(150, 64), where its options and config "
