@@ -74,7 +74,7 @@ import time
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from common import (DEBUG_ENV, TORCHRUN_VARS, ArgumentParser, Distinct, atomic_write, check_output, figure,
                     flag_type, lock_dir, one_line, peak_flops, print_table, provenance, read_json, resolve_device,
-                    run_script, save_figure, teardown_abort, update_results)
+                    refuse_unused, run_script, save_figure, teardown_abort, update_results)
 import numpy as np
 import torch
 
@@ -959,9 +959,8 @@ def main(argv=None):
     p.add_argument("--out", default="out/gpu_check")
     args = p.parse_args(argv)
     if args.prepare:
-        given = [f"--{k}" for k in ("size", "stages", "tests", "peak_tflops", "work") if getattr(args, k) is not None]
-        if given:
-            p.error(f"--prepare runs alone: drop {', '.join(given)}")
+        refuse_unused(args, ("size", "stages", "tests", "peak_tflops", "work", "budget", "out"),
+                      "--prepare runs alone: {flags} would do nothing beside it", p)
         prepare(args.gpu_dir, args.nanogpt_from, args.from_dir)
         return
     if args.nanogpt_from or args.from_dir:

@@ -615,7 +615,10 @@ def test_bad_input_is_refused_in_one_line_before_any_work(gpu_dir, tmp_path):
     # too little for any stage to start (MIN_STAGE_SECONDS): a run that could do nothing is refused
     assert gpu_check.MIN_STAGE_SECONDS == 20 and "--budget: must be an integer >= 20, got 19" in run("--budget", "19")
     assert "--prepare first" in run("--stages", "train", "--gpu_dir", str(tmp_path / "none"))
-    assert "--prepare runs alone: drop --stages" in run("--prepare", "--stages", "env")
+    prepare = lambda *argv: cli_error(gpu_check.main, "studies.gpu_check", ["--prepare", *argv])
+    assert "--prepare runs alone: --stages would do nothing beside it; drop it" in prepare("--stages", "env")
+    # flags with a default are refused too, when given at another value
+    assert "--budget, --out would do nothing" in prepare("--budget", "100", "--out", str(tmp_path / "x"))
     assert "go with --prepare" in run("--nanogpt_from", str(tmp_path))
     if not torch.cuda.is_available():
         assert "--size full runs on a CUDA GPU" in run("--size", "full", "--gpu_dir", str(gpu_dir))
