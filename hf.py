@@ -27,9 +27,10 @@ forward pass computes what transformers computes, within float32 rounding, witho
     Hub (transformers 4.x rope_theta + rope_scaling, 5.x rope_parameters); a field left out takes transformers'
     class default, except the sizes (vocabulary, width, layers, heads, MLP width; GPT-2's context), which must be
     given: a file without them is refused, not read as the class's default model (Gemma 3's excepted: its
-    published multimodal configs leave them out); an explicit null means what it means to that class (a softcap or
-    Mistral's window: off, a bias: none, num_key_value_heads: num_attention_heads), or is refused by name where
-    transformers builds no one model from it (4.57 and 5.x both fail on it, or build two different models);
+    published multimodal configs leave them out; GPT-2's MLP width alone may be absent or null: 4 x width, as
+    transformers reads it); an explicit null means what it means to that class (a softcap or Mistral's window:
+    off, a bias: none, num_key_value_heads: num_attention_heads), or is refused by name where transformers builds
+    no one model from it (4.57 and 5.x both fail on it, or build two different models);
   - a field the class does not read is refused by name unless it is null or says what the class builds anyway; so is
     a model_type naming another family than architectures, and a field 4.x and 5.x read as two models;
   - a field present but not understood, a tensor missing, unknown, misshapen or stored twice, an
@@ -66,7 +67,7 @@ import torch
 from model import (GPT, GPTConfig, check_model_weights_finite, load_checkpoint, nonfinite_weight, qkv_sizes,
                    read_checkpoint)
 
-# The families loaded, in the docstring's order, each architecture with the model_type transformers' AutoConfig
+# The families loaded, each architecture with the model_type transformers' AutoConfig
 # expects of it (it builds the model_type's class): the one list of what hf.py carries
 MODEL_TYPES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
                "Qwen3ForCausalLM": "qwen3", "Olmo2ForCausalLM": "olmo2", "GemmaForCausalLM": "gemma",
