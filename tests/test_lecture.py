@@ -143,8 +143,8 @@ def test_an_edit_of_a_project_file_the_page_runs_is_caught(tmp_path):
 
 def test_rewriting_the_page_from_its_own_outputs_and_numbers_gives_it_back():
     """rewrite (what a full run ends with) puts each output block and quoted number back where it was, under keys
-    the currency check accepts: the page's outputs and numbers, read off the page, in; the page, byte for byte
-    apart from its keys (which a current page also matches), out."""
+    the currency check accepts: the page's outputs and numbers, read off the page, in; the page, byte for byte, out
+    (its keys too, where the page is current, as another test requires)."""
     text = page()
     parts = tool.parse(text)
     printed, values = {}, {}
@@ -156,6 +156,7 @@ def test_rewriting_the_page_from_its_own_outputs_and_numbers_gives_it_back():
     keys = re.compile(r"(<!-- (?:output|values) )[0-9a-f]+( -->)")
     assert keys.sub(r"\1KEY\2", made) == keys.sub(r"\1KEY\2", text)
     assert tool.stale(made, committed_figure) == []
+    assert made == text
 
 
 def test_the_notebook_is_current_and_holds_the_pages_code():
