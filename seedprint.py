@@ -837,8 +837,9 @@ def compare_many(models: list, k: int = None, rank_by: str = None, set_mode: str
     """Every pair of models, each fingerprinted once. Returns {"results": {(i, j): SeedPrintResult} for i < j,
     with p and the verdict Holm-adjusted across the pairs (the unadjusted p kept as p_raw), "groups": the
     lineages, i.e. the models joined by a chain of related pairs}. A pair of two widths gets the matched verdict."""
+    # with three models or more, every table is matched in several pairs: each whitened once, kept for the run
     run = fingerprinted(models, dict(fingerprint_options, k=k, rank_by=rank_by, set_mode=set_mode), temperature,
-                        alpha, cache_dir, device, dtype, align)
+                        alpha, cache_dir, device, dtype, align, recurring=range(len(models)) if len(models) > 2 else ())
     pairs = [(i, j) for i in range(len(models)) for j in range(i + 1, len(models))]
     results = holm_verdicts(run, pairs, alpha)
     return dict(results=results, groups=lineages(len(models), [pr for pr in pairs if results[pr].related]),
@@ -871,9 +872,12 @@ def plan(models: list, asked: dict, temperature: float = 10.0, alpha: float = AL
 
 
 def fingerprinted(models: list, asked: dict, temperature: float = 10.0, alpha: float = ALPHA, cache_dir: str = None,
-                  device="cpu", dtype: str = None, align: bool = False) -> dict:
+                  device="cpu", dtype: str = None, align: bool = False, recurring=()) -> dict:
     """Every check of a comparison (plan), then each model's fingerprints (and its token table's held-out rows where
-    the coordinates are matched), ready for verdicts of any of its pairs (verdict)."""
+    the coordinates are matched), ready for verdicts of any of its pairs (verdict). recurring: the indices of the
+    models whose tables are matched in more than one pair (a search's suspect; every model of compare_many's three or
+    more): their tables are whitened once, here, and kept for the run; every other table is whitened for its pair
+    alone (table_of), so that a registry's bases are not all held whitened at once."""
     models = [read_fingerprint(m) if is_fingerprint_file(m) else m for m in models]
     checked = plan(models, asked, temperature, alpha, align)
     opts, test, matched = checked["inputs"], checked["test"], checked["matched"]
@@ -882,10 +886,18 @@ def fingerprinted(models: list, asked: dict, temperature: float = 10.0, alpha: f
     names = ([] if align else ["exact"]) + (["test", "held_out"] if matched else [])
     every = input_sets(opts["vocab"], opts["seed"]) if matched else dict(exact={})     # unmatched: vocab may be None
     H = fingerprint_all(models, cache_dir, device, dtype, opts, {name: every[name] for name in names})
-    # each table whitened once here, not once per pair: a suspect's is matched against every base of a registry
-    tables = [whitened_table(held_out_rows(m, opts["vocab"])) if matched else None for m in models]
-    return dict(models=models, configs=checked["configs"], H=H, tables=tables, align=align, matched=matched,
-                test=test, temperature=temperature, alpha=alpha, options=dict(opts, **test))
+    # tables[i]: whitened where model i recurs, else its raw float32 rows (a fingerprint file's own: no copy)
+    recurring = set(recurring)
+    tables = [None if not matched else whitened_table(held_out_rows(m, opts["vocab"])) if i in recurring
+              else held_out_rows(m, opts["vocab"]) for i, m in enumerate(models)]
+    return dict(models=models, configs=checked["configs"], H=H, tables=tables, recurring=recurring, align=align,
+                matched=matched, test=test, temperature=temperature, alpha=alpha, options=dict(opts, **test))
+
+
+def table_of(run: dict, i: int):
+    """Model i's whitened token table for one verdict (whitened_table): kept from fingerprinted where the model
+    recurs across pairs, else whitened now and let go with its verdict."""
+    return run["tables"][i] if i in run["recurring"] else whitened_table(run["tables"][i])
 
 
 def verdict(run: dict, i: int, j: int) -> SeedPrintResult:
@@ -894,7 +906,7 @@ def verdict(run: dict, i: int, j: int) -> SeedPrintResult:
     if not run["matched"] or not run["align"] and not two_widths((H[i]["exact"].shape[1], H[j]["exact"].shape[1])):
         return seedprint_test(H[i]["exact"], H[j]["exact"], **kw)           # the exact verdict (refuses two widths)
     return seedprint_test(H[i]["test"], H[j]["test"], **kw, align=(H[i]["held_out"], H[j]["held_out"]),
-                          tables=(run["tables"][i], run["tables"][j]), whitened=True,
+                          tables=(table_of(run, i), table_of(run, j)), whitened=True,
                           signed=signs_keep_function(run["configs"][i], run["configs"][j]))
 
 
@@ -921,7 +933,9 @@ def search(suspect, bases: list, alpha: float = ALPHA, cache_dir: str = None, de
                       lineage (then the suspect derives from that lineage) or not.
     Returns {"results": [verdict per base], "answer", "base" (its index, or None), "related" (indices),
     "among_related": {(i, j): verdict} of the related bases}."""
-    run = fingerprinted([suspect, *bases], asked, temperature, alpha, cache_dir, device, dtype, align)
+    # the suspect's table is matched against every base: whitened once; a base's, for its own pairs (a related base
+    # again among the related, which are few)
+    run = fingerprinted([suspect, *bases], asked, temperature, alpha, cache_dir, device, dtype, align, recurring={0})
     results = holm_verdicts(run, [(b, 0) for b in range(1, len(bases) + 1)], alpha)   # the base first: B is the suspect
     related = [b - 1 for (b, _), r in results.items() if r.related]
     among = holm_verdicts(run, [(i + 1, j + 1) for n, i in enumerate(related) for j in related[n + 1:]], alpha)

@@ -689,6 +689,48 @@ def test_a_search_whitens_each_token_table_once_and_gives_the_verdicts_of_its_pa
                                                                        alone.tau_aligned)
 
 
+def test_only_a_table_matched_in_several_pairs_is_held_whitened(family, tmp_path, monkeypatch):
+    """A search holds the suspect's whitened table for the run, but a base's only while its own verdict is made: at
+    every table match, the whitened tables alive are that pair's two. compare_many of three models whitens each
+    table once, and every verdict is the one its pair gets alone."""
+    import gc
+    import weakref
+    root, paths = family
+    bases = []
+    for name in ("base", "stranger", "other"):
+        bases.append(str(tmp_path / f"{name}.npz"))
+        seedprint.write_fingerprint(bases[-1], seedprint.make_fingerprint(paths[name], **FILE_OPTS))
+    whitened, alive, suspect_calls = [], [], []
+    suspect_rows = seedprint.held_out_rows(paths["hidden"], LLAMA["vocab_size"])
+    whiten, table_match = seedprint.whiten, seedprint.table_match
+
+    def counting_whiten(X):
+        suspect_calls.append(np.array_equal(X, suspect_rows))
+        W = whiten(X)
+        whitened.append(weakref.ref(W))
+        return W
+
+    def counting_match(*args, **kwargs):
+        gc.collect()
+        alive.append(sum(w() is not None for w in whitened))
+        return table_match(*args, **kwargs)
+    monkeypatch.setattr(seedprint, "whiten", counting_whiten)
+    monkeypatch.setattr(seedprint, "table_match", counting_match)
+    found = seedprint.search(paths["hidden"], bases, align=True)
+    assert sum(suspect_calls) == 1 and len(suspect_calls) == 1 + len(bases)
+    assert alive == [2] * len(bases)                  # the suspect's and this base's, never a base's after its verdict
+    whitened.clear(), alive.clear(), suspect_calls.clear()
+    trio = [paths["hidden"], *bases[:2]]
+    many = seedprint.compare_many(trio, align=True)
+    assert len(suspect_calls) == 3 and alive == [3] * 3                 # each whitened once, all kept for the run
+    monkeypatch.undo()
+    assert found["answer"] == "derives from" and found["base"] == 0
+    for (i, j), r in many["results"].items():
+        alone = seedprint.compare(trio[i], trio[j], align=True)
+        assert (r.p_raw, r.table_fit, r.matched_on, r.tau_aligned) == (alone.p, alone.table_fit, alone.matched_on,
+                                                                       alone.tau_aligned)
+
+
 # ----------------------------------------------------------------------------- two widths
 
 def test_the_partial_match_recovers_a_subset_of_coordinates_whichever_model_is_wider():
