@@ -744,7 +744,7 @@ def read_fingerprint(path: str) -> Fingerprint:
     except (TypeError, ValueError) as e:
         raise ValueError(f"{path} records an option or a config it cannot have been made with ({e}): {remake}") \
             from None
-    if meta.get("rows_dtype") not in ROWS_DTYPES:
+    if not isinstance(meta.get("rows_dtype"), str) or meta["rows_dtype"] not in ROWS_DTYPES:    # a list: unhashable
         raise ValueError(f"{path} records its table's rows as {meta.get('rows_dtype')!r}, not one of "
                          f"{', '.join(ROWS_DTYPES)}: {remake}")
     vocab, d = options["vocab"], config.n_embd

@@ -597,6 +597,9 @@ def test_a_file_that_is_not_whole_or_not_ours_or_made_otherwise_is_refused_in_on
                                                                                   "temperature)"),
         "bad_option.npz": (None, lambda m: m["options"].update(k="16"), "--k must be an integer >= 2, got '16'"),
         "int8.npz": (None, lambda m: m.update(rows_dtype="int8"), "records its table's rows as 'int8'"),
+        "list_dtype.npz": (None, lambda m: m.update(rows_dtype=["float32"]), "records its table's rows as "
+                                                                             "['float32']"),
+        "dict_dtype.npz": (None, lambda m: m.update(rows_dtype={}), "records its table's rows as {}"),
         "no_provenance.npz": (None, lambda m: m.pop("provenance"), "records no provenance"),    # a KeyError later
         "no_weights.npz": (None, lambda m: m.update(weights=None), "records no weights"),
         "narrow.npz": (lambda a: a.update(exact=a["exact"][:, :32]), None, "holds its exact array as float32 "
@@ -610,6 +613,9 @@ def test_a_file_that_is_not_whole_or_not_ours_or_made_otherwise_is_refused_in_on
             seedprint.read_fingerprint(file)
         assert why in str(refused.value) and file in str(refused.value), name
         assert "make it again with python seedprint.py MODEL --save FILE" in str(refused.value), name
+    line = cli_error(seedprint.main, "seedprint.py", [str(tmp_path / "list_dtype.npz"), paths["child"], "--out",
+                                                      str(tmp_path / "out")])
+    assert "records its table's rows as ['float32']" in line and not (tmp_path / "out").exists()
     other = str(tmp_path / "other.npz")
     seedprint.write_fingerprint(other, seedprint.make_fingerprint(paths["stranger"], sequences=300, seq_len=8, k=16))
     with pytest.raises(ValueError, match=r"made with other options \(sequences 200 vs 300; seq_len 16 vs 8\)"):
