@@ -270,11 +270,24 @@ class Options:
     def __post_init__(self):
         check_settings(self)
 
+    # recorded and from_recorded: the one place a flag's name becomes a fingerprint file's (--input_seed: seed) and back
+    RECORDED_AS = {"input_seed": "seed"}
+
     def recorded(self, fields=None) -> dict:
         """These options (every field, or those named in `fields`) under the names a fingerprint file records them
-        by: file_options' keys, less the token ids' bound (a model's own). The one place --input_seed becomes seed."""
+        by: file_options' keys, less the token ids' bound (a model's own)."""
         fields = [f.name for f in dataclasses.fields(self)] if fields is None else fields
-        return {"seed" if name == "input_seed" else name: getattr(self, name) for name in fields}
+        return {self.RECORDED_AS.get(name, name): getattr(self, name) for name in fields}
+
+    @classmethod
+    def from_recorded(cls, options: dict) -> "Options":
+        """recorded's inverse: the Options of a fingerprint file's recorded options, their ranges checked (the token
+        ids' bound, not an Options field, left out); a key that recorded never writes raises TypeError."""
+        field_of = {cls.RECORDED_AS.get(f.name, f.name): f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - set(field_of) - {"vocab"})
+        if unknown:
+            raise TypeError(f"no option is recorded as {', '.join(unknown)}")
+        return cls(**{field_of[k]: v for k, v in options.items() if k != "vocab"})
 
 
 def check_options(k: int = 400, rank_by: str = "smallest", set_mode: str = "coset", temperature: float = 10.0,
@@ -738,7 +751,7 @@ def read_fingerprint(path: str) -> Fingerprint:
         raise ValueError(f"{path} records other options than a fingerprint file holds (missing: {missing}; "
                          f"unknown: {unknown}): {remake}")
     try:
-        Options(**{"input_seed" if k == "seed" else k: v for k, v in options.items() if k != "vocab"})
+        Options.from_recorded(options)
         check_vocab_bound(options["vocab"])
         config = GPTConfig(**meta["config"])
     except (TypeError, ValueError) as e:

@@ -119,6 +119,20 @@ def test_identity_dims_and_the_set_modes():
     assert list(seedprint.identity_set(H, H[:, ::-1], 2, set_mode="base")[0]) == [1, 3]
 
 
+def test_options_become_a_files_recorded_options_and_back_in_one_place():
+    """Options.recorded writes a file's names (the inputs' seed as seed), from_recorded reads them back, and a file
+    that records the flag's own name (input_seed) or the token ids' bound alone is no Options."""
+    options = seedprint.Options(sequences=30, seq_len=12, input_seed=5, k=8, rank_by="abs", set_mode="base")
+    file = dict(sequences=30, seq_len=12, seed=5, k=8, rank_by="abs", set_mode="base")
+    assert options.recorded() == file and set(file) == set(seedprint.file_options()) - {"vocab"}
+    assert options.recorded(["input_seed", "k"]) == dict(seed=5, k=8)
+    assert seedprint.Options.from_recorded(dict(file, vocab=300)) == options
+    with pytest.raises(TypeError, match="no option is recorded as input_seed"):
+        seedprint.Options.from_recorded(dict(sequences=30, input_seed=5))
+    with pytest.raises(ValueError, match="--k must be an integer >= 2"):
+        seedprint.Options.from_recorded(dict(file, k=1))
+
+
 def test_bad_input_is_refused_before_any_work():
     with pytest.raises(ValueError, match="widths 8 and 16 have no exact test"):
         seedprint.seedprint_test(np.zeros((10, 8)), np.zeros((10, 16)))
