@@ -1153,14 +1153,13 @@ def main(argv=None):
     # each fingerprint file is read (and its sha256 checked) once, here, and passed on read: a 7B model's is 230 MB
     models = [read_fingerprint(m) if is_fingerprint_file(m) else m for m in args.models]
     bases = registry(args.against) if args.against else []
-    widths = [config_of(m).n_embd for m in models + bases]
-    if "k" in given:                                          # left out, k is capped at half the width
-        check_k(given["k"], widths, "the narrower width")
     check_output(args.out)
     device = resolve_device(args.device)
     if args.dtype:
         check_dtype_runs(device, DTYPES[args.dtype])
-    plan(models + bases, asked, align=args.align)              # every refusal before any work: no weight read yet
+    checked = plan(models + bases, asked, align=args.align)    # every refusal before any work: no weight read yet
+    if "k" in given:                                          # left out, k is capped at half the width
+        check_k(given["k"], [c.n_embd for c in checked["configs"]], "the narrower width")
     for m in models:                                           # then the weights, each streamed once
         if isinstance(m, str):
             hf.check_weights_finite(m)

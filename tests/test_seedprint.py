@@ -859,6 +859,34 @@ def test_the_command_line_refuses_its_flags_and_files_before_reading_any_weight(
     assert not (tmp_path / "out").exists() and not (tmp_path / "x.npz").exists()
 
 
+def test_the_command_line_reads_each_config_once_and_checks_k_after_the_plan(family, tmp_path, monkeypatch):
+    """main's checks read each model's config once (plan's, whose widths check --k too); --k is checked after the
+    plan's refusals and before the first weight is read."""
+    from conftest import cli_error
+    root, paths = family
+
+    class WeightRead(Exception):
+        pass
+
+    def weight_read(*a, **kw):
+        raise WeightRead
+    configs, config_of = [], seedprint.config_of
+    monkeypatch.setattr(seedprint, "config_of", lambda m: configs.append(m) or config_of(m))
+    monkeypatch.setattr(seedprint.hf, "check_weights_finite", weight_read)          # main's first weight read
+    with pytest.raises(WeightRead):
+        seedprint.main([paths["base"], paths["child"], "--k", "16", "--seq_len", "16", "--out", str(tmp_path / "out")])
+    assert sorted(configs) == sorted([paths["base"], paths["child"]])
+    for name in ("load", "tensors"):                                                 # every other way a weight is read
+        monkeypatch.setattr(seedprint.hf, name, weight_read)
+    out = ["--out", str(tmp_path / "out")]
+    line = cli_error(seedprint.main, "seedprint.py", [paths["base"], paths["child"], "--k", "40", "--seq_len", "16",
+                                                      *out])
+    assert "--k 40 is more than the narrower width 64 allows" in line                 # tiny's width: 64
+    line = cli_error(seedprint.main, "seedprint.py", [paths["base"], paths["child"], "--k", "40", "--seq_len", "999",
+                                                      *out])
+    assert "--seq_len 999 exceeds the context" in line                                 # the plan's refusal first
+
+
 def test_a_file_whose_token_ids_pass_a_models_vocabulary_is_refused_with_advice_that_works(family, small_vocab,
                                                                                           tmp_path):
     """A file's token ids are fixed when it is made: no flag can lower them, so the advice is to make the files again
