@@ -46,6 +46,13 @@ from studies.lineage import (Lineage, add_lineage_flags, architecture, check_lin
 CONDITIONS = {"gpt2_w64": dict(n_embd=64, tokenizer="gpt2", max_steps=200, batch_size=16),
               "gpt2_w128": dict(n_embd=128, tokenizer="gpt2", max_steps=200, batch_size=16),
               "bytes_w128": dict(n_embd=128, tokenizer="bytes", max_steps=1500, batch_size=32)}
+CONTEXT = 64                                        # every condition's models' context (block_size)
+
+
+def condition_architecture(args, name: str, **overrides):
+    """The architecture of a condition's models: the flags' (architecture) at the condition's width, with a context
+    of CONTEXT tokens."""
+    return architecture(args, n_embd=CONDITIONS[name]["n_embd"], block_size=CONTEXT, **overrides)
 
 
 def condition_pairs(args, name: str, device: str) -> list:
@@ -55,9 +62,9 @@ def condition_pairs(args, name: str, device: str) -> list:
     text, text2 = (corpus(out, x, c["tokenizer"], args.data_from) for x in (args.corpus, args.corpus2))
     label2 = data.corpus_label(args.corpus2)           # a corpus as one path component
     meta = data.load_data(text)["meta"]
-    config = architecture(args, n_embd=c["n_embd"], block_size=64, vocab_size=meta["vocab_size"])
+    config = condition_architecture(args, name, vocab_size=meta["vocab_size"])
     template = training(args, device)
-    template = dataclasses.replace(template, knobs={**template.knobs, "n_embd": c["n_embd"], "block_size": 64},
+    template = dataclasses.replace(template, knobs={**template.knobs, "n_embd": c["n_embd"], "block_size": CONTEXT},
                                    max_steps=c["max_steps"], batch_size=c["batch_size"])
     lineage = Lineage(args, out, device, vocab=meta["vocab_size"])
     half = meta["vocab_size"] // 2
@@ -174,8 +181,6 @@ def main(argv=None):
                    help="lengths of the continuation whose power is measured")
     add_lineage_flags(p, out="out/lineage")
     args = p.parse_args(argv)
-    check_lineage_flags(args, [CONDITIONS[name]["n_embd"] for name in args.conditions],
-                        "the narrowest width of --conditions")
     set_by_conditions = [f for f in ("n_embd", "block_size") if getattr(args, f) is not None]
     set_by_conditions += [f for f in ("tokenizer", "max_steps", "batch_size") if getattr(args, f) != p.get_default(f)]
     if set_by_conditions:
@@ -183,6 +188,9 @@ def main(argv=None):
     if len(args.fit_seeds) < 2 or len(args.test_seeds) < 2 or set(args.fit_seeds) & set(args.test_seeds):
         p.error("the floor is fit on one range of seeds and tested on another: give two or more distinct "
                 "--fit_seeds and --test_seeds, none in both")
+    # --seq_len and a given --k against the models the study runs: each condition's (its width, its context)
+    check_lineage_flags(args, {f"the models of --conditions {name}": condition_architecture(args, name)
+                               for name in args.conditions}, "the narrowest width of --conditions")
     check_output(args.out)
     device = str(resolve_device(args.device))
     with lock_dir(args.out):

@@ -29,7 +29,7 @@ import numpy as np
 import hf
 import seedprint
 from init import config_overrides
-from studies.lineage import Lineage, add_lineage_flags, architecture, check_lineage_flags, fresh_init, rate_summary
+from studies.lineage import Lineage, add_lineage_flags, check_lineage_flags, fresh_init, rate_summary
 
 
 def permutation_p_monte_carlo(C: np.ndarray, draws: int = 20_000, seed: int = 0) -> float:
@@ -67,13 +67,15 @@ def main(argv=None):
     p.add_argument("--align", type=parse_bool, default=False, metavar="on|off", help="also the aligned verdict")
     add_lineage_flags(p, out="out/lineage", template=None)
     args = p.parse_args(argv)
-    check_lineage_flags(args, [hf.read_config(args.base).n_embd] if args.base else None, "the width of --base")
     if args.base and (config_overrides(args) or args.model != "tiny"):
         p.error("--base gives the architecture: drop --model and the knob flags")
+    if args.base:                    # the models are fresh inits of --base's architecture, else of the flags'
+        config = hf.read_config(args.base)
+        check_lineage_flags(args, {args.base: config}, "the width of --base")
+    else:
+        config = check_lineage_flags(args)
     check_output(args.out)
     device = str(resolve_device(args.device))
-    config = hf.read_config(args.base) if args.base else architecture(args)
-    seedprint.check_seq_len(args.seq_len, [config], [args.base])
     seeds = seed_range(args.fpr_seed0, args.fpr_inits, "--fpr_seed0")
     with lock_dir(args.out):
         models = [fresh_init(config, s) for s in seeds]

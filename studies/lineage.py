@@ -73,15 +73,19 @@ def add_test_flags(parser) -> None:
     add_device_flags(parser, "load the models in this dtype for their fingerprints (default: as saved)")
 
 
-def check_lineage_flags(args, widths=None, which: str = "the width (--n_embd)") -> GPTConfig:
+def check_lineage_flags(args, models: dict = None, which: str = "the width (--n_embd)", widths=None) -> GPTConfig:
     """Every setting of add_lineage_flags, before any data is read or model trained (the ranges were checked as
     the flags were parsed; here, what depends on several); returns the architecture of the flags (its vocabulary,
-    where the study trains, comes from the data)."""
+    where the study trains, comes from the data).
+    models: {how a refusal names them: their config}, the models the study runs where they are not the flags'
+    architecture (aligned_floor's conditions, fresh_inits' --base): --seq_len must fit each one's context, and a
+    given --k each one's width (`which` names it in the refusal), or `widths` where the study tests narrower models
+    made from them (studies.pruned's children)."""
     config = architecture(args)
-    seedprint.check_seq_len(args.seq_len, [config])
+    models = models or {"a model": config}
+    seedprint.check_seq_len(args.seq_len, list(models.values()), list(models))
     if args.k != seedprint.Options().k:                 # left at its default, k is capped at half the width
-        # widths: the models' own where a study takes them from elsewhere than --n_embd (conditions, a base)
-        seedprint.check_k(args.k, widths or [config.n_embd], which)
+        seedprint.check_k(args.k, widths or [c.n_embd for c in models.values()], which)
     if hasattr(args, "max_steps"):
         training(args, "cpu")
     return config

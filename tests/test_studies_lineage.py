@@ -364,6 +364,43 @@ def test_the_aligned_floor_study_fits_on_one_range_of_seeds_and_finds_every_line
     assert [c["related"] for c in res["by_length"]] == ["2/2", "2/2"]
 
 
+def test_the_lineage_studies_check_seq_len_and_k_against_the_models_they_run(tmp_path, monkeypatch):
+    """--seq_len and a given --k are checked against the models a study runs, not the tiny preset's (context 256,
+    width 64): each condition's models of aligned_floor (context 64), refused in one line (exit 2) before any work;
+    the fresh inits of fresh_inits --base (a context of 1024, its config read once), which take a --seq_len the
+    preset would refuse; and fresh_inits' own flags, named as such."""
+    import hf
+    from conftest import cli_error, llama_family, write_hf
+
+    class Began(Exception):
+        pass
+
+    def work(*args, **kwargs):
+        raise Began
+    monkeypatch.setattr(aligned_floor, "condition_pairs", work)
+    out = tmp_path / "out"
+    line = cli_error(aligned_floor.main, "studies.aligned_floor", ["--seq_len", "128", "--out", str(out)])
+    assert "--seq_len 128 exceeds the context of the models of --conditions gpt2_w64 (64 tokens)" in line, line
+    spec, cfg, t = llama_family("LlamaForCausalLM")
+    cfg["max_position_embeddings"] = 1024
+    base = tmp_path / "base"
+    write_hf(base, cfg, t)
+    reads = []
+    real_read = hf.read_config
+    monkeypatch.setattr(hf, "read_config", lambda path: reads.append(path) or real_read(path))
+    monkeypatch.setattr(fresh_inits, "fresh_init", work)
+    with pytest.raises(Began):                        # accepted: the study begins making its inits
+        fresh_inits.main(["--base", str(base), "--seq_len", "512", "--k", "16", "--out", str(out)])
+    assert reads == [str(base)]
+    cases = {("--base", str(base), "--seq_len", "1025"): f"--seq_len 1025 exceeds the context of {base} (1024 tokens)",
+             ("--base", str(base), "--k", "17"): f"--k 17 is more than the width of --base {spec['d']} allows",
+             ("--n_embd", "32", "--k", "17"): "--k 17 is more than the width (--n_embd) 32 allows"}
+    for argv, message in cases.items():
+        line = cli_error(fresh_inits.main, "studies.fresh_inits", [*argv, "--out", str(out)])
+        assert message in line, line
+    assert not out.exists()
+
+
 def test_a_released_base_is_fingerprinted_from_a_load_of_its_own(tmp_path):
     """studies.lineage.released: the base the derivatives and pruned studies test. Fingerprinting moves and casts a
     Recipe's model in place, so each build is a fresh float32 load: fingerprinting in bf16 leaves the copy the study
