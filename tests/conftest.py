@@ -47,6 +47,24 @@ def cli_error(main, name: str, argv: list, code: int = 2) -> str:
     return lines[0]
 
 
+def forge_fingerprint(good, out, edit_arrays=None, edit_meta=None) -> str:
+    """The fingerprint file `good` with its arrays and its meta edited in place (edit_arrays, edit_meta: each given
+    the dict to edit, or None) and its sha256 computed again, written to `out` (returned as a str): whole, so only
+    the checks after the digest's can refuse it, but not what a model gave."""
+    import numpy as np
+    import seedprint
+    with np.load(good) as z:
+        arrays = {k: z[k].copy() for k in z.files if k != "meta"}
+        meta = json.loads(str(z["meta"]))
+    del meta["sha256"]
+    for edit, what in ((edit_arrays, arrays), (edit_meta, meta)):
+        if edit is not None:
+            edit(what)
+    meta["sha256"] = seedprint.file_digest(meta, arrays)
+    np.savez(out, meta=np.array(json.dumps(meta)), **arrays)
+    return str(out)
+
+
 # gloo, on a loaded 2-core machine, now and then aborts a rank as it tears down after the job's work is done
 # (common.GLOO_TEARDOWN_ABORT and common.teardown_abort), its results already written. Counted under load with
 # probe.py's two-process test: 2 of 12 runs before common.leave_process_group's barrier, 1 of 76 after it; 0 of 30

@@ -18,7 +18,7 @@ import torch
 
 import data
 import train
-from conftest import assert_matches, cli_error, llama_family, naive_llama_family, write_hf
+from conftest import assert_matches, cli_error, forge_fingerprint, llama_family, naive_llama_family, write_hf
 from init import build
 import hf
 from model import get_config, load_checkpoint, read_checkpoint, write_checkpoint
@@ -100,13 +100,8 @@ def files(tmp_path_factory):
     seedprint.write_fingerprint(str(f["fp"]), seedprint.make_fingerprint(str(f["ckpt"]), sequences=20, seq_len=8))
     seedprint.write_fingerprint(str(f["fp_other"]), seedprint.make_fingerprint(str(f["ckpt"]), sequences=20,
                                                                               seq_len=4))
-    with np.load(f["fp"]) as z:        # whole (its sha256 computed again), but NaN: refused, never scored "unrelated"
-        arrays, meta = {k: z[k] for k in z.files if k != "meta"}, json.loads(str(z["meta"]))
-    arrays["exact"] = np.full_like(arrays["exact"], np.nan)
-    del meta["sha256"]
-    meta["sha256"] = seedprint.file_digest(meta, arrays)
-    f["fp_nan"] = root / "fp_nan.npz"
-    np.savez(f["fp_nan"], meta=np.array(json.dumps(meta)), **arrays)
+    f["fp_nan"] = root / "fp_nan.npz"        # whole (its sha256 computed again), but NaN: refused, never "unrelated"
+    forge_fingerprint(f["fp"], f["fp_nan"], edit_arrays=lambda a: a["exact"].fill(np.nan))
     np.savez(root / "foreign.npz", H=np.zeros(3))
     f["foreign_npz"] = root / "foreign.npz"
     f["reg_foreign"] = root / "reg_foreign"

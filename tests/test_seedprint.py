@@ -577,32 +577,17 @@ def test_a_file_that_is_not_whole_or_not_ours_or_made_otherwise_is_refused_in_on
     np.savez(tmp_path / "newer.npz", **arrays)
     with pytest.raises(ValueError, match="format version 2, newer than this seedprint.py reads"):
         seedprint.read_fingerprint(str(tmp_path / "newer.npz"))
-    meta = dict(json.loads(str(arrays["meta"])), version=seedprint.FILE_VERSION)   # whole, but from a later project:
-    meta["config"] = dict(meta["config"], later_knob=1, other_knob="x")           # a config field unknown here
-    del meta["sha256"]
-    with np.load(good) as z:
-        arrays = {k: z[k] for k in z.files if k != "meta"}
-    meta["sha256"] = seedprint.file_digest(meta, arrays)
-    np.savez(tmp_path / "later.npz", meta=np.array(json.dumps(meta)), **arrays)
+    from conftest import cli_error, forge_fingerprint
+    forge_fingerprint(good, tmp_path / "later.npz",          # whole, but from a later project: config fields unknown
+                      edit_meta=lambda m: m["config"].update(later_knob=1, other_knob="x"))
     with pytest.raises(ValueError, match=r"fields this seedprint.py does not know \(later_knob, other_knob\)"):
         seedprint.read_fingerprint(str(tmp_path / "later.npz"))
-    from conftest import cli_error
     line = cli_error(seedprint.main, "seedprint.py", [str(tmp_path / "later.npz"), paths["child"], "--out",
                                                       str(tmp_path / "out")])
     assert "(later_knob, other_knob)" in line and not (tmp_path / "out").exists()
 
-    def forged(name, edit_arrays=lambda arrays: None, edit_meta=lambda meta: None) -> str:
-        """good.npz edited and its sha256 computed again: whole, but not what a model gave."""
-        with np.load(good) as z:
-            arrays = {k: z[k].copy() for k in z.files if k != "meta"}
-            meta = json.loads(str(z["meta"]))
-        del meta["sha256"]
-        edit_arrays(arrays)
-        edit_meta(meta)
-        meta["sha256"] = seedprint.file_digest(meta, arrays)
-        np.savez(tmp_path / name, meta=np.array(json.dumps(meta)), **arrays)
-        return str(tmp_path / name)
-    assert seedprint.read_fingerprint(forged("same.npz")).options["sequences"] == 200     # forged alone: read
+    same = forge_fingerprint(good, tmp_path / "same.npz")
+    assert seedprint.read_fingerprint(same).options["sequences"] == 200                   # forged alone: read
     forgeries = {   # NaN ties every pair, so a file of NaN scored "unrelated"; the rest failed far from here or not
         "nan.npz": (lambda a: a["test"].fill(np.nan), None, "holds NaN or inf in its test array"),
         "inf.npz": (lambda a: a["exact"].__setitem__((3, 5), np.inf), None, "holds NaN or inf in its exact array"),
@@ -622,7 +607,7 @@ def test_a_file_that_is_not_whole_or_not_ours_or_made_otherwise_is_refused_in_on
                                                                          "make it"),
     }
     for name, (edit_arrays, edit_meta, why) in forgeries.items():
-        file = forged(name, edit_arrays or (lambda a: None), edit_meta or (lambda m: None))
+        file = forge_fingerprint(good, tmp_path / name, edit_arrays, edit_meta)
         with pytest.raises(ValueError) as refused:
             seedprint.read_fingerprint(file)
         assert why in str(refused.value) and file in str(refused.value), name
