@@ -39,9 +39,9 @@ import data
 import hf
 import seedprint
 from studies.edits import layers_dropped, prune_depth, prune_width, residual_importance, width_kept
-from studies.lineage import (TRAINING, TRAINING_FLAGS, Lineage, add_lineage_flags, base_corpus, check_base,
-                             check_lineage_flags, checkpoints, corpus, fit_floor, fresh_init, rate, released, trained,
-                             training)
+from studies.lineage import (TRAINING, TRAINING_FLAGS, Lineage, add_lineage_flags, architecture, base_corpus,
+                             check_base, check_lineage_flags, checkpoints, corpus, fit_floor, fresh_init, rate,
+                             released, trained, training)
 
 KINDS = {"width 25%": ("width", 0.25), "width 50%": ("width", 0.5), "depth 25%": ("depth", 0.25)}
 
@@ -77,11 +77,9 @@ def child_widths(config: GPTConfig) -> dict:
             for kind, (how, fraction) in KINDS.items()}
 
 
-def check_cuts(p, args, config: GPTConfig, width_flag: str, depth_flag: str) -> dict:
+def check_cuts(p, config: GPTConfig, width_flag: str, depth_flag: str) -> None:
     """Before any work: every cut of KINDS on a parent of `config` keeps some and drops some (else p.error, naming
-    width_flag or depth_flag, the flag the parent's size comes from), and a given --k is at most half the narrowest
-    child's width, as seedprint.py refuses it (left at its default, k is capped at half the width). The children's
-    widths (child_widths)."""
+    width_flag or depth_flag, the flag the parent's size comes from)."""
     for kind, (how, fraction) in KINDS.items():
         if how == "width":
             kept = width_kept(config.n_embd, fraction)
@@ -93,10 +91,6 @@ def check_cuts(p, args, config: GPTConfig, width_flag: str, depth_flag: str) -> 
             if not 0 < dropped < config.n_layer:
                 p.error(f"{depth_flag}: the {kind} cut would drop {dropped} of {config.n_layer} layers; give a depth "
                         f"of which it drops some and keeps some")
-    widths = child_widths(config)
-    if args.k != p.get_default("k"):
-        seedprint.check_k(args.k, widths.values(), "the narrowest child's width")
-    return widths
 
 
 def slug(kind: str) -> str:
@@ -230,11 +224,15 @@ def main(argv=None):
                       "children train with a fine-tune's recipe (batch 8, lr 1e-4, --child_steps): {flags} would do "
                       "nothing", p)
         config = check_base(args.base, args.seq_len)
-        check_cuts(p, args, config, f"--base {args.base} (width {config.n_embd})",
+        check_cuts(p, config, f"--base {args.base} (width {config.n_embd})",
                    f"--base {args.base} ({config.n_layer} layers)")
+        if args.k != p.get_default("k"):         # left at its default, k is capped at half the width
+            seedprint.check_k(args.k, child_widths(config).values(), "the narrowest child's width")
     else:
-        config = check_lineage_flags(args)
-        check_cuts(p, args, config, f"--n_embd {config.n_embd}", f"--n_layer {config.n_layer}")
+        config = architecture(args)
+        check_cuts(p, config, f"--n_embd {config.n_embd}", f"--n_layer {config.n_layer}")
+        # a given --k must fit the narrowest model tested, a child, not the parent the flags describe
+        check_lineage_flags(args, which="the narrowest child's width", widths=list(child_widths(config).values()))
         if len(args.parents) < 2:
             p.error("--parents: the unrelated pairs are between parents, so two or more are needed")
         if set(args.parents) & set(args.scratch):

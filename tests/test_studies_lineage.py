@@ -680,6 +680,9 @@ def test_the_pruned_study_refuses_an_impossible_cut_or_k_before_any_work(tmp_pat
              ("--n_layer", "1"): "--n_layer 1: the depth 25% cut would drop 0 of 1 layers",
              ("--n_embd", "2", "--n_head", "1"): "--n_embd 2: the width 25% cut would keep 2 of 2 residual",
              ("--k", str(width // 2 + 1)): f"--k {width // 2 + 1} is more than the narrowest child's width {width}",
+             # above half the parent's width too: still the child's bound, once, not the parent's
+             ("--k", "40"): f"--k 40 is more than the narrowest child's width {width} allows: the identity set is "
+                            f"the k most extreme of its coordinates, at most half of them ({width // 2})",
              ("--parents", "0"): "--parents: the unrelated pairs are between parents",
              ("--scratch", "0", "--parents", "0", "1"): "--scratch seeds must differ from --parents"}
     for argv, message in cases.items():
