@@ -76,6 +76,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     test_options(args)
     check_base(args.base, args.seq_len)
+    hf.check_weights_finite(args.base)            # last: it reads every weight
     check_output(args.out)
     device = str(resolve_device(args.device))
     out = os.path.join(args.out, "derivatives")

@@ -92,15 +92,16 @@ def check_lineage_flags(args, models: dict = None, which: str = "the width (--n_
 
 
 def check_base(base: str, seq_len: int) -> GPTConfig:
-    """A released model given as --base, checked before any work: a Hugging Face directory, its tokenizer (its
-    corpora are tokenized by it), its context long enough for the test, every weight finite. Its config."""
+    """A released model given as --base, checked before any work without reading a weight: a Hugging Face directory,
+    its tokenizer (its corpora are tokenized by it), its context long enough for the test. Its config, for the
+    study's own checks of its flags; hf.check_weights_finite(base) comes after those, since it reads every weight
+    (a refusal comes before any weight is read)."""
     if not os.path.isdir(base):
         raise FileNotFoundError(f"--base {base}: a Hugging Face directory is wanted (config.json, *.safetensors, "
                                 f"tokenizer.json)")
     config = hf.read_config(base)
     seedprint.check_seq_len(seq_len, [config], [base])
     data.get_tokenizer(base)
-    hf.check_weights_finite(base)
     return config
 
 

@@ -228,6 +228,7 @@ def main(argv=None):
                    f"--base {args.base} ({config.n_layer} layers)")
         if args.k != p.get_default("k"):         # left at its default, k is capped at half the width
             seedprint.check_k(args.k, child_widths(config).values(), "the narrowest child's width")
+        hf.check_weights_finite(args.base)        # last: it reads every weight
     else:
         config = architecture(args)
         check_cuts(p, config, f"--n_embd {config.n_embd}", f"--n_layer {config.n_layer}")

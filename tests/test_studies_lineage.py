@@ -667,6 +667,7 @@ def test_the_pruned_study_refuses_an_impossible_cut_or_k_before_any_work(tmp_pat
     --k above half the narrowest child's width, too few parents, or a scratch seed that is a parent's: each refused
     in one line (exit 2) naming its flag, before any model is trained or anything written; a base too shallow to cut
     as well, after its own checks only."""
+    import hf
     from conftest import cli_error, llama_family, write_hf, write_tokenizer_json
     from studies import pruned
 
@@ -693,8 +694,45 @@ def test_the_pruned_study_refuses_an_impossible_cut_or_k_before_any_work(tmp_pat
     base = tmp_path / "base"
     write_hf(base, cfg, t)
     write_tokenizer_json(base, ["<unk>"] + [f"w{i}" for i in range(spec["V"] - 1)])
+    streamed = []                           # a base's weights are read only once its flags are all accepted
+    monkeypatch.setattr(hf, "tensors", lambda path: streamed.append(path) or iter(()))
     line = cli_error(pruned.main, "studies.pruned", ["--base", str(base), "--seq_len", "16", "--out", str(out)])
     assert f"--base {base} (2 layers): the depth 25% cut would drop 0 of 2 layers" in line, line
+    cfg["num_hidden_layers"] = 4            # cuts that fit: its narrowest child keeps half its width
+    t.update({k.replace("layers.0.", f"layers.{i}."): v.clone() for k, v in t.items() if "layers.0." in k
+              for i in (2, 3)})
+    deep = tmp_path / "deep"
+    write_hf(deep, cfg, t)
+    write_tokenizer_json(deep, ["<unk>"] + [f"w{i}" for i in range(spec["V"] - 1)])
+    narrowest = spec["d"] // 2
+    line = cli_error(pruned.main, "studies.pruned", ["--base", str(deep), "--seq_len", "16", "--k",
+                                                     str(narrowest // 2 + 1), "--out", str(out)])
+    assert f"--k {narrowest // 2 + 1} is more than the narrowest child's width {narrowest}" in line, line
+    assert streamed == [] and not out.exists()
+
+
+def test_a_base_with_a_nan_weight_is_refused_before_any_work(tmp_path, monkeypatch):
+    """studies.derivatives and studies.pruned read every weight of --base once its flags are accepted: a NaN in one
+    of them is refused in one line (exit 2) naming it, before any work, and nothing is written."""
+    from conftest import cli_error, llama_family, write_hf, write_tokenizer_json
+    from studies import derivatives, pruned
+
+    def work(*args, **kwargs):
+        raise AssertionError("the study began its work")
+    monkeypatch.setattr(derivatives, "released", work)
+    monkeypatch.setattr(pruned, "base_study", work)
+    spec, cfg, t = llama_family("LlamaForCausalLM")
+    cfg["num_hidden_layers"] = 4            # cuts that fit, so that the pruned study reaches its weights
+    t.update({k.replace("layers.0.", f"layers.{i}."): v.clone() for k, v in t.items() if "layers.0." in k
+              for i in (2, 3)})
+    t["model.layers.3.mlp.down_proj.weight"][0, 0] = float("nan")
+    base = tmp_path / "base"
+    write_hf(base, cfg, t)
+    write_tokenizer_json(base, ["<unk>"] + [f"w{i}" for i in range(spec["V"] - 1)])
+    out = tmp_path / "out"
+    for main, name in ((derivatives.main, "studies.derivatives"), (pruned.main, "studies.pruned")):
+        line = cli_error(main, name, ["--base", str(base), "--seq_len", "16", "--out", str(out)])
+        assert "weight model.layers.3.mlp.down_proj.weight holds 1 NaN/inf value(s)" in line, line
     assert not out.exists()
 
 
