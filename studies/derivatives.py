@@ -75,7 +75,9 @@ def main(argv=None):
     p.add_argument("--out", default="out/lineage", help="results.json, and every model and fingerprint made")
     args = p.parse_args(argv)
     test_options(args)
-    check_base(args.base, args.seq_len)
+    config = check_base(args.base, args.seq_len)
+    if args.k != seedprint.Options().k:           # left at its default, k is capped at half the width
+        seedprint.check_k(args.k, [config.n_embd], "the width of --base")   # the width of every model tested
     hf.check_weights_finite(args.base)            # last: it reads every weight
     check_output(args.out)
     device = str(resolve_device(args.device))

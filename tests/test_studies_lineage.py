@@ -713,7 +713,8 @@ def test_the_pruned_study_refuses_an_impossible_cut_or_k_before_any_work(tmp_pat
 
 def test_a_base_with_a_nan_weight_is_refused_before_any_work(tmp_path, monkeypatch):
     """studies.derivatives and studies.pruned read every weight of --base once its flags are accepted: a NaN in one
-    of them is refused in one line (exit 2) naming it, before any work, and nothing is written."""
+    of them is refused in one line (exit 2) naming it, before any work, and nothing is written; a --k the base's
+    width does not allow is refused before that."""
     from conftest import cli_error, llama_family, write_hf, write_tokenizer_json
     from studies import derivatives, pruned
 
@@ -733,6 +734,10 @@ def test_a_base_with_a_nan_weight_is_refused_before_any_work(tmp_path, monkeypat
     for main, name in ((derivatives.main, "studies.derivatives"), (pruned.main, "studies.pruned")):
         line = cli_error(main, name, ["--base", str(base), "--seq_len", "16", "--out", str(out)])
         assert "weight model.layers.3.mlp.down_proj.weight holds 1 NaN/inf value(s)" in line, line
+    # a --k above half the base's width: refused before its weights are read too (the NaN is not reached)
+    line = cli_error(derivatives.main, "studies.derivatives", ["--base", str(base), "--seq_len", "16", "--k",
+                                                               str(spec["d"] // 2 + 1), "--out", str(out)])
+    assert f"--k {spec['d'] // 2 + 1} is more than the width of --base {spec['d']} allows" in line, line
     assert not out.exists()
 
 
