@@ -95,9 +95,10 @@ def condition_pairs(args, name: str, device: str) -> list:
             test_rows = [lineage.token_rows(m, 0, half) for m in (a, b)]
             trained_fit = seedprint.table_match(*test_rows, signed=aligned.signed)[2]
             # the verdict had it had no tables: the match on held-out inputs
-            A, B = (lineage.fingerprints(m, meta["vocab_size"]) for m in (a, b))
-            match, sign, _ = seedprint.align_coordinates(A[2], B[2], signed=aligned.signed)
-            inputs = seedprint.permutation_verdict(A[1], B[1][:, match] * sign, args.k, args.rank_by, args.set_mode)
+            A, B = (lineage.fingerprint_sets(m, meta["vocab_size"], ["test", "held_out"]) for m in (a, b))
+            match, sign, _ = seedprint.align_coordinates(A["held_out"], B["held_out"], signed=aligned.signed)
+            inputs = seedprint.permutation_verdict(A["test"], B["test"][:, match] * sign, args.k, args.rank_by,
+                                                   args.set_mode)
             rows.append(dict(condition=name, split=split, kind=kind, related=steps is not None,
                              finetune_steps=steps, p_exact=exact.p, tau_exact=exact.mean_tau,
                              p_aligned_test=aligned.p_aligned, tau_aligned=aligned.tau_aligned,

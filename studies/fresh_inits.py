@@ -82,7 +82,7 @@ def main(argv=None):
         lineage = Lineage(args, args.out, device, vocab=config.vocab_size)
         bar = Progress(len(models), "inits fingerprinted", "models", every=0)
         for m in models:
-            lineage.fingerprints(m, config.vocab_size, args.align)
+            lineage.fingerprint_sets(m, config.vocab_size, seedprint.SETS if args.align else ["exact"])
             bar.update()
         results = []
         for i in range(len(models)):
@@ -110,8 +110,7 @@ def main(argv=None):
             print("token-table match: not used (the held-out rows are fewer than the width)")
         false = [r for r in results if r["p"] < seedprint.ALPHA]
         for r in false:                               # is a small p_perm the closed form's tail, or the data?
-            HA, HB = (lineage.fingerprints(models[seeds.index(s)], config.vocab_size, False)[0]
-                      for s in (r["a"], r["b"]))
+            HA, HB = (lineage.exact_fingerprint(models[seeds.index(s)], config.vocab_size) for s in (r["a"], r["b"]))
             C = seedprint.cross_matrix(HA, HB, args.k, args.rank_by, args.set_mode)[2]
             r["p_perm_monte_carlo"] = permutation_p_monte_carlo(C)
             print(f"  false positive: seeds {r['a']}, {r['b']}: |S| {r['S']}, p {r['p']:.2g} (p_perm "

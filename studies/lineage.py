@@ -209,13 +209,24 @@ class Lineage:
             return self.vocab
         return min((seedprint.config_of(m) or m.build().config).vocab_size for m in models)
 
+    def fingerprint_sets(self, m, vocab: int, names=seedprint.SETS) -> dict:
+        """{name: m's fingerprint on that input set} for each name given of seedprint.SETS (input_sets): the exact
+        verdict's inputs, the aligned verdict's test and held-out (alignment) inputs."""
+        if not names:                    # fingerprint_all, given no set, would make the exact one
+            return {}
+        every = seedprint.input_sets(vocab, self.inputs["seed"])
+        return seedprint.fingerprint_all([m], self.cache, self.device, self.dtype, dict(self.inputs, vocab=vocab),
+                                         {name: every[name] for name in names})[0]
+
+    def exact_fingerprint(self, m, vocab: int) -> np.ndarray:
+        """m's fingerprint on the exact verdict's inputs."""
+        return self.fingerprint_sets(m, vocab, ["exact"])["exact"]
+
     def fingerprints(self, m, vocab: int, aligned: bool = True, exact: bool = True) -> list:
-        """[the exact verdict's fingerprint (None without `exact`), and with `aligned` the aligned verdict's test and
-        alignment sets]."""
-        sets = ([{}] if exact else []) + (seedprint.aligned_sets(vocab, self.inputs["seed"]) if aligned else [])
-        options = dict(self.inputs, vocab=vocab)
-        H = seedprint.fingerprint_all([m], self.cache, self.device, self.dtype, options, sets)[0] if sets else []
-        return H if exact else [None] + H
+        """fingerprint_sets by position, [exact (None without `exact`), then with `aligned` test and held-out], as
+        studies.seedprint_tables still reads them (its exact fingerprint: exact_fingerprint)."""
+        H = self.fingerprint_sets(m, vocab, (["exact"] if exact else []) + (["test", "held_out"] if aligned else []))
+        return [H.get("exact")] + ([H["test"], H["held_out"]] if aligned else [])
 
     def token_rows(self, m, lo: int, hi: int):
         """seedprint.token_rows, kept for the next pairs (the last rows_kept models)."""
@@ -234,23 +245,23 @@ class Lineage:
         # set is never made; a model of unknown config (a Recipe that names none) shows its width in that set
         configs = [seedprint.config_of(m) for m in (a, b)]
         widths = None if None in configs else [c.n_embd for c in configs]
-        A, B = (self.fingerprints(m, vocab, aligned, exact=not seedprint.two_widths(widths)) for m in (a, b))
-        one_width = not seedprint.two_widths(widths or [A[0].shape[1], B[0].shape[1]])
-        exact = seedprint.seedprint_test(A[0], B[0], **self.test) if one_width else None
+        names = ([] if seedprint.two_widths(widths) else ["exact"]) + (["test", "held_out"] if aligned else [])
+        A, B = (self.fingerprint_sets(m, vocab, names) for m in (a, b))
+        one_width = not seedprint.two_widths(widths or [A["exact"].shape[1], B["exact"].shape[1]])
+        exact = seedprint.seedprint_test(A["exact"], B["exact"], **self.test) if one_width else None
         if not aligned:
             return exact, None
         signed = seedprint.signs_keep_function(seedprint.config_of(a), seedprint.config_of(b))
         tables = [self.token_rows(m, vocab // 2, vocab) for m in (a, b)]
-        matched = seedprint.seedprint_test(A[1], B[1], **self.test, align=(A[2], B[2]), signed=signed,
-                                           tables=tables)
+        matched = seedprint.seedprint_test(A["test"], B["test"], **self.test, align=(A["held_out"], B["held_out"]),
+                                           signed=signed, tables=tables)
         return exact, matched
 
     def row(self, a, b, label: str, related: bool = None) -> dict:
         """A table row of the exact verdict of a pair, with the reference tests beside it."""
         r, _ = self.pair(a, b, aligned=False)
         vocab = self.bound(a, b)
-        reference = reference_tests(self.fingerprints(a, vocab, False)[0], self.fingerprints(b, vocab, False)[0],
-                                    **self.test)
+        reference = reference_tests(self.exact_fingerprint(a, vocab), self.exact_fingerprint(b, vocab), **self.test)
         truth = {None: "-", True: "related", False: "unrelated"}[related]
         return dict(pair=label, truth=truth, verdict="RELATED" if r.related else "unrelated", p=r.p, p_perm=r.p_perm,
                     p_overlap=r.p_overlap, mean_tau=r.mean_tau, S=r.n_identity, **reference)

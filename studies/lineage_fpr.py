@@ -102,7 +102,7 @@ def main(argv=None):
         results = []
         for a, b, kind, truth in pairs:
             r, aligned = lineage.pair(a, b)
-            HA, HB = (lineage.fingerprints(m, meta["vocab_size"])[0] for m in (a, b))
+            HA, HB = (lineage.exact_fingerprint(m, meta["vocab_size"]) for m in (a, b))
             other = seedprint.seedprint_test(HA, HB, k=args.k, rank_by=args.rank_by, set_mode=other_mode)
             reference = reference_tests(HA, HB, k=args.k, rank_by=args.rank_by, set_mode=args.set_mode)
             results.append(dict(kind=kind, related=truth, permuted=kind.endswith("permuted"), S=r.n_identity,

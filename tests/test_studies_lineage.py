@@ -548,6 +548,26 @@ def test_a_pair_of_two_widths_is_never_fingerprinted_on_the_exact_inputs(tmp_pat
         assert (exact is not None) == exact_test and matched is not None, name
 
 
+def test_a_model_is_fingerprinted_on_each_input_set_by_its_name(tmp_path):
+    """Lineage.fingerprint_sets gives each set asked for, by name and in any order, the fingerprint on that set's
+    inputs as the aligned verdict defines them: the exact inputs over the whole vocabulary, the test inputs from its
+    lower half, the held-out inputs from its upper half on another seed; the cache gives them back the same."""
+    import argparse
+    from studies.lineage import Lineage, fresh_init
+    args = argparse.Namespace(sequences=20, seq_len=8, input_seed=3, k=8, rank_by="smallest", set_mode="coset",
+                              dtype=None)
+    config = get_config("tiny", **LLAMA_KNOBS, n_embd=32, n_layer=1, vocab_size=64, block_size=16)
+    model = build(config, 5, 5).eval()
+    on = lambda **inputs: seedprint.fingerprint(model, sequences=20, seq_len=8, **inputs)
+    expected = {"exact": on(vocab=64, seed=3), "test": on(vocab=32, low=0, seed=3),
+                "held_out": on(vocab=64, low=32, seed=3 + seedprint.HELD_OUT_SEED)}
+    lineage = Lineage(args, str(tmp_path), "cpu")
+    for names in (["held_out", "exact"], ["test"], ["exact", "test", "held_out"]):
+        H = lineage.fingerprint_sets(fresh_init(config, 5), 64, names)
+        assert list(H) == names and all(np.array_equal(H[name], expected[name]) for name in names), names
+    assert np.array_equal(lineage.exact_fingerprint(fresh_init(config, 5), 64), expected["exact"])
+
+
 def test_the_pruned_study_cuts_a_parent_once_per_calibration_and_names_the_cut_by_it(tmp_path, monkeypatch):
     """studies.pruned.cut_files: the three cuts of a parent are the edits themselves on these windows; the parent is
     loaded, and its importance computed, once for all three; a rerun makes nothing; other windows (shorter: another
