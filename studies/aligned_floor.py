@@ -92,8 +92,8 @@ def condition_pairs(args, name: str, device: str) -> list:
             exact, aligned = lineage.pair(a, b)
             # a stress test of the table match, never the verdict's: the same match on the test tokens' rows,
             # which training moves (at bytes every one of them is in the training text)
-            test_rows = [lineage.token_rows(m, 0, half) for m in (a, b)]
-            trained_fit = seedprint.table_match(*test_rows, signed=aligned.signed)[2]
+            test_rows = [lineage.whitened_rows(m, 0, half) for m in (a, b)]
+            trained_fit = seedprint.table_match(*test_rows, signed=aligned.signed, whitened=True)[2]
             # the verdict had it had no tables: the match on held-out inputs
             A, B = (lineage.fingerprint_sets(m, meta["vocab_size"], ["test", "held_out"]) for m in (a, b))
             match, sign, _ = seedprint.align_coordinates(A["held_out"], B["held_out"], signed=aligned.signed)

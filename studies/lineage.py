@@ -193,7 +193,8 @@ def sign_flip(path: str) -> float:
 
 class Lineage:
     """SeedPrint verdicts of a study's pairs: fingerprints cached under out/fingerprints (each model is run once
-    per input set), token-table rows kept in memory for the pairs that follow (each model read once).
+    per input set), whitened token-table rows kept in memory for the pairs that follow (each model read and
+    whitened once).
     vocab: the token ids' bound for every model (None: the smaller vocabulary of each pair)."""
 
     def __init__(self, args, out: str, device: str, vocab: int = None, rows_kept: int = 64):
@@ -228,13 +229,15 @@ class Lineage:
         H = self.fingerprint_sets(m, vocab, (["exact"] if exact else []) + (["test", "held_out"] if aligned else []))
         return [H.get("exact")] + ([H["test"], H["held_out"]] if aligned else [])
 
-    def token_rows(self, m, lo: int, hi: int):
-        """seedprint.token_rows, kept for the next pairs (the last rows_kept models)."""
+    def whitened_rows(self, m, lo: int, hi: int):
+        """Rows [lo, hi) of m's token table (seedprint.token_rows), whitened (seedprint.whitened_table, as
+        table_match takes them with whitened=True; None where they cannot be), kept for the next pairs (the last
+        rows_kept models): a model is matched in many pairs, its table read and whitened once."""
         key = json.dumps([seedprint.weights_identity(m) if isinstance(m, str) else m.key, lo, hi])
         if key not in self.rows:
             if len(self.rows) >= self.rows_kept:
                 self.rows.pop(next(iter(self.rows)))
-            self.rows[key] = seedprint.token_rows(m, lo, hi)
+            self.rows[key] = seedprint.whitened_table(seedprint.token_rows(m, lo, hi))
         return self.rows[key]
 
     def pair(self, a, b, aligned: bool = True) -> tuple:
@@ -252,9 +255,9 @@ class Lineage:
         if not aligned:
             return exact, None
         signed = seedprint.signs_keep_function(seedprint.config_of(a), seedprint.config_of(b))
-        tables = [self.token_rows(m, vocab // 2, vocab) for m in (a, b)]
+        tables = [self.whitened_rows(m, vocab // 2, vocab) for m in (a, b)]
         matched = seedprint.seedprint_test(A["test"], B["test"], **self.test, align=(A["held_out"], B["held_out"]),
-                                           signed=signed, tables=tables)
+                                           signed=signed, tables=tables, whitened=True)
         return exact, matched
 
     def row(self, a, b, label: str, related: bool = None) -> dict:

@@ -568,6 +568,30 @@ def test_a_model_is_fingerprinted_on_each_input_set_by_its_name(tmp_path):
     assert np.array_equal(lineage.exact_fingerprint(fresh_init(config, 5), 64), expected["exact"])
 
 
+def test_each_models_token_table_is_whitened_once_for_all_its_pairs(tmp_path, monkeypatch):
+    """Lineage.pair whitens each model's token-table rows once, however many pairs it is matched in, and every
+    aligned verdict is the one seedprint_test gives on the raw rows (which it whitens itself), to the bit."""
+    import argparse
+    from studies.lineage import Lineage, fresh_init
+    whitened = []
+    real_whiten = seedprint.whiten
+    monkeypatch.setattr(seedprint, "whiten", lambda X: whitened.append(X.shape) or real_whiten(X))
+    args = argparse.Namespace(sequences=40, seq_len=8, input_seed=0, k=8, rank_by="smallest", set_mode="coset",
+                              dtype=None)
+    config = get_config("tiny", **LLAMA_KNOBS, n_embd=32, n_layer=1, vocab_size=128, block_size=16)
+    models = [fresh_init(config, s) for s in range(4)]
+    lineage = Lineage(args, str(tmp_path), "cpu")
+    pairs = [(a, b) for i, a in enumerate(models) for b in models[i + 1:]]
+    verdicts = [lineage.pair(a, b)[1] for a, b in pairs]
+    assert whitened == [(64, 32)] * len(models)          # the held-out rows [64, 128) of each table, once
+    for (a, b), got in zip(pairs, verdicts):
+        A, B = (lineage.fingerprint_sets(m, 128, ["test", "held_out"]) for m in (a, b))
+        raw = [seedprint.token_rows(m, 64, 128) for m in (a, b)]
+        expected = seedprint.seedprint_test(A["test"], B["test"], k=8, align=(A["held_out"], B["held_out"]),
+                                            tables=raw)
+        assert got == expected and got.table_fit is not None
+
+
 def test_the_pruned_study_cuts_a_parent_once_per_calibration_and_names_the_cut_by_it(tmp_path, monkeypatch):
     """studies.pruned.cut_files: the three cuts of a parent are the edits themselves on these windows; the parent is
     loaded, and its importance computed, once for all three; a rerun makes nothing; other windows (shorter: another
