@@ -223,12 +223,6 @@ class Lineage:
         """m's fingerprint on the exact verdict's inputs."""
         return self.fingerprint_sets(m, vocab, ["exact"])["exact"]
 
-    def fingerprints(self, m, vocab: int, aligned: bool = True, exact: bool = True) -> list:
-        """fingerprint_sets by position, [exact (None without `exact`), then with `aligned` test and held-out], as
-        studies.seedprint_tables still reads them (its exact fingerprint: exact_fingerprint)."""
-        H = self.fingerprint_sets(m, vocab, (["exact"] if exact else []) + (["test", "held_out"] if aligned else []))
-        return [H.get("exact")] + ([H["test"], H["held_out"]] if aligned else [])
-
     def whitened_rows(self, m, lo: int, hi: int):
         """Rows [lo, hi) of m's token table (seedprint.token_rows), whitened (seedprint.whitened_table, as
         table_match takes them with whitened=True; None where they cannot be), kept for the next pairs (the last

@@ -188,12 +188,11 @@ def main(argv=None):
 
         if "fig11" in tables:        # correlation of the most biased dimensions with the init, through training
             own, theirs = checkpoints(runs[a]), checkpoints(runs[b])
-            H0 = lineage.fingerprints(own[0][1], meta["vocab_size"], aligned=False)[0]
+            H0 = lineage.exact_fingerprint(own[0][1], meta["vocab_size"])
             dims = biased_dims(H0, min(args.top, H0.shape[1]))
             rows = []
             for (step, p_own), (_, p_other) in zip(own, theirs):
-                H_own, H_other = (lineage.fingerprints(m, meta["vocab_size"], aligned=False)[0]
-                                  for m in (p_own, p_other))
+                H_own, H_other = (lineage.exact_fingerprint(m, meta["vocab_size"]) for m in (p_own, p_other))
                 c_own, c_other = dimension_correlations(H0, H_own, dims), dimension_correlations(H0, H_other, dims)
                 rows.append(dict(step=step, own_mean=float(c_own.mean()), own_std=float(c_own.std()),
                                  other_mean=float(c_other.mean()), other_std=float(c_other.std())))
