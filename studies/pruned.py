@@ -15,7 +15,7 @@ against models trained from scratch at the pruned widths on the parents' data (s
 docs/seedprint.md's "Children pruned in width or depth": power per kind and the false-positive rate, each with
 its 95% Clopper-Pearson interval.
 
-    python -m studies.pruned                                     # tiny byte-level models: 13 min on 2 cores
+    python -m studies.pruned                                     # tiny byte-level models: 7 min on 2 cores
     python -m studies.pruned --base DIR --sequences 300 --child_steps 20   # SmolLM2-135M: 9 min
 
 With --base, the parent is that model (its tokenizer tokenizes the corpora), its children are trained
