@@ -39,21 +39,27 @@ forward pass computes what transformers computes, within float32 rounding, witho
     any weight loads, the one check that reads values. Nothing is approximated in silence.
 
 A model here is a path: a Hugging Face directory, or a train.py checkpoint file (model.py's format). Every
-script that takes a model reads it through these five, whichever it is:
+script that takes a model reads it through these, whichever it is, config.json once and each weight file once:
 
-    load(path)               -> a GPT, in the checkpoint's dtype, its weights checked finite
-    read_config(path)        -> its GPTConfig, the weight files checked against it, no weight read
+    read(path)               -> a Stored: its GPTConfig and every check that reads no weight (a directory's tensor
+                                names, shapes and dtypes against its config.json, on a model built on the meta
+                                device); each shard held open for the one read of its weights
+    load(path or Stored)     -> a GPT, in the checkpoint's dtype, filled in one pass over the files: each weight
+                                checked finite as it lands, each file's sha256 taken on the same bytes if asked
+    read_config(path)        -> read(path)'s GPTConfig alone
     check_weights_finite(path) -> every weight streamed once, one that holds NaN/inf refused by name (and a tied
-                                head stored apart that differs from its embedding)
+                                head stored apart that differs from its embedding), for a study that does not load
     token_rows(path, lo, hi) -> rows lo..hi of the token table alone
-    tensors(path)            -> (name, tensor), one at a time
     main([path, ...])        -> hf.py's command line: what each model maps onto (its family, the knobs it sets,
                                 its parameters), nothing loaded
 
-Needs model.py and the safetensors package (pip install safetensors); copy the two files together.
+Needs model.py alone (the .safetensors format is read here, with plain file reads); copy the two files together.
 """
 import argparse
+import contextlib
 import dataclasses
+import hashlib
+import io
 import itertools
 import json
 import math
@@ -64,8 +70,8 @@ from typing import Optional
 
 import torch
 
-from model import (GPT, GPTConfig, check_model_weights_finite, load_checkpoint, nonfinite_weight, qkv_sizes,
-                   read_checkpoint)
+from model import (GPT, GPTConfig, all_finite, check_model_weights_finite, model_from_checkpoint, nonfinite_weight,
+                   qkv_sizes, read_checkpoint)
 
 # The families loaded, each architecture with the model_type transformers' AutoConfig
 # expects of it (it builds the model_type's class): the one list of what hf.py carries
@@ -74,27 +80,115 @@ MODEL_TYPES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qw
                "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text", "Phi3ForCausalLM": "phi3",
                "GPT2LMHeadModel": "gpt2", "GPTNeoXForCausalLM": "gpt_neox", "Gemma3ForConditionalGeneration": "gemma3"}
 FAMILIES = tuple(MODEL_TYPES)
+CHECKPOINT = "train.py checkpoint"      # a Stored's arch where the model is one of this project's checkpoint files
 
 
-def load(path, device="cpu", dtype: Optional[torch.dtype] = None) -> GPT:
-    """The model at `path`: a Hugging Face directory (config.json + *.safetensors) of a supported family, or a
-    train.py checkpoint file. It is built in its stored dtype (bf16 stays bf16; `dtype` overrides) and filled
-    tensor by tensor, so loading peaks near the checkpoint's own size. Weights that hold NaN or inf, as stored
-    or as cast to `dtype`, are refused."""
+# ----------------------------------------------------------------------------- a model on disk, read once
+# read() does every check that needs no weight and reads no weight; load() then reads each file once, front to
+# back. A script reads its model with read() first (its config decides what the script may do), refuses what it
+# must, and only then loads: config.json is opened once, each weight file once.
+
+@dataclasses.dataclass
+class Shard:
+    """One .safetensors file, open: its header as stored (8 bytes of length, then JSON), and each tensor's dtype,
+    shape and byte range [begin, end) after the header. load() reads the rest of the file once and closes it."""
+    file: str
+    handle: io.BufferedReader
+    head: bytes
+    tensors: dict
+    size: int                       # the file's bytes, header included
+
+
+@dataclasses.dataclass
+class Stored:
+    """A model on disk as read() leaves it: its config, checked, and nothing of its weights read. A Hugging Face
+    directory: its architecture, each shard open with its header read, and the plan of which tensor fills which
+    parameter (plan_weights); a train.py checkpoint: the checkpoint itself, memory-mapped (its seeds and init_from
+    are records a lineage test reads)."""
+    path: str
+    config: GPTConfig
+    params: int                     # its parameters, counted on the model the checks built (on the meta device)
+    arch: str = CHECKPOINT
+    shards: dict = None             # {file: Shard}, in the order load() reads them
+    plan: dict = None               # plan_weights' {name relative to the prefix: (file, tensor name, pieces)}
+    dtype: torch.dtype = None       # the dtype load() builds in where none is asked for (built_dtype)
+    twin: dict = None               # a tied LM head stored apart: {embedding, head (relative names): tensor names}
+    checkpoint: dict = None
+
+    def close(self) -> None:
+        for shard in (self.shards or {}).values():
+            shard.handle.close()
+
+
+def read(path) -> Stored:
+    """The model at `path`, read as far as its checks need: a Hugging Face directory's config.json (read and
+    mapped onto GPTConfig) and each shard's header, every tensor's name, shape and dtype checked against the config
+    (a model built on the meta device); a checkpoint's file structure (memory-mapped). No weight is read."""
     path = checked_path(path)
+    if os.path.isfile(path):
+        checkpoint = read_checkpoint(path, mmap=True)
+        config = GPTConfig(**checkpoint["config"])
+        with torch.device("meta"):
+            params = GPT(config).num_params()
+        return Stored(path, config, params, checkpoint=checkpoint)
+    config, arch, shards, fields = read_dir(path)
+    try:
+        with torch.device("meta"):
+            model = GPT(config)
+        plan = plan_weights(model, shards, arch, path, fields)
+        embedding, head = top_tensors(arch)
+        heads = [name for shard in shards.values() for name in shard.tensors if relative_name(name, arch) == head]
+        twin = {embedding: plan[embedding][1], head: heads[0]} if config.tie_embeddings and heads else None
+        return Stored(path, config, model.num_params(), arch, shards, plan, built_dtype(shards, arch), twin)
+    except BaseException:
+        for shard in shards.values():
+            shard.handle.close()
+        raise
+
+
+def load(model, device="cpu", dtype: Optional[torch.dtype] = None, digests: Optional[dict] = None) -> GPT:
+    """The model at `model` (a path, or read()'s Stored of one): a Hugging Face directory of a supported family, or
+    a train.py checkpoint file. It is built in its stored dtype (bf16 stays bf16; `dtype` overrides) and filled in
+    one pass over its files, tensor by tensor, so loading peaks near the checkpoint's own size. Weights that hold
+    NaN or inf, as stored or as cast to `dtype`, are refused, naming them; so is a tied LM head stored apart from
+    its embedding with other values (check_tied_head). digests, a dict: filled with each file's size and sha256,
+    computed on the bytes the load reads (a fingerprint file records them)."""
     if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
         raise ValueError(f"a model loads in a floating-point dtype (float32, bfloat16, float16), not {dtype}")
-    if os.path.isfile(path):
-        model = load_checkpoint(path, device=device)               # checked finite as stored ...
-        return model if dtype is None else check_model_weights_finite(model.to(dtype), path)    # ... and as cast
-    config, arch, headers, fields = read_dir(path)
-    dtype = dtype or built_dtype(headers, arch)
+    stored = model if isinstance(model, Stored) else read(model)
+    if stored.checkpoint is not None:
+        return load_checkpoint_file(stored, device, dtype, digests)
     with torch.device("meta"):
-        model = GPT(config).to(dtype)        # dtype on the meta device: nothing allocated yet
-    plan = plan_weights(model, headers, arch, path, fields)     # every check that reads no weight, then the one
-    check_tied_head(config, headers, arch, path, dtype)         # that reads values, before any weight loads
-    load_weights(model.to_empty(device=device), plan)
-    return check_model_weights_finite(model, path)
+        model = GPT(stored.config).to(dtype or stored.dtype)      # dtype on the meta device: nothing allocated yet
+    model = model.to_empty(device=device)
+    params, tied = dict(model.named_parameters()), {}
+    with torch.no_grad(), contextlib.closing(stored):
+        for name, t in stream(stored, digests):
+            check_tied_head(stored, name, t, tied, dtype or stored.dtype)
+            if name not in stored.plan:              # the tied head's twin: no parameter reads it
+                continue
+            _, hf_name, pieces = stored.plan[name]
+            for param, rows, read_rows, transpose in pieces:
+                dest = params[param] if rows is None else params[param][rows]
+                src = t if read_rows is None else t[read_rows]
+                dest.copy_(src.T if transpose else src)
+                if not all_finite(dest):            # as cast: a float32 weight past float16's range is inf there
+                    raise nonfinite_weight(stored.path, hf_name, dest)
+    return model
+
+
+def load_checkpoint_file(stored: Stored, device, dtype, digests) -> GPT:
+    """load() of a train.py checkpoint. With digests, the file is read whole, once, and its sha256 taken on the
+    same bytes (the memory-mapped checkpoint's weights are left untouched)."""
+    checkpoint = stored.checkpoint
+    if digests is not None:
+        with open(stored.path, "rb") as fh:
+            data = fh.read()
+        digests[os.path.basename(stored.path)] = dict(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        del data
+    model = model_from_checkpoint(checkpoint, stored.path, device)      # checked finite as stored ...
+    return model if dtype is None else check_model_weights_finite(model.to(dtype), stored.path)   # ... and as cast
 
 
 def checked_path(path) -> str:
@@ -106,71 +200,72 @@ def checked_path(path) -> str:
 
 
 def read_config(path) -> GPTConfig:
-    """The GPTConfig of the model at `path`, without reading a weight: for the checks a script makes before any
-    work (context length, vocabulary, layer indices). The weight files are checked as far as that costs
-    nothing: a Hugging Face directory's tensor names, shapes and dtypes against its config.json (a model built
-    on the meta device); a checkpoint's file structure (memory-mapped)."""
-    path = checked_path(path)
-    if os.path.isfile(path):
-        return GPTConfig(**read_checkpoint(path, mmap=True)["config"])
-    return planned(path)[0]
+    """The GPTConfig of the model at `path`, checked as read() checks it, no weight read: for a script that needs
+    the config alone."""
+    stored = read(path)
+    stored.close()
+    return stored.config
 
 
-def planned(path: str):
-    """(GPTConfig, architecture, the GPT on the meta device, plan_weights' plan) of a directory: every check the
-    loader makes before it reads a weight, and no weight read."""
-    config, arch, headers, fields = read_dir(path)
-    with torch.device("meta"):
-        model = GPT(config)
-    return config, arch, model, plan_weights(model, headers, arch, path, fields)
-
-
-def tensors(path):
-    """(name, tensor) of every floating-point tensor the loader reads from the model at `path`, one at a time
-    (memory: the largest; a checkpoint is memory-mapped). Tensors it never reads (NOT_READ: a vision tower, a
-    mask buffer) are skipped, so what they hold cannot refuse a model that loads."""
-    path = checked_path(path)
-    if os.path.isfile(path):
-        yield from ((name, t) for name, t in read_checkpoint(path, mmap=True)["model"].items() if t.is_floating_point())
-        return
-    _, arch, headers, _ = read_dir(path)
-    for file, name, kind in read_weights(headers, arch):
-        if kind in SAFETENSORS_FLOATS:
-            yield name, read_tensor(file, name)
-
-
-def read_weights(headers: dict, arch: str):
-    """(file, name, safetensors dtype) of each stored tensor the loader reads (relative_name is not None)."""
-    for file, header in headers.items():
-        for name, (kind, _) in header.items():
-            if relative_name(name, arch) is not None:
-                yield file, name, kind
+def stream(stored: Stored, digests: Optional[dict] = None):
+    """(name relative to the family's prefix, tensor as stored) of every tensor the loader reads (plan_weights'
+    and a tied head's twin), each file read once, front to back, and closed. digests: each file's size and sha256
+    of every byte, the tensors never read included (a vision tower), in the same pass."""
+    for shard in stored.shards.values():
+        sha = hashlib.sha256(shard.head) if digests is not None else None
+        try:
+            for hf_name, (kind, shape, (begin, end)) in sorted(shard.tensors.items(), key=lambda kv: kv[1][2]):
+                name = relative_name(hf_name, stored.arch)
+                wanted = name is not None and (name in stored.plan or name == top_tensors(stored.arch)[1])
+                if wanted or sha is not None:
+                    t = read_tensor(shard, hf_name)
+                    if sha is not None:
+                        sha.update(t.reshape(-1).view(torch.uint8).numpy())
+                    if wanted:
+                        yield name, t
+        finally:
+            shard.handle.close()
+        if sha is not None:
+            digests[os.path.relpath(shard.file, stored.path)] = dict(bytes=shard.size, sha256=sha.hexdigest())
 
 
 def check_weights_finite(path) -> None:
     """Stream every weight of the model at `path` once, tensor by tensor, and refuse one that holds NaN or inf,
-    naming it; before that, a tied LM head stored apart from its embedding is compared with it (check_tied_head,
-    in the dtype load builds the model in). For scripts that read several models: all are checked before the work
-    on any begins."""
-    path = checked_path(path)
-    if os.path.isdir(path):
-        config, arch, headers, _ = read_dir(path)
-        check_tied_head(config, headers, arch, path, built_dtype(headers, arch))
-    for name, t in tensors(path):
-        if not torch.isfinite(t).all():
-            raise nonfinite_weight(path, name, t)
+    naming it, or a tied LM head stored apart that differs from its embedding (check_tied_head, in the dtype load
+    builds the model in). For a study that must refuse a model before work that does not load it; a script that
+    loads the model gets the same checks from load(). Tensors the loader never reads (NOT_READ: a vision tower, a
+    mask buffer) are skipped, so what they hold cannot refuse a model that loads."""
+    stored = read(path)
+    if stored.checkpoint is not None:
+        for name, t in stored.checkpoint["model"].items():
+            if t.is_floating_point() and not all_finite(t):
+                raise nonfinite_weight(stored.path, name, t)
+        return
+    tied = {}
+    try:
+        for name, t in stream(stored):
+            check_tied_head(stored, name, t, tied, stored.dtype)
+            if not all_finite(t):
+                raise nonfinite_weight(stored.path, stored.plan[name][1] if name in stored.plan else stored.twin[name],
+                                       t)
+    finally:
+        stored.close()
 
 
-def token_rows(path, lo: int, hi: int):
-    """Rows [lo, hi) of the token embedding table, float32 numpy (rows x width): one slice of one tensor (a
-    checkpoint memory-mapped)."""
-    path = checked_path(path)
-    if os.path.isfile(path):
-        return read_checkpoint(path, mmap=True)["model"]["transformer.wte.weight"][lo:hi].float().numpy()
-    _, arch, _, plan = planned(path)
-    file, name, _ = plan[top_tensors(arch)[0]]
-    with safetensors_library().safe_open(file, framework="pt") as f:
-        return f.get_slice(name)[lo:hi].float().numpy()
+def token_rows(model, lo: int, hi: int):
+    """Rows [lo, hi) of the token embedding table, float32 numpy (rows x width): those rows of one tensor alone
+    (a checkpoint memory-mapped)."""
+    stored = model if isinstance(model, Stored) else read(model)
+    if stored.checkpoint is not None:
+        return stored.checkpoint["model"]["transformer.wte.weight"][lo:hi].float().numpy()
+    file, hf_name, _ = stored.plan[top_tensors(stored.arch)[0]]
+    shard = stored.shards[file]
+    kind, (rows, width), (begin, _) = shard.tensors[hf_name]
+    lo, hi = max(0, min(lo, rows)), max(0, min(hi, rows))
+    row_bytes = width * SAFETENSORS_BYTES[kind]
+    t = read_bytes(shard, begin + lo * row_bytes, max(0, hi - lo) * row_bytes, SAFETENSORS_FLOATS[kind])
+    stored.close()
+    return t.view(-1, width).float().numpy()
 
 
 # ----------------------------------------------------------------------------- config.json -> GPTConfig
@@ -790,9 +885,10 @@ def json_file(path: str, what: str):
 
 
 def read_dir(path: str):
-    """(GPTConfig, architecture, {shard file: its header}, the config.json object of its fields) of a Hugging Face
-    directory: config.json read and checked, the shards found (those the index names, else every *.safetensors)
-    and their headers read. The fields (a Gemma 3 multimodal model's text_config) name a tensor's causes."""
+    """(GPTConfig, architecture, {shard file: its open Shard}, the config.json object of its fields) of a Hugging
+    Face directory: config.json read and checked, the shards found (those the index names, else every
+    *.safetensors), each opened and its header read. The fields (a Gemma 3 multimodal model's text_config) name a
+    tensor's causes."""
     cfg_path, index = os.path.join(path, "config.json"), os.path.join(path, "model.safetensors.index.json")
     if not os.path.isfile(cfg_path):
         why = "no config.json" if os.path.isdir(path) else "a file" if os.path.isfile(path) else "no such directory"
@@ -802,6 +898,21 @@ def read_dir(path: str):
         config = config_from_json(hf)
     except ValueError as e:
         raise ValueError(f"{cfg_path}: {str(e).removeprefix('config.json ')}") from None
+    files = shard_files(path, index)
+    shards = {}
+    try:
+        for f in files:
+            shards[f] = open_shard(f)
+    except BaseException:
+        for shard in shards.values():
+            shard.handle.close()
+        raise
+    arch = hf["architectures"][0]
+    return config, arch, shards, hf["text_config"] if arch == "Gemma3ForConditionalGeneration" else hf
+
+
+def shard_files(path: str, index: str) -> list:
+    """The weight files of a directory, as paths: those its index names, else every *.safetensors in it."""
     if os.path.exists(index):
         weight_map = json_file(index, "safetensors index")
         weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
@@ -815,52 +926,94 @@ def read_dir(path: str):
     missing = [f for f in files if not os.path.isfile(os.path.join(path, f))]
     if missing:
         raise FileNotFoundError(f"{path}: shard(s) {missing} named in model.safetensors.index.json are missing")
-    headers = {os.path.join(path, f): read_header(os.path.join(path, f)) for f in files}
-    arch = hf["architectures"][0]
-    return config, arch, headers, hf["text_config"] if arch == "Gemma3ForConditionalGeneration" else hf
+    return [os.path.join(path, f) for f in files]
 
 
-# The safetensors library reads the files: a header of tensor names, dtypes, shapes and byte ranges, then the
-# raw bytes. The floating-point dtypes it may hold, widest first: the model is built in the widest one found.
+# A .safetensors file: 8 bytes (little-endian) giving the header's length, the header (JSON: each tensor's dtype,
+# shape and byte range in the data that follows, and an optional "__metadata__"), then the data, every byte of it
+# some tensor's. It is read here with plain file reads (the format needs nothing more): a loading process holds
+# no mapped pages of a file beside the model. The floating-point dtypes, widest first (a model is built in the
+# widest one found), and every dtype's size.
 SAFETENSORS_FLOATS = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+SAFETENSORS_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "I64": 8, "U64": 8, "I32": 4, "U32": 4, "I16": 2,
+                     "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 
 
-def built_dtype(headers: dict, arch: str) -> torch.dtype:
+def open_shard(file: str) -> Shard:
+    """`file` opened and its header read and checked: each tensor's dtype, shape and byte range, the ranges
+    covering the data exactly (as the safetensors library requires). An empty, truncated or foreign file is one
+    error naming it, found here, before any weight is read."""
+    handle = open(file, "rb")
+    try:
+        size = os.fstat(handle.fileno()).st_size
+        length = int.from_bytes(handle.read(8), "little")
+        if size < 8 or 8 + length > size:
+            raise ValueError(f"{size} bytes, shorter than its 8-byte header length" if size < 8 else
+                             f"{size} bytes, shorter than the header its first 8 bytes announce")
+        handle.seek(0)
+        head = handle.read(8 + length)
+        tensors = parse_header(head[8:], size - 8 - length)
+    except ValueError as e:
+        handle.close()
+        raise ValueError(f"{file} is not a valid .safetensors file (truncated, damaged or another format: {e})") \
+            from None
+    except BaseException:
+        handle.close()
+        raise
+    return Shard(file, handle, head, tensors, size)
+
+
+def parse_header(text: bytes, data_bytes: int) -> dict:
+    """{tensor name: (dtype, shape, (begin, end))} of a header; ValueError saying what is wrong."""
+    try:
+        header = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ValueError("its header is not JSON") from None
+    if not isinstance(header, dict):
+        raise ValueError("its header is not a JSON object")
+    header.pop("__metadata__", None)
+    tensors, covered = {}, 0
+    for name, entry in header.items():
+        kind, shape, offsets = (entry.get(key) for key in ("dtype", "shape", "data_offsets")) \
+            if isinstance(entry, dict) else (None, None, None)
+        if kind not in SAFETENSORS_BYTES or not isinstance(shape, list) or not isinstance(offsets, list) \
+                or not all(type(n) is int and n >= 0 for n in shape + offsets) or len(offsets) != 2:
+            raise ValueError(f"tensor {name!r} has no valid dtype, shape and data_offsets")
+        begin, end = offsets
+        if end - begin != math.prod(shape) * SAFETENSORS_BYTES[kind]:
+            raise ValueError(f"tensor {name!r} spans {end - begin} bytes, its shape and dtype {kind} need "
+                             f"{math.prod(shape) * SAFETENSORS_BYTES[kind]}")
+        tensors[name] = (kind, tuple(shape), (begin, end))
+    for _, _, (begin, end) in sorted(tensors.values(), key=lambda entry: entry[2]):
+        if begin != covered:
+            raise ValueError(f"its tensors' byte ranges leave a gap or overlap at byte {covered}")
+        covered = end
+    if covered != data_bytes:
+        raise ValueError(f"its tensors span {covered} bytes of data, the file holds {data_bytes}")
+    return tensors
+
+
+def read_tensor(shard: Shard, name: str) -> torch.Tensor:
+    """One tensor of an open shard, read into memory of its own (a dtype no model reads: its raw bytes)."""
+    kind, shape, (begin, end) = shard.tensors[name]
+    t = read_bytes(shard, begin, end - begin, SAFETENSORS_FLOATS.get(kind, torch.uint8))
+    return t.view(shape) if kind in SAFETENSORS_FLOATS else t
+
+
+def read_bytes(shard: Shard, begin: int, count: int, dtype: torch.dtype) -> torch.Tensor:
+    """`count` bytes of a shard's data from `begin`, as a flat tensor of `dtype`."""
+    t = torch.empty(count // dtype.itemsize, dtype=dtype)
+    shard.handle.seek(len(shard.head) + begin)
+    if shard.handle.readinto(t.view(torch.uint8).numpy()) != count:
+        raise ValueError(f"{shard.file} is not a valid .safetensors file (truncated while it was read)")
+    return t
+
+
+def built_dtype(shards: dict, arch: str) -> torch.dtype:
     """The dtype a model is built in where none is asked for: the widest of the tensors the loader reads."""
-    found = {kind for _, _, kind in read_weights(headers, arch)}
+    found = {kind for shard in shards.values() for name, (kind, _, _) in shard.tensors.items()
+             if relative_name(name, arch) is not None}
     return next((SAFETENSORS_FLOATS[k] for k in SAFETENSORS_FLOATS if k in found), torch.float32)
-
-
-def safetensors_library():
-    """The safetensors package, imported here only: nothing but a Hugging Face directory needs it."""
-    try:
-        import safetensors
-    except ImportError:
-        raise ValueError("a Hugging Face directory needs the safetensors package: pip install safetensors") from None
-    return safetensors
-
-
-def read_header(file: str) -> dict:
-    """{tensor name: (dtype name, shape)} of one .safetensors file, without reading a tensor. An empty, truncated
-    or foreign file is one error naming it, found here, before any weight is read."""
-    library = safetensors_library()
-    size = os.path.getsize(file)
-    if size < 8:
-        raise ValueError(f"{file} is not a valid .safetensors file ({size} bytes, shorter than its 8-byte header "
-                         f"length)")
-    try:
-        with library.safe_open(file, framework="pt") as f:
-            return {name: (f.get_slice(name).get_dtype(), tuple(f.get_slice(name).get_shape())) for name in f.keys()}
-    except library.SafetensorError as e:
-        raise ValueError(f"{file} is not a valid .safetensors file (truncated, damaged or another format: "
-                         f"{str(e).removeprefix('Error while deserializing header: ')})") from None
-
-
-def read_tensor(file: str, name: str) -> torch.Tensor:
-    """One tensor of a .safetensors file. The file is mapped for this tensor alone and closed again, so a loading
-    process never holds a whole file's pages beside the model (its peak stays near the model's own size)."""
-    with safetensors_library().safe_open(file, framework="pt") as f:
-        return f.get_tensor(name)
 
 
 # ----------------------------------------------------------------------------- tensors -> parameters
@@ -974,8 +1127,8 @@ def tensor_fields(name: str, head: str, n_layer: int) -> tuple:
             LAYER_FIELDS if layer and int(layer[1]) >= n_layer else ())
 
 
-def plan_weights(model: GPT, headers: dict, arch: str, where: str, fields: Optional[dict] = None) -> dict:
-    """Every tensor of the headers checked against `model` (on any device, meta too) before a weight is read: a
+def plan_weights(model: GPT, shards: dict, arch: str, where: str, fields: Optional[dict] = None) -> dict:
+    """Every tensor of the shards' headers checked against `model` (on any device, meta too) before a weight is read: a
     missing, unknown, misshapen or twice-stored one is an error naming it, and the config.json `fields` behind it.
     -> {name relative to the prefix: (file, name, pieces)}. A tied LM head stored beside the embedding is checked
     here as the embedding's twin and left out: no parameter reads it (check_tied_head compares its values)."""
@@ -983,8 +1136,8 @@ def plan_weights(model: GPT, headers: dict, arch: str, where: str, fields: Optio
     head = top_tensors(arch)[1]
     tied = model.config.tie_embeddings
     plan, seen = {}, set()
-    for file, header in headers.items():
-        for hf_name, (kind, shape) in header.items():
+    for file, shard in shards.items():
+        for hf_name, (kind, shape, _) in shard.tensors.items():
             name = relative_name(hf_name, arch)
             if name is None:
                 continue       # not weights, a vision tower
@@ -1025,45 +1178,26 @@ def expected_shape(pieces: list, params: dict) -> tuple:
 
 
 @torch.no_grad()
-def load_weights(model: GPT, plan: dict) -> None:
-    """Fill every parameter of `model` from the safetensors files, one tensor at a time, as plan_weights planned.
-    A fused tensor is read once and split (or reordered) into its parameters."""
-    params = dict(model.named_parameters())
-    for file, hf_name, pieces in plan.values():
-        t = read_tensor(file, hf_name)
-        for param, rows, read, transpose in pieces:
-            dest = params[param] if rows is None else params[param][rows]
-            src = t if read is None else t[read]
-            dest.copy_(src.T if transpose else src)
-
-
-@torch.no_grad()
-def check_tied_head(config: GPTConfig, headers: dict, arch: str, where: str, dtype: torch.dtype) -> None:
+def check_tied_head(stored: Stored, name: str, t: torch.Tensor, seen: dict, dtype: torch.dtype) -> None:
     """tie_word_embeddings true and the LM head stored apart: transformers 4.x ties after loading (the embedding
     is the head, the stored one dropped), 5.x keeps a stored head that differs (untied). Equal in the model's dtype,
-    both are this model; different, they are two: refused, naming both. The two stored tensors are compared file
-    against file, in slices of rows, so the check holds no copy of either table and can run before any weight
-    loads. A head or embedding missing, misshapen or of a dtype that does not load is left to plan_weights."""
-    embedding, head = top_tensors(arch)
-    stored = {relative_name(name, arch): (file, name, kind, shape)
-              for file, header in headers.items() for name, (kind, shape) in header.items()}
-    if not config.tie_embeddings or head not in stored or embedding not in stored:
+    both are this model; different, they are two: refused, naming both. Called with each tensor a pass reads (name
+    relative to the prefix, as stored): the first of the two waits in `seen` for the other, and they are compared
+    in slices of rows."""
+    if stored.twin is None or name not in stored.twin:
         return
-    (e_file, e_name, e_kind, shape), (h_file, h_name, h_kind, h_shape) = stored[embedding], stored[head]
-    if h_shape != shape or not {e_kind, h_kind} <= SAFETENSORS_FLOATS.keys():
+    seen[name] = t.to(dtype)
+    if len(seen) < 2:
         return
-    library = safetensors_library()
-    with library.safe_open(e_file, framework="pt") as e_f, library.safe_open(h_file, framework="pt") as h_f:
-        e_slice, h_slice = e_f.get_slice(e_name), h_f.get_slice(h_name)
-        rows = max(1, 2 ** 24 // max(1, math.prod(shape[1:])))
-        for i in range(0, shape[0], rows):
-            e, h = e_slice[i:i + rows].to(dtype), h_slice[i:i + rows].to(dtype)
-            # a NaN both hold is one tensor stored twice: the finite check names it
-            if not ((e == h) | (e.isnan() & h.isnan())).all():
-                raise ValueError(f"{where}: tie_word_embeddings is true, but the checkpoint stores the LM head "
-                                 f"{h_name!r} with other values than the embedding {e_name!r}: transformers "
-                                 f"4.x would use the embedding as the head, 5.x the stored head; refused (drop the "
-                                 f"stored head, or set tie_word_embeddings to false)")
+    embedding, head = (seen.pop(key) for key in stored.twin)
+    rows = max(1, 2 ** 24 // max(1, math.prod(embedding.shape[1:])))
+    for e, h in zip(embedding.split(rows), head.split(rows)):
+        if not ((e == h) | (e.isnan() & h.isnan())).all():        # a NaN both hold: the finite check names it
+            e_name, h_name = stored.twin.values()
+            raise ValueError(f"{stored.path}: tie_word_embeddings is true, but the checkpoint stores the LM head "
+                             f"{h_name!r} with other values than the embedding {e_name!r}: transformers 4.x would "
+                             f"use the embedding as the head, 5.x the stored head; refused (drop the stored head, or "
+                             f"set tie_word_embeddings to false)")
 
 
 # ----------------------------------------------------------------------------- command line
@@ -1080,14 +1214,9 @@ def main(argv=None) -> None:
     found = []
     try:
         for path in args.paths:
-            path = checked_path(path)
-            if os.path.isfile(path):
-                config, arch = read_config(path), "train.py checkpoint"
-                with torch.device("meta"):
-                    model = GPT(config)
-            else:
-                config, arch, model, _ = planned(path)
-            found.append((path, config, arch, model.num_params()))
+            stored = read(path)
+            stored.close()
+            found.append((stored.path, stored.config, stored.arch, stored.params))
     except (ValueError, OSError, ImportError) as e:           # OSError: also a folder that cannot be read
         sys.stderr.write(f"hf.py: error: {' '.join(str(e).split())}\n")
         sys.exit(2)

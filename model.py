@@ -767,7 +767,11 @@ def read_checkpoint(path, mmap: bool = False) -> dict:
 def load_checkpoint(path, device="cpu") -> GPT:
     """The model of a checkpoint, rebuilt from the file alone (config + weights). Weights that do not fit
     the config, or that hold NaN or inf, are refused."""
-    ckpt = read_checkpoint(path)
+    return model_from_checkpoint(read_checkpoint(path), path, device)
+
+
+def model_from_checkpoint(ckpt: dict, where: str, device="cpu") -> GPT:
+    """The model of a checkpoint read by read_checkpoint (`where` names it in errors)."""
     with torch.device("meta"):      # shapes only; the weights come from the file
         model = GPT(GPTConfig(**ckpt["config"])).to_empty(device=device)
     expected, got = model.state_dict(), ckpt["model"]
@@ -775,18 +779,23 @@ def load_checkpoint(path, device="cpu") -> GPT:
     wrong += sorted(k for k in set(expected) & set(got)
                     if not isinstance(got[k], torch.Tensor) or expected[k].shape != got[k].shape)
     if wrong:
-        raise ValueError(f"{path}: weights do not match the config stored beside them "
+        raise ValueError(f"{where}: weights do not match the config stored beside them "
                          f"(first mismatches: {wrong[:5]}); the file is damaged or was edited")
     model.load_state_dict(got)
-    return check_model_weights_finite(model, path)
+    return check_model_weights_finite(model, where)
 
 
 def check_model_weights_finite(model: GPT, where: str) -> GPT:
     """A weight that holds NaN or inf is an error naming it: such a model can only produce fake results."""
-    for name, p in model.named_parameters():     # in slices: a whole-tensor check would double the peak memory
-        if not all(torch.isfinite(part).all() for part in p.detach().reshape(-1).split(1 << 20)):
+    for name, p in model.named_parameters():
+        if not all_finite(p.detach()):
             raise nonfinite_weight(where, name, p)
     return model
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    """Whether every value of `t` is finite, checked in slices: a whole-tensor check would double the peak memory."""
+    return all(torch.isfinite(part).all() for part in t.reshape(-1).split(1 << 20))
 
 
 def nonfinite_weight(where: str, name: str, t: torch.Tensor) -> ValueError:

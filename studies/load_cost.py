@@ -32,11 +32,11 @@ def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
 
 
-def weight_files(path: str) -> list:
-    """The files the loader reads a model's weights from: a checkpoint file, or the directory's shards as
-    hf.read_dir finds them (where an index names the shards, a stray *.safetensors file beside them is not
-    counted; without one, every *.safetensors file is a shard)."""
-    return [path] if os.path.isfile(path) else list(hf.read_dir(path)[2])
+def weight_files(stored: hf.Stored) -> list:
+    """The files the loader reads a model's weights from (hf.read's): a checkpoint file, or the directory's shards
+    (where an index names the shards, a stray *.safetensors file beside them is not counted; without one, every
+    *.safetensors file is a shard)."""
+    return [stored.path] if stored.checkpoint is not None else list(stored.shards)
 
 
 def main(argv=None):
@@ -46,15 +46,15 @@ def main(argv=None):
     p.add_argument("--dtype", choices=tuple(DTYPES), help="load in this dtype (default: the checkpoint's own)")
     p.add_argument("--out", default="out/load_cost")
     args = p.parse_args(argv)
-    hf.checked_path(args.model)
+    stored = hf.read(args.model)                # refuses a non-model; no weight read yet
     check_output(args.out)
     device = resolve_device("cpu")
     if args.dtype:
         check_dtype_runs(device, DTYPES[args.dtype])
-    size = sum(os.path.getsize(f) for f in weight_files(args.model))
+    size = sum(os.path.getsize(f) for f in weight_files(stored))
     with lock_dir(args.out):
         before, t0 = peak_rss(), time.time()
-        model = hf.load(args.model, dtype=DTYPES[args.dtype] if args.dtype else None)  # refuses a non-model
+        model = hf.load(stored, dtype=DTYPES[args.dtype] if args.dtype else None)
         seconds, grown = time.time() - t0, peak_rss() - before
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         res = dict(model=args.model, params=model.num_params(), dtype=dtype, seconds=seconds, file_bytes=size,

@@ -144,7 +144,7 @@ CASES = [
     ("studies.load_cost", ["{hf_list}"], "config.json: must hold a JSON object"),
     ("studies.load_cost", ["{hf_badjson}"], "config.json is not valid config.json"),
     ("studies.load_cost", ["{hf_types}"], "num_hidden_layers must be an integer >= 1, got '2'"),
-    ("studies.load_cost", ["{hf_nan}"], "mlp.c_fc.weight holds 1 NaN/inf"),
+    ("studies.load_cost", ["{hf_nan}"], "mlp.up_proj.weight holds 1 NaN/inf"),
     ("studies.load_cost", ["{hf}", "--dtype", "float64"], "invalid choice: 'float64'"),
     ("hf", ["{missing}"], "no model at"),
     ("hf", ["{hf}", "{hf_cut}"], "model-00001-of-00001.safetensors is not a valid .safetensors file"),

@@ -302,6 +302,70 @@ def test_a_truncated_shard_is_refused(tmp_path):
         hf.load(str(tmp_path))
 
 
+def test_a_model_is_read_once_config_and_every_shard_opened_once(tmp_path, monkeypatch):
+    """hf.read then hf.load, the way every script reads a model: config.json opened once, each shard once (its
+    header read by hf.read, its weights by hf.load on the same open file), the shard index once; the model equals
+    one loaded by the safetensors library (an independent reader)."""
+    import builtins
+    from safetensors.torch import load_file
+    spec, cfg, t = llama_family("LlamaForCausalLM")
+    write_hf(tmp_path, cfg, t, shards=3)
+    opened = []
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda file, *a, **k: opened.append(os.fspath(file)) or real_open(file, *a,
+                                                                                                           **k))
+    model = hf.load(hf.read(str(tmp_path)))
+    monkeypatch.undo()
+    counts = {os.path.basename(f): opened.count(f) for f in set(opened) if f.startswith(str(tmp_path))}
+    shards = sorted(f.name for f in tmp_path.glob("*.safetensors"))
+    assert counts == {"config.json": 1, "model.safetensors.index.json": 1, **{f: 1 for f in shards}}, counts
+    stored = {k: v for f in shards for k, v in load_file(str(tmp_path / f)).items()}
+    assert torch.equal(model.transformer.wte.weight, stored["model.embed_tokens.weight"])
+    assert torch.equal(model.transformer.h[1].mlp.c_proj.weight, stored["model.layers.1.mlp.down_proj.weight"])
+
+
+def test_the_digests_of_a_load_are_each_files_sha256_unread_tensors_included(tmp_path):
+    """load(digests=...) takes each file's sha256 on the bytes it reads for the weights: equal to hashlib's over the
+    whole file, a tensor the loader never reads (Gemma 3's vision tower) included; a checkpoint file's too."""
+    import hashlib
+    spec, cfg, t = hf_families.checkpoint("gemma3-conditional-generation", "5.x")
+    hf_families.write_checkpoint(tmp_path / "hf", cfg, t, shards=2)
+    digests = {}
+    hf.load(str(tmp_path / "hf"), digests=digests)
+    files = sorted(p for p in (tmp_path / "hf").glob("*.safetensors"))
+    assert digests == {p.name: dict(bytes=p.stat().st_size, sha256=hashlib.sha256(p.read_bytes()).hexdigest())
+                       for p in files}
+    from init import build
+    from model import get_config, write_checkpoint
+    write_checkpoint(str(tmp_path / "c.pt"), build(get_config("tiny", n_layer=1), 0, 0))
+    digests = {}
+    model = hf.load(str(tmp_path / "c.pt"), digests=digests)
+    data = (tmp_path / "c.pt").read_bytes()
+    assert digests == {"c.pt": dict(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())}
+    assert torch.equal(model.transformer.wte.weight, hf.load(str(tmp_path / "c.pt")).transformer.wte.weight)
+
+
+def test_a_header_whose_byte_ranges_leave_a_gap_or_overlap_is_refused(tmp_path):
+    """The data of a .safetensors file is every tensor's bytes, end to end, as the safetensors library requires: a
+    header that leaves a gap, overlaps two tensors or runs past the file is refused, naming the file."""
+    def write(entries: dict, data: bytes, name: str):
+        head = json.dumps(entries).encode()
+        file = tmp_path / name
+        file.write_bytes(len(head).to_bytes(8, "little") + head + data)
+        return str(file)
+    good = write({"a": dict(dtype="F32", shape=[2], data_offsets=[0, 8])}, bytes(8), "good.safetensors")
+    assert hf.open_shard(good).tensors == {"a": ("F32", (2,), (0, 8))}
+    for name, entries, data, match in (
+            ("gap", {"a": dict(dtype="F32", shape=[1], data_offsets=[4, 8])}, bytes(8), "gap or overlap"),
+            ("overlap", {"a": dict(dtype="F32", shape=[2], data_offsets=[0, 8]),
+                         "b": dict(dtype="F32", shape=[1], data_offsets=[4, 8])}, bytes(8), "gap or overlap"),
+            ("past", {"a": dict(dtype="F32", shape=[4], data_offsets=[0, 16])}, bytes(8), "span 16 bytes"),
+            ("size", {"a": dict(dtype="F32", shape=[3], data_offsets=[0, 8])}, bytes(8), "need 12"),
+            ("dtype", {"a": dict(dtype="F33", shape=[2], data_offsets=[0, 8])}, bytes(8), "no valid dtype")):
+        with pytest.raises(ValueError, match=f"{name}.safetensors is not a valid .safetensors file.*{match}"):
+            hf.open_shard(write(entries, data, f"{name}.safetensors"))
+
+
 # ----------------------------------------------------------------------------- dtype and memory
 
 def test_bf16_stays_bf16_and_dtype_float32_is_its_exact_upcast(tmp_path):
@@ -943,20 +1007,20 @@ HEADS = {"gpt2": ("transformer.wte.weight", "lm_head.weight"),
 def test_a_tied_head_stored_apart_loads_only_as_the_embedding_itself(tmp_path, monkeypatch, name):
     """tie_word_embeddings true and the LM head stored too: transformers 4.x uses the embedding as the head, 5.x a
     stored head that differs. A head equal to the embedding is one model (it loads as the tied one); a head that
-    differs is two: refused, naming both tensors, before any weight loads, and by check_weights_finite (which a
-    script runs on every model before its work begins); the plan alone (read_config) reads no value."""
+    differs is two: refused, naming both tensors, by load's one pass over the weights and by check_weights_finite;
+    the checks that read no weight (hf.read) read no value."""
     ck = Checkpoint(name, "5.x", tmp_path)
     embedding, head = HEADS.get(name, ("model.embed_tokens.weight", "lm_head.weight"))
     cfg = dict(ck.cfg, tie_word_embeddings=True)
     if "text_config" in cfg:
         cfg["text_config"] = dict(cfg["text_config"], tie_word_embeddings=True)
     other = torch.randn(ck.t[embedding].shape, generator=torch.Generator().manual_seed(5)) * 0.2
-    with monkeypatch.context() as m:
-        m.setattr(hf, "read_tensor", lambda *a: pytest.fail("a weight was loaded before the tied head's refusal"))
-        model, refusal = ck.load(cfg, dict(ck.t, **{head: other}))
+    model, refusal = ck.load(cfg, dict(ck.t, **{head: other}))
     assert refusal is not None and embedding in refusal and head in refusal, refusal
     path = str(ck.root / f"edit{ck.edits}")
-    hf.read_config(path)
+    with monkeypatch.context() as m:
+        m.setattr(hf, "read_bytes", lambda *a: pytest.fail("hf.read read a weight"))
+        hf.read_config(path)
     with pytest.raises(ValueError, match="tie_word_embeddings is true") as refused:
         hf.check_weights_finite(path)
     assert embedding in str(refused.value) and head in str(refused.value)
@@ -1009,4 +1073,4 @@ def test_load_cost_counts_the_shards_the_index_names_only(tmp_path):
     (tmp_path / "stray.safetensors").write_bytes(b"\0" * 64)
     with open(tmp_path / "model.safetensors.index.json") as fh:
         named = {os.path.join(tmp_path, f) for f in json.load(fh)["weight_map"].values()}
-    assert sorted(weight_files(str(tmp_path))) == sorted(named)
+    assert sorted(weight_files(hf.read(str(tmp_path)))) == sorted(named)
