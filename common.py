@@ -5,7 +5,6 @@ inputs, hf.py brings models from disk); this file is how they behave as command-
 in each, so that each script's first screen is its idea.
 
   errors     bad input refused before any work, one line on stderr, exit 2; a bug: one line, exit 1;
-             a command that moved, refused in one line naming the command that runs it now
   flags      settings: a dataclass field carries its flag's help and its range, checked once (setting);
              seeds, lists of distinct seeds, on|off, --device and --dtype, output directories
   outputs    a run locks its output directory; every file is written whole or not at all
@@ -26,7 +25,6 @@ import argparse
 import contextlib
 import dataclasses
 import hashlib
-import itertools
 import json
 import math
 import os
@@ -91,7 +89,9 @@ DEBUG_ENV = "BORN_BIASED_DEBUG"
 
 
 def one_line(message) -> str:
-    return " ".join(str(message).split())
+    """A message as one line of plain text: its whitespace runs made one space, and any other character a terminal
+    would act on (an escape code in a file name) shown escaped, never sent raw."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in " ".join(str(message).split()))
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -102,41 +102,10 @@ class ArgumentParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-# Commands that moved, each refused in one line naming the command that runs it now (the old one is not run):
-# (script, its first word or an --exp it was given) -> the command now.
-MOVED = {("train.py", "prepare"): "python data.py",
-         ("probe.py", "--exp bench"): "python -m studies.probe_bench",
-         **{("seedprint.py", f"--exp {name}"): "python -m studies.seedprint_tables"
-            for name in ("table4a", "table4b", "table4c", "table5", "fig11", "baselines", "all")},
-         ("seedprint.py", "--exp fpr"): "python -m studies.lineage_fpr",
-         ("seedprint.py", "--exp inits"): "python -m studies.fresh_inits",
-         ("seedprint.py", "--exp aligned"): "python -m studies.aligned_floor",
-         ("seedprint.py", "--exp derivatives"): "python -m studies.derivatives",
-         ("seedprint.py", "--exp speed"): "python -m studies.fingerprint_speed",
-         ("sink.py", "--exp testbed"): "python -m studies.sink_testbed",
-         ("sink.py", "--exp calibration"): "python -m studies.sink_calibration"}
-
-
-def moved_command(name: str, argv: list) -> Optional[str]:
-    """Where what `name argv` asked for went, as one sentence (MOVED); None where nothing moved."""
-    asked = argv[:1]
-    for i, word in enumerate(argv):
-        if word.startswith("--exp="):
-            asked.append(f"--exp {word.split('=', 1)[1]}")
-        elif word == "--exp":
-            asked += [f"--exp {value}" for value in itertools.takewhile(lambda v: not v.startswith("-"), argv[i + 1:])]
-    word = next((word for word in asked if (name, word) in MOVED), None)
-    return f"{name} {word} moved: run {MOVED[(name, word)]} (see its --help)" if word else None
-
-
 def run_script(main_fn, name: str, argv=None):
     """Run a script's main under the convention above."""
     debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
     out_of_memory = "not enough memory ({}); use a smaller model, fewer or shorter sequences, or another --device"
-    moved = moved_command(name, list(sys.argv[1:] if argv is None else argv))
-    if moved:
-        sys.stderr.write(f"{name}: error: {moved}\n")
-        sys.exit(2)
     try:
         return main_fn(argv)
     except KeyboardInterrupt:

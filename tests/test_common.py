@@ -1,4 +1,4 @@
-"""common.py, the scripts' conventions: settings and their flags, moved commands, provenance of results and
+"""common.py, the scripts' conventions: settings and their flags, one-line errors, provenance of results and
 checkpoints, torchrun ranks and process groups, each against what it promises."""
 import argparse
 import dataclasses
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from common import (STARTED, Distinct, SEED_LIMIT, add_settings_flags, atomic_write, check_settings, flag_type,
-                    leave_process_group, moved_command, provenance, rank_device, refuse_unused, setting, settings_given,
+                    leave_process_group, one_line, provenance, rank_device, refuse_unused, setting, settings_given,
                     torchrun_rank, update_results)
 from init import add_config_flags, build, config_from_flags
 from model import PRESETS, get_config, read_checkpoint, write_checkpoint
@@ -90,14 +90,11 @@ def test_a_flag_that_would_do_nothing_is_refused_only_when_set_apart_from_its_de
         refuse_unused(parser.parse_args(["--lr", "0.2"]), ("lr",), "--model m{x}.pt: {flags} would do nothing")
 
 
-def test_a_moved_command_is_named_wherever_its_words_stand():
-    moved = "train.py prepare moved: run python data.py (see its --help)"
-    assert moved_command("train.py", ["prepare", "x.txt"]) == moved
-    assert "python -m studies.probe_bench" in moved_command("probe.py", ["--model", "tiny", "--exp", "table1", "bench"])
-    assert "studies.seedprint_tables" in moved_command("seedprint.py", ["a", "b", "--exp=table4a"])
-    assert moved_command("train.py", ["--data", "prepare"]) is None          # a value, not the command's first word
-    assert moved_command("probe.py", ["--exp", "table1"]) is None
-
+def test_one_line_joins_whitespace_and_escapes_what_a_terminal_would_act_on():
+    """A refusal naming a file called with an escape code prints the code escaped, never raw."""
+    assert one_line("a\n  b\tc") == "a b c"
+    assert one_line("no file at 'x\x1b[31mred'") == "no file at 'x\\x1b[31mred'"
+    assert all(c.isprintable() for c in one_line("\x1b]0;title\x07 \x9b2J"))
 
 def test_config_flags_round_trip():
     parser = argparse.ArgumentParser()
