@@ -24,10 +24,13 @@ What it reads and writes in docs/lecture.md:
                           quoted field and value
   figures                 a block that saves f"{FIGURES}/NAME.png" has it copied to docs/lecture/NAME.png
 
-docs/lecture.ipynb is a function of the page alone (and docs/lecture/map.png, which this tool draws): a set-up cell,
-then one markdown cell per stretch of prose and one code cell per python block outside a folded answer; outputs and
-figures are left to the kernel, folded answers stay folded. Cell ids are numbered, JSON is written as nbformat
-writes it: the suite compares the file byte for byte with what this tool makes.
+docs/lecture.ipynb is a function of the page alone (and docs/lecture/map.png, which this tool draws): a set-up cell
+(which finds a clone's root, or unpacks a copy uploaded to Colab, and installs only missing requirements, never over
+a torch already there), then one markdown cell per stretch of prose and one code cell per python block. A block in a
+folded answer (<details>) is a code cell whose source Jupyter shows collapsed (cell metadata "jupyter":
+{"source_hidden": true}), runnable in place, and the answer's prose a markdown cell folded under the same summary.
+Outputs and figures are left to the kernel. Cell ids are numbered, JSON is written as nbformat writes it: the suite
+compares the file byte for byte with what this tool makes.
 """
 import argparse
 import ast
@@ -255,65 +258,96 @@ def stale(text: str, figure_bytes, root: str = ROOT) -> list:
 
 # ----------------------------------------------------------------------------- the notebook
 
-SETUP = '''# Set-up: run this cell first. In a clone of the repository it only finds the clone's root; anywhere
-# else (Colab) it clones the repository and installs its requirements.txt, which pins torch==2.13.0 (a few minutes).
-import os, subprocess, sys
-REPO_URL = "{url}"   # where the repository is published
-here = os.getcwd()
-root = next((d for d in (here, os.path.dirname(here)) if os.path.isfile(os.path.join(d, "model.py"))), None)
-if root is None:
-    if not REPO_URL:
-        raise SystemExit("set REPO_URL above to the repository's address, or open this notebook in a clone")
-    subprocess.run(["git", "clone", "--depth", "1", REPO_URL, "born-biased"], check=True)
-    root = os.path.abspath("born-biased")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-r", os.path.join(root, "requirements.txt")],
-                   check=True)
-os.chdir(root)                    # the lecture runs from the repository's root, as `python` started there would
-sys.path.insert(0, root)
-%matplotlib inline'''
-REPO_URL = ""       # the published repository's address, for Colab's clone; empty until the project names one
+SETUP = '''# Set-up: run this cell first, and again after a restart. In a copy of the repository (Jupyter started at its root
+# or in docs/) it finds the root. Elsewhere (Colab) give it a copy first: upload the repository as a .zip into the
+# working folder, or clone it there, and run this cell again: it unpacks the zip once and moves to the copy's root.
+# It installs only the requirements that are missing: a torch already installed (Colab's, a GPU build) is kept.
+import glob, importlib, importlib.util, os, re, subprocess, sys, zipfile
 
-SETUP_TEXT = ("## Set-up\n\nRun the next cell once. In Jupyter started in `docs/` (or at the repository's root) it "
-              "needs nothing else; in Colab it clones the repository and installs its requirements (torch 2.13.0, "
-              "pinned){colab}, then figures appear under each cell.\n")
-# Colab can clone only an address the cell names: until the project names one, the text says what to fill in
-COLAB = "" if REPO_URL else " once you set its `REPO_URL` to the repository's address"
+def is_root(folder):
+    return all(os.path.isfile(os.path.join(folder, name)) for name in ("model.py", "requirements.txt"))
+
+here = os.getcwd()
+root = next((d for d in (here, os.path.dirname(here)) if is_root(d)), None)
+if root is None:
+    for archive in glob.glob("*.zip"):
+        folder = os.path.splitext(archive)[0]
+        if not os.path.isdir(folder):                 # unpacked once: a second run finds the folder
+            zipfile.ZipFile(archive).extractall(folder)
+    root = next((os.path.abspath(d) for d in sorted(glob.glob("*/") + glob.glob("*/*/")) if is_root(d)), None)
+if root is None:
+    raise SystemExit(f"no copy of the repository in {here}: upload it here as a .zip (or git clone it here), "
+                     "then run this cell again")
+wanted = [line.split("#")[0].strip() for line in open(os.path.join(root, "requirements.txt"))]
+missing = [r for r in wanted if r and importlib.util.find_spec(re.match(r"[\\w.]+", r).group()) is None]
+if missing:                       # torch among them only where none is installed: then requirements.txt's pin
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", *missing], check=True)
+    importlib.invalidate_caches()
+os.chdir(root)                    # the lecture runs from the repository's root, as `python` started there would
+if root not in sys.path:
+    sys.path.insert(0, root)
+%matplotlib inline'''
+
+SETUP_TEXT = ("## Set-up\n\nRun the next cell first (again after a restart). Started in `docs/` or at the repository's "
+              "root, Jupyter needs nothing else. In Colab, first upload the repository as a .zip (the Files pane) or "
+              "clone it into the working folder; the cell unpacks it and moves there. It installs only the "
+              "requirements that are missing, and keeps a torch already installed. Figures appear under each cell. "
+              "Answers and solutions are code cells whose code is hidden: run one to see what it prints, or click it "
+              "to show its code; the prose that explains them stays folded.\n")
+# Jupyter's own mark for a code cell shown collapsed (nbformat's cell metadata; JupyterLab and Notebook 7 honour it)
+HIDDEN = {"jupyter": {"source_hidden": True}}
+FOLD = re.compile(r"<details><summary>(.*?)</summary>\n?|</details>\n?")
 
 
 def notebook_cells(text: str) -> list:
-    """(kind, source) cells of the notebook: prose as markdown (quoted values as their values, generated marks
-    dropped, figure links dropped: the code cell draws the figure), each top-level python block as code, the set-up
-    cell before the first; output blocks outside folded answers are the kernel's to make, so they are left out."""
+    """(kind, source, hidden) cells of the notebook: prose as markdown (quoted values as their values, generated
+    marks dropped, figure links dropped: the code cell draws the figure), each python block as code, the set-up
+    cell before the first; output blocks are the kernel's to make, so they are left out. A python block inside a
+    folded answer (<details>) is a code cell with its source hidden, runnable in place; the answer's prose is a
+    markdown cell folded on its own, under the answer's summary (a fold cannot span cells)."""
     parts = parse(text)
-    cells, md, folded, first = [], [], 0, True
+    cells, md, summary, noted, first = [], [], None, False, True
 
     def flush():
         body = "".join(md).strip("\n")
         if body.strip():
-            cells.append(("markdown", body))
+            if summary is not None:
+                body = f"<details><summary>{summary}</summary>\n\n{body}\n</details>"
+            cells.append(("markdown", body, False))
         md.clear()
+
+    def add(prose):
+        for n, piece in enumerate(re.split(r"^(?=## )", prose, flags=re.M)):
+            if n and summary is None:                   # a section heading starts a cell of its own
+                flush()
+            md.append(piece)
 
     for part in parts:
         if part[0] == "text":
             body = VALUE.sub(lambda m: m.group(2), VALUES_MARK.sub("", part[1]))
             body = re.sub(r"^!\[[^\]]*\]\(lecture/(?!map)[^)]+\)\n", "", body, flags=re.M)
             body = body.replace("](lecture/map.png)", "](attachment:map.png)")
-            for n, piece in enumerate(re.split(r"^(?=## )", body, flags=re.M)):
-                if n and not folded:                   # a section heading starts a cell of its own
-                    flush()
-                md.append(piece)
-                folded += piece.count("<details>") - piece.count("</details>")
-        elif part[0] == "python" and not folded:
+            at = 0
+            for m in FOLD.finditer(body):
+                add(body[at:m.start()])
+                flush()                                 # a fold opens or closes: a cell ends
+                summary, noted, at = m.group(1), False, m.end()    # summary None: the fold closed
+            add(body[at:])
+        elif part[0] == "output":
+            continue                                    # the kernel's to make
+        elif part[0] == "python":
             flush()
+            if summary is not None and not noted:     # the first hidden cell of an answer: say what it is
+                cells.append(("markdown", f"*{summary}: run the next cell (its code is hidden: click it to show the "
+                                          f"code); the text under it, folded, explains.*", False))
+                noted = True
             if first:
-                cells.append(("markdown", SETUP_TEXT.replace("{colab}", COLAB).strip("\n")))
-                cells.append(("code", SETUP.replace("{url}", REPO_URL)))
+                cells.append(("markdown", SETUP_TEXT.strip("\n"), False))
+                cells.append(("code", SETUP, False))
                 first = False
-            cells.append(("code", part[1].rstrip("\n")))
-        elif part[0] == "output" and not folded:
-            continue
-        else:                                           # inside a folded answer: it stays markdown, as on the page
-            md.append(source(("plain", part[2]) if part[0] == "output" else part))
+            cells.append(("code", part[1].rstrip("\n"), summary is not None))
+        else:                                           # a fence of another language: shown as it is
+            md.append(source(part))
     flush()
     return cells
 
@@ -321,9 +355,9 @@ def notebook_cells(text: str) -> list:
 def notebook(text: str, map_png: bytes = None) -> str:
     """docs/lecture.ipynb's text: nbformat 4.5, ids numbered, as nbformat.write would lay it out."""
     cells = []
-    for n, (kind, body) in enumerate(notebook_cells(text)):
+    for n, (kind, body, hidden) in enumerate(notebook_cells(text)):
         lines = body.splitlines(keepends=True)
-        cell = dict(cell_type=kind, id=f"cell-{n:03d}", metadata={}, source=lines)
+        cell = dict(cell_type=kind, id=f"cell-{n:03d}", metadata=HIDDEN if hidden else {}, source=lines)
         if kind == "code":
             cell.update(execution_count=None, outputs=[])
         elif "attachment:map.png" in body and map_png is not None:
@@ -343,16 +377,17 @@ def map_bytes() -> bytes:
 # ----------------------------------------------------------------------------- the map
 
 def draw_map(path: str) -> None:
-    """One figure: the mechanism as a chain of boxes (top: the bias; bottom: the first position), and a pre-norm
-    block with where each probe of the lecture reads."""
+    """One figure, three rows, each titled for what it holds: the bias, link by link (Steps 1-4); its two
+    consequences (the first position, Steps 3 and 6; a lineage fingerprint that survives training, Step 5); and a
+    pre-norm block with where each probe of the lecture reads."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-    fig = plt.figure(figsize=(12, 6.2))
+    fig = plt.figure(figsize=(12, 6.6))
     ax = fig.add_axes([0, 0, 1, 1])
-    ax.set(xlim=(0, 12), ylim=(0, 6.2))
+    ax.set(xlim=(0, 12), ylim=(0, 6.6))
     ax.axis("off")
 
     def box(x, y, w, h, label, color, size=8.5, step=None):
@@ -365,35 +400,37 @@ def draw_map(path: str) -> None:
         ax.add_patch(FancyArrowPatch((x0, y0), (x1, y1), arrowstyle=style, mutation_scale=12, color="0.3", ls=ls,
                                      lw=1.0))
 
-    ax.text(0.2, 5.95, "The mechanism", fontsize=11, weight="bold")
+    ax.text(0.2, 6.3, "The mechanism: why a fresh model prefers one token (Steps 1-4)", fontsize=11, weight="bold")
     top = [("MLP: an asymmetric\nnonlinearity (ReLU, GELU)", "Step 2"),
            ("every output shares\na positive mean:\na common component", "Step 2"),
            ("attention averages\npositions: the common\npart stays, the rest\nshrinks", "Step 3"),
            ("every sequence's last\nstate contracts toward\none seed-set direction", "Step 4"),
            ("the LM head reads that\ndirection as one token:\nthe favourite", "Step 1")]
     for n, (label, step) in enumerate(top):
-        box(0.2 + n * 2.35, 4.15, 2.05, 1.45, label, "#dbe9f6", step=step)
+        box(0.2 + n * 2.35, 4.55, 2.05, 1.45, label, "#dbe9f6", step=step)
         if n:
-            arrow(0.2 + n * 2.35 - 0.3, 4.87, 0.2 + n * 2.35 - 0.02, 4.87)
-    box(7.25, 2.55, 4.05, 1.05, "survives training: a model's lineage\nfingerprint (SeedPrint)", "#e3f1dc",
-        step="Step 5")
-    arrow(8.3, 4.1, 8.3, 3.65)
+            arrow(0.2 + n * 2.35 - 0.3, 5.27, 0.2 + n * 2.35 - 0.02, 5.27)
+    # the middle row holds two consequences of the bias, each captioned under its boxes
+    ax.text(0.2, 2.5, "Its consequence at the first position (Steps 3, 6)", fontsize=10, weight="bold")
+    ax.text(7.25, 2.5, "... and after training: a lineage fingerprint (Step 5)", fontsize=10, weight="bold")
+    box(7.25, 2.75, 4.05, 1.05, "the seed-set bias survives training:\na model's lineage fingerprint (SeedPrint)",
+        "#e3f1dc", step="Step 5")
+    arrow(8.3, 4.5, 8.3, 3.85)
     bottom = [("attention is a running\naverage of positions 1..t", "Step 3"),
               ("variance of position t\nfalls as 1/t (Eq. 2)", "Step 3"),
               ("position 1 averages\nnothing: a variance\noutlier at birth", "Step 6"),
               ("attention sinks after\ntraining? (the paper's\nclaim; open here)", "Step 6")]
     for n, (label, step) in enumerate(bottom):
-        box(0.2 + n * 1.75, 2.55, 1.6, 1.05, label, "#f8e3d4", size=7.5, step=step)
+        box(0.2 + n * 1.75, 2.75, 1.6, 1.05, label, "#f8e3d4", size=7.5, step=step)
         if n:
-            arrow(0.2 + n * 1.75 - 0.13, 3.07, 0.2 + n * 1.75 - 0.02, 3.07, ls="--" if n == 3 else "-")
-    arrow(4.1 + 1.0, 4.1, 1.0, 3.65)
-
-    ax.text(0.2, 2.15, "Where each probe reads, in one pre-norm block (the lecture's gpt2-nano: LayerNorm, GELU, RoPE)",
-            fontsize=11, weight="bold")
+            arrow(0.2 + n * 1.75 - 0.13, 3.27, 0.2 + n * 1.75 - 0.02, 3.27, ls="--" if n == 3 else "-")
+    arrow(5.1, 4.5, 1.0, 3.85)
+    ax.text(0.2, 1.95, "Where each probe reads, in one pre-norm block (Steps 1, 4, 6: gpt2-nano, LayerNorm and GELU; "
+            "Step 5: a LLaMA-style tiny model, RMSNorm and SwiGLU)", fontsize=9.5, weight="bold")
     y = 0.95
-    chain = [("residual\nstream x", "#eeeeee"), ("LayerNorm", "#eeeeee"), ("q, k, v\n(RoPE on q, k)", "#eeeeee"),
+    chain = [("residual\nstream x", "#eeeeee"), ("norm", "#eeeeee"), ("q, k, v\n(RoPE on q, k)", "#eeeeee"),
              ("softmax\nattention", "#fde9b5"), ("heads'\naggregated\noutput", "#fde9b5"), ("W_O, + x", "#eeeeee"),
-             ("LayerNorm,\nMLP (GELU),\n+ x", "#eeeeee"), ("next block ...\nfinal norm", "#eeeeee"),
+             ("norm, MLP\n(GELU or\nSwiGLU), + x", "#eeeeee"), ("next block ...\nfinal norm", "#eeeeee"),
              ("LM head:\nlogits", "#eeeeee")]
     for n, (label, color) in enumerate(chain):
         box(0.2 + n * 1.3, y - 0.45, 1.1, 0.9, label, color, size=7.5)
