@@ -4,6 +4,9 @@ applies one idea of the paper to a model it is given; a study runs it over the m
 top what it measures, which numbers it makes, its full command and its time. Run each from the repository root:
 
     python -m studies.theory_tables       # closed forms beside Monte Carlo (Section 4, App. A)
+    python -m studies.contraction_origin  # where the contraction comes from: ablation, MLP0, LayerNorm, Table 3
+    python -m studies.attention_averaging # attention's average over positions: Fig 8, Fig 9
+    python -m studies.seed_preference     # the preferred token over many seeds: Finding 2.2, seed dependence
     python -m studies.probe_bench         # a probe pass against its bare matrix products
     python -m studies.seedprint_tables    # Tables 4a-4c and 5, Fig 11, the baselines (Section 6.1)
     python -m studies.lineage_fpr         # SeedPrint's false-positive rate and power on trained models
@@ -19,6 +22,7 @@ top what it measures, which numbers it makes, its full command and its time. Run
     python -m studies.gpu_check           # the prepared GPU run (--size full): tests, Table 1, trainers, 7B
 
 lineage.py holds what the lineage studies share, sink_variants.py the sink studies' mechanisms, edits.py the
-weight edits of the lineage studies: HELPERS, the modules here that are no study.
+weight edits of the lineage studies, fresh_probes.py the command line of the studies on probe.py's pass: HELPERS,
+the modules here that are no study.
 """
-HELPERS = ("lineage", "sink_variants", "edits")
+HELPERS = ("lineage", "sink_variants", "edits", "fresh_probes")

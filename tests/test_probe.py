@@ -6,7 +6,6 @@ import pytest
 import torch
 from scipy.stats import binom
 
-from conftest import torchrun
 from init import build
 from model import GPTConfig, get_config
 import theory
@@ -183,88 +182,30 @@ def test_pairwise_cosine_of_tiny_vectors():
     assert b.result()["mean"] == pytest.approx(a.result()["mean"], rel=1e-9)
 
 
-def test_torchrun_splits_seeds_and_gathers_the_same_rows(tmp_path):
+def test_the_experiments_run_through_the_command_line_and_point_the_papers_way(tmp_path):
+    """table1, contraction and dims at a tiny size, through the command a user types: Table 1's rows are the counts
+    of a probe() pass over each seed's fresh init (a second path), contraction rises with depth, and the dimension
+    counts cover every sequence. The studies built on the pass: tests/test_studies_probe.py."""
     import json
     from probe import main
-    flags = ["--model", "tiny", "--tie_embeddings", "off", "--n_layer", "2", "--sequences", "16", "--seq_len", "8",
-             "--exp", "table1", "--seeds", "1", "2", "3", "--device", "cpu"]
-    proc = torchrun("probe.py", flags, tmp_path / "ddp")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    main([*flags, "--out", str(tmp_path / "one")])                        # one plain process: this one
-    keys = ("seed", "seq_len", "top1_id", "top1_count", "log10_p")
-    rows = [[{k: r[k] for k in keys} for r in json.load(open(tmp_path / d / "results.json"))["token_preference"]]
-            for d in ("ddp", "one")]
-    assert rows[0] == rows[1] and [r["seed"] for r in rows[0]] == [1, 2, 3]
-
-
-def test_table3_and_fig8_draw_their_gaussian_tokens_from_data_py(tmp_path, monkeypatch):
-    """Table 3's and Fig 8's iid N(0, I) tokens come from data.random_batches, whose draws are the same on every
-    device (tests/test_data.py): a run on a GPU sees the CPU's inputs."""
-    import data
-    import probe as script
-    drawn, seen = [], []
-
-    def recorded(*a, **k):
-        for x in data.random_batches(*a, **k):
-            drawn.append(x.clone())
-            yield x
-    monkeypatch.setattr(script, "random_batches", recorded)
-    trace = script.GPT.trace
-
-    def watched(self, *a, embeds=None, **k):
-        if embeds is not None:
-            seen.append(embeds.detach().clone())
-        return trace(self, *a, embeds=embeds, **k)
-    monkeypatch.setattr(script.GPT, "trace", watched)
-    script.main(["--model", "tiny", "--exp", "table3", "intra", "--sequences", "8", "--seq_len", "16",
-                "--device", "cpu", "--out", str(tmp_path)])
-    assert len(drawn) == 1 + 2 * 16        # Table 3: 8 sequences, one batch; Fig 8 at T = 64: 2 attentions x 16
-    assert all(any(x.shape == d.shape and torch.equal(x, d) for x in seen) for d in drawn)   # each enters a model
-
-
-def test_every_experiment_runs_through_the_command_line_and_points_the_papers_way(tmp_path):
-    """Every --exp but table1 (tested above), at a tiny size, through the command a user types, each checked for
-    the direction of its claim: contraction rises with depth; attention alone keeps independent sequences
-    independent and the MLP alone does not; ReLU MLP0 contracts and tanh does not; LayerNorm widens GELU's input;
-    Table 3's order (MLP0 -> Attn0 above MLP0 -> MLP0 above MLP0); attention contracts a sequence layer by layer,
-    softmax at init like uniform averaging; Eq. 2's 1/sqrt(t); a seed built twice gives the same counts."""
-    import json
-    from probe import main
-    exps = ["contraction", "ablation", "direction", "layernorm", "mlp0", "table3", "intra", "variance", "dims",
-            "seed_dependence"]
-    main(["--model", "tiny", "--n_embd", "384", "--n_head", "6", "--n_layer", "3", "--exp", *exps, "--sequences",
-          "64", "--seq_len", "16", "--models", "3", "--device", "cpu", "--out", str(tmp_path)])
+    main(["--model", "tiny", "--n_embd", "384", "--n_head", "6", "--n_layer", "3", "--exp", "all", "--sequences",
+          "64", "--seq_len", "16", "--device", "cpu", "--out", str(tmp_path)])
     r = json.loads((tmp_path / "results.json").read_text())
     cos = [c["mean"] for c in r["contraction"]["cosine"]]
     assert abs(cos[0]) < 0.01 and cos[1] < cos[2] < cos[3]                   # input, block 1, 2, 3
-    ablation = {mode: [c["mean"] for c in v["cosine"]] for mode, v in r["ablation"].items()}
-    assert max(abs(c) for c in ablation["self-attention-only"]) < 0.01
-    assert ablation["MLP-only"][-1] > 0.05 and ablation["full"][-1] > 0.05
-    stacks = {name: [c["mean"] for c in curve] for name, curve in r["mlp0"]["stacks"].items()}
-    assert stacks["MLP0 relu"][1] < stacks["MLP0 relu"][2] < stacks["MLP0 relu"][3]
-    assert max(abs(c) for c in stacks["MLP0 tanh"]) < 0.05 < stacks["MLP0 relu"][1]
-    std = {label: v["preact_std"][0] for label, v in r["layernorm"].items()}
-    assert std["with layernorm"] > 10 * std["without norm"]
-    t3 = {k: v["mean"] for k, v in r["table3"].items()}
-    assert t3["MLP0 -> Attn0"] > t3["MLP0 -> MLP0"] > t3["MLP0"] > 0.2
-    intra = r["intra"]["64"]
-    assert intra["softmax"]["mean"] == sorted(intra["softmax"]["mean"])
-    assert max(abs(s - u) for s, u in zip(intra["softmax"]["mean"], intra["uniform"]["mean"])) < 0.05
-    assert all(0.9 < x < 1.1 for x in r["variance"]["ratio_to_theory"][:16])
     assert sum(r["dims"]["dim_counts"]) == 64
-    assert len(r["direction"]["rows"]) == 3 and 0 <= r["direction"]["overlap"] <= 1
-    assert r["seed_dependence"]["identical_repeat"]
+    cfg = get_config("tiny", n_embd=384, n_head=6, n_layer=3)
+    for row, seed in zip(r["token_preference"], (42, 43), strict=True):
+        counts = probe(build(cfg, seed).eval(), sequences=64, seq_len=16)["counts"]
+        assert (row["seed"], row["top1_id"], row["top1_count"]) == (seed, int(counts.argmax()), int(counts.max()))
 
 
-def test_the_bench_study_times_a_probe_pass_against_its_bare_matmuls(tmp_path):
-    """python -m studies.probe_bench at a tiny size: the ratio is the probe pass's seconds over the bare matmuls'
-    (both measured), and the sequences are whole batches, as the bare matmuls run them."""
-    import json
-    from studies import probe_bench
-    probe_bench.main(["--model", "tiny", "--n_layer", "2", "--sequences", "40", "--seq_len", "16", "--batch_size", "16",
-                      "--device", "cpu", "--out", str(tmp_path)])
-    r = json.loads((tmp_path / "results.json").read_text())["bench"]
-    assert r["sequences"] == 48 and r["seq_len"] == 16
-    assert r["seconds"] > 0 and r["bare_matmul_seconds"] > 0
-    assert r["ratio"] == pytest.approx(r["seconds"] / r["bare_matmul_seconds"])
-    assert r["tokens_per_s"] == pytest.approx(48 * 16 / r["seconds"])
+def test_a_torchrun_job_of_several_processes_is_refused_before_any_work(tmp_path, monkeypatch):
+    """probe.py runs one process: under torchrun each rank would run it all into one --out. The sweep that splits its
+    seeds over the ranks is the study's, which the refusal names."""
+    from conftest import cli_error
+    from probe import main
+    for name, value in (("RANK", "1"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "1")):
+        monkeypatch.setenv(name, value)
+    line = cli_error(main, "probe.py", ["--model", "tiny", "--device", "cpu", "--out", str(tmp_path / "out")])
+    assert "python -m studies.seed_preference" in line and not (tmp_path / "out").exists()
