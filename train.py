@@ -29,6 +29,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Optional
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
@@ -144,6 +145,28 @@ def forward_backward(model, batches, accum: int, ddp: bool, autocast) -> torch.T
     return mean_loss
 
 
+def train_step(model, raw: GPT, optimizer, lr: float, batches, args, run: dict) -> torch.Tensor:
+    """One optimizer step at learning rate lr over the step's micro-batches (model: the module that runs them,
+    raw: the model whose gradients are clipped); returns the step's mean loss, on the device."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    step_loss = forward_backward(model, batches, run["accum"], run["ddp"], run["autocast"])
+    if args.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(raw.parameters(), args.grad_clip)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return step_loss
+
+
+def micro_batches(args, run: dict, start: int):
+    """This rank's micro-batches (x, y) of steps start .. max_steps - 1, in order."""
+    tokens, T, micro = run["data"]["train"], run["T"], run["micro"]
+    for step in range(start, args.max_steps):
+        offsets = batch_offsets(args.data_seed, step, len(tokens), T, args.batch_size, run["doc_len"])
+        for m in range(run["accum"]):
+            yield get_batch(tokens, micro_offsets(offsets, m, run["rank"], run["world"], micro), T, run["device"])
+
+
 def train_flops_per_token(model: GPT, T: int) -> float:
     """6 N + 12 L H Q T (PaLM appendix B): N = the matmul parameters (blocks and LM head; the
     embedding lookup costs nothing), forward + backward; attention scores and values at context T."""
@@ -185,6 +208,34 @@ def list_checkpoints(out_dir: str) -> list:
     found = [(int(m.group(1)), os.path.join(out_dir, f)) for f in os.listdir(out_dir)
              if (m := re.fullmatch(r"ckpt_(\d+)\.pt", f))]
     return sorted(found)
+
+
+def save_checkpoint(args, run: dict, step: int, raw: GPT, optimizer) -> None:
+    """ckpt_STEP.pt, written whole or not at all (a run killed mid-write leaves the old file or the new one)."""
+    meta = dict(optimizer=optimizer.state_dict(), seeds=run["seeds"], tokenizer=run["data"]["meta"]["tokenizer"],
+                args=dataclasses.asdict(args), rng=dict(cpu=torch.get_rng_state()), init_from=args.init_from,
+                data_meta=run["data"]["meta"], provenance=provenance(run["device"], run["autocast_dtype"]))
+    atomic_write(checkpoint_path(args.out_dir, step), lambda tmp: write_checkpoint(tmp, raw, step, **meta))
+
+
+NEVER = torch.iinfo(torch.int64).max        # the first bad step of a run whose losses are all finite
+
+
+def first_bad_step(first_bad: torch.Tensor, ddp: bool) -> torch.Tensor:
+    """The run's first step with a NaN/inf loss over all ranks (NEVER: none), still on the device: tracked there,
+    so checking costs one sync at a log record or a checkpoint instead of one every step."""
+    bad = first_bad.clone()
+    if ddp:
+        dist.all_reduce(bad, op=dist.ReduceOp.MIN)   # every rank stops together
+    return bad
+
+
+def stop_at_bad_loss(bad: int, out_dir: str) -> None:
+    """Stop the run if a step's loss was NaN/inf (bad: that step, from first_bad_step), before anything is saved."""
+    if bad != NEVER:
+        last = list_checkpoints(out_dir)
+        raise FloatingPointError(f"non-finite loss at step {bad}; stopped without saving. The last "
+                                 f"checkpoint, from before it: {last[-1][1] if last else 'none'}")
 
 
 # ----------------------------------------------------------------------------- set-up (checks first)
@@ -244,8 +295,11 @@ def resolve_run(args: TrainConfig) -> dict:
     if micro < 1 or args.batch_size % (micro * world):
         raise ValueError(f"--batch_size {args.batch_size} (sequences per step) must be a multiple of "
                          f"--micro_batch {micro} x {world} processes")
+    autocast = (torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype != torch.float32
+                else contextlib.nullcontext())
     return dict(data=data, config=config, base=base, micro=micro, accum=args.batch_size // (micro * world),
-                device=device, autocast_dtype=autocast_dtype)
+                device=device, autocast_dtype=autocast_dtype, autocast=autocast, T=T, doc_len=doc_len,
+                rank=torchrun_rank()[0], world=world)
 
 
 def resume_state(args: TrainConfig, config: GPTConfig, meta: dict) -> Optional[dict]:
@@ -313,6 +367,93 @@ def ensure(args: TrainConfig) -> dict:
     return train(dataclasses.replace(args, resume=bool(found)))
 
 
+# ----------------------------------------------------------------------------- the log
+
+def due(step: int, every: int, max_steps: int) -> bool:
+    """Whether what is done every `every` steps (0: never) is done after `step`: at its multiples and at the end."""
+    return bool(every) and (step % every == 0 or step == max_steps)
+
+
+@dataclass
+class Interval:
+    """The steps since the last train record, measured on the device so that no step waits for the host: their
+    summed loss, their number and the time they began; and the run's first step whose loss was NaN/inf (NEVER:
+    none yet), which each record and each checkpoint checks."""
+    loss_sum: torch.Tensor
+    first_bad: torch.Tensor
+    t0: float = 0.0
+    steps: int = 0
+
+    def add(self, step_loss: torch.Tensor, step: int) -> None:
+        self.first_bad = torch.where(torch.isfinite(step_loss), self.first_bad, self.first_bad.clamp(max=step))
+        self.loss_sum += step_loss
+        self.steps += 1
+
+    def send(self, step: int, lr: float, ddp: bool) -> dict:
+        """The record of these steps, its values copied to the host (a sync), and a new interval begun."""
+        bad = first_bad_step(self.first_bad, ddp)
+        if ddp:
+            dist.all_reduce(self.loss_sum)
+        flight = dict(step=step, lr=lr, steps=self.steps, t0=self.t0, bad=bad.cpu(), loss_sum=self.loss_sum.cpu(),
+                      at=time.time())
+        self.loss_sum, self.steps = torch.zeros_like(self.loss_sum), 0
+        return flight
+
+
+def log_train(log: dict, flight: dict, args, run: dict) -> float:
+    """Read a record sent by Interval.send: stop at a NaN/inf loss, else append the record to the log and print it."""
+    at = flight["at"]
+    stop_at_bad_loss(int(flight["bad"]), args.out_dir)
+    steps, dt = flight["steps"], at - flight["t0"]
+    loss = flight["loss_sum"].item() / steps / run["world"]
+    tok_s = steps * args.batch_size * run["T"] / dt
+    mfu = run["flops_per_token"] * tok_s / (run["peak"] * run["world"]) if run["peak"] else None
+    # wall: seconds from this process's start of the run to the moment this record's step was known done. The gap
+    # between two records holds all that ran between them (evaluation, checkpoints, log.json's writing), which
+    # ms_per_step leaves out: the clock that another program's wall-clock step times are read against
+    log["train"].append(dict(step=flight["step"], loss=loss, lr=flight["lr"], tokens_per_s=tok_s, mfu=mfu,
+                             ms_per_step=1000 * dt / steps, wall=at - run["began"]))
+    if run["rank"] == 0:
+        print(f"step {flight['step']:>6} | loss {loss:.4f} | lr {flight['lr']:.2e} | {tok_s:,.0f} tok/s | "
+              f"mfu {f'{100 * mfu:.1f}%' if mfu else 'n/a'} | {1000 * dt / steps:.1f} ms/step | "
+              f"ETA {eta(dt / steps * (args.max_steps - flight['step']))}")
+
+
+def validate(args, run: dict, raw: GPT, step: int, log: dict) -> None:
+    """The validation loss at `step`, appended to the log and printed; a NaN/inf one stops the run unsaved."""
+    loss = evaluate(raw, run["data"]["val"], run["T"], args.eval_sequences, run["micro"], run["rank"], run["world"],
+                    run["device"], run["autocast"], run["doc_len"])
+    if not math.isfinite(loss):
+        raise FloatingPointError(f"non-finite validation loss at step {step}; stopped without saving it")
+    log["val"].append(dict(step=step, val_loss=loss, val_ppl=math.exp(min(loss, 50.0))))
+    if run["rank"] == 0:
+        print(f"step {step:>6} | val loss {loss:.4f} | val ppl {math.exp(min(loss, 50.0)):.2f}")
+
+
+def save_log(args, run: dict, log: dict) -> None:
+    """log.json: the records so far with the run's settings, seeds and provenance, written whole."""
+    how = provenance(run["device"], run["autocast_dtype"], run["began"])    # this run's wall time, not the process's
+    write_json(os.path.join(args.out_dir, "log.json"), dict(log, args=dataclasses.asdict(args), seeds=run["seeds"],
+                                                            provenance=how))
+
+
+def eta(seconds: float) -> str:
+    return f"{int(seconds // 3600)}:{int(seconds % 3600 // 60):02d}:{int(seconds % 60):02d}"
+
+
+def plot_log(log: dict, path: str) -> None:
+    plt, fig, ax = figure()
+    if log["train"]:
+        ax.plot([r["step"] for r in log["train"]], [r["loss"] for r in log["train"]], label="train")
+    if log["val"]:
+        ax.plot([r["step"] for r in log["val"]], [r["val_loss"] for r in log["val"]], "o-", label="validation")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats/token)")
+    if log["train"] or log["val"]:
+        ax.legend()
+    save_figure(fig, path)
+
+
 # ----------------------------------------------------------------------------- training
 
 def train(args: TrainConfig) -> dict:
@@ -341,175 +482,109 @@ def tf32(device: torch.device):
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
-def _train(args: TrainConfig, run: dict) -> dict:
-    config, data, micro, accum = run["config"], run["data"], run["micro"], run["accum"]
-    rank, world, _ = torchrun_rank()
-    device = str(run["device"])
-    ddp = join_process_group(run["device"])      # under torchrun, even a world of one: the DDP path runs
-    if ddp:
-        if rank:      # every rank continues from the checkpoint rank 0 chose under the lock
-            existing = list_checkpoints(args.out_dir) if args.resume else []
-            run["resume"] = read_checkpoint(existing[-1][1]) if existing else None
-    master = rank == 0
-    device_type = torch.device(device).type
-    doc_len = data["meta"].get("doc_len", 0)
-    use_amp = run["autocast_dtype"] != torch.float32
-    autocast = torch.autocast(device_type, dtype=run["autocast_dtype"]) if use_amp else contextlib.nullcontext()
-    T = args.seq_len or config.block_size
-
-    # the model: a fresh seeded init, or the weights of --init_from; then --resume's state on top
+def init_model(args, run: dict) -> tuple:
+    """The model and the seeds its checkpoints record: a fresh seeded init, or the weights of --init_from."""
     if run["base"] is not None:
-        model = load_checkpoint(args.init_from, device=device)
+        model = load_checkpoint(args.init_from, device=str(run["device"]))
         seeds = run["base"].get("seeds", {})    # the init seeds of the lineage, not of this command
     else:
-        model = build(config, args.init_seed, args.embed_seed, device=device)
+        model = build(run["config"], args.init_seed, args.embed_seed, device=str(run["device"]))
         seeds = dict(init_seed=args.init_seed, embed_seed=args.embed_seed)
-    seeds = dict(seeds, data_seed=args.data_seed)
-    optimizer = make_optimizer(model, args, device_type)
-    start, log, began = 0, dict(train=[], val=[]), time.time()
+    return model, dict(seeds, data_seed=args.data_seed)
 
-    def save_log():
-        how = provenance(device, run["autocast_dtype"], began)      # this run's wall time, not the process's
-        write_json(os.path.join(args.out_dir, "log.json"), dict(log, args=dataclasses.asdict(args), seeds=seeds,
-                                                                provenance=how))
 
-    if run["resume"] is not None:
-        state = run["resume"]
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"]["cpu"])
-        start = state["step"]
-        old = os.path.join(args.out_dir, "log.json")
-        if os.path.isfile(old):
-            old = read_json(old, "training log")
-            log = {k: [r for r in old.get(k, []) if r["step"] <= start] for k in log}
-        if master:
-            print(f"resuming {args.out_dir} at step {start}")
-    raw = model
+def resume(args, state: Optional[dict], model: GPT, optimizer) -> tuple:
+    """The step the run starts at and its log so far: 0 and an empty log for a new run (state None), else the
+    checkpoint `state` loaded into the model and the optimizer with its CPU RNG state, and the records of log.json
+    up to its step (a run that stopped after its last checkpoint may have logged steps past it: they run again)."""
+    log = dict(train=[], val=[])
+    if state is None:
+        return 0, log
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"]["cpu"])
+    path = os.path.join(args.out_dir, "log.json")
+    if os.path.isfile(path):
+        old = read_json(path, "training log")
+        log = {k: [r for r in old.get(k, []) if r["step"] <= state["step"]] for k in log}
+    return state["step"], log
+
+
+def wrap(model: GPT, args, run: dict) -> torch.nn.Module:
+    """The module that runs the steps: compiled with --compile, in DDP under torchrun."""
     if args.compile:
         # a fresh compile cache per run: experiments train many models in one process, and past dynamo's
         # recompile limit a compiled forward would fall back to eager without a word
         torch._dynamo.reset()
         model = torch.compile(model)
-    if ddp:
-        model = DDP(model, device_ids=[run["device"].index] if device_type == "cuda" else None)
+    if run["ddp"]:
+        model = DDP(model, device_ids=[run["device"].index] if run["device"].type == "cuda" else None)
+    return model
 
-    def checkpoint(step):
-        """ckpt_STEP.pt, written whole or not at all (a run killed mid-write leaves the old file or the new one)."""
-        if master:
-            meta = dict(optimizer=optimizer.state_dict(), seeds=seeds, tokenizer=data["meta"]["tokenizer"],
-                        args=dataclasses.asdict(args), rng=dict(cpu=torch.get_rng_state()), init_from=args.init_from,
-                        data_meta=data["meta"], provenance=provenance(device, run["autocast_dtype"]))
-            atomic_write(checkpoint_path(args.out_dir, step), lambda tmp: write_checkpoint(tmp, raw, step, **meta))
 
-    def validate(step):
-        loss = evaluate(raw, data["val"], T, args.eval_sequences, micro, rank, world, device, autocast, doc_len)
-        if not math.isfinite(loss):
-            raise FloatingPointError(f"non-finite validation loss at step {step}; stopped without saving it")
-        log["val"].append(dict(step=step, val_loss=loss, val_ppl=math.exp(min(loss, 50.0))))
-        if master:
-            print(f"step {step:>6} | val loss {loss:.4f} | val ppl {math.exp(min(loss, 50.0)):.2f}")
+def describe(args, run: dict, raw: GPT) -> str:
+    """The run in one line: its size, the split of a step's batch, and what runs it."""
+    amp = run["autocast_dtype"] != torch.float32
+    return (f"{raw.num_params():,} parameters | {run['world']} process(es) x {run['micro']} sequences x "
+            f"{run['accum']} micro-steps = {args.batch_size} x {run['T']} = {args.batch_size * run['T']:,} "
+            f"tokens/step | {run['device']}{' | DDP over ' + dist.get_backend() if run['ddp'] else ''}"
+            f"{' autocast ' + str(run['autocast_dtype']).replace('torch.', '') if amp else ''}"
+            f"{' compiled' if args.compile else ''}")
 
-    first_bad = torch.full((), -1, dtype=torch.int64, device=device)
 
-    def check_finite():
-        """Stop at a NaN/inf loss. The first bad step is tracked on the device, so checking costs one
-        sync at log and checkpoint time instead of one every step."""
-        bad = torch.where(first_bad < 0, torch.iinfo(torch.int64).max, first_bad)
-        if ddp:
-            dist.all_reduce(bad, op=dist.ReduceOp.MIN)   # every rank stops together
-        if bad.item() != torch.iinfo(torch.int64).max:
-            last = list_checkpoints(args.out_dir)
-            raise FloatingPointError(f"non-finite loss at step {bad.item()}; stopped without saving. The last "
-                                     f"checkpoint, from before it: {last[-1][1] if last else 'none'}")
+def eval_and_save(step: int, args, run: dict, raw: GPT, optimizer, log: dict, first_bad: torch.Tensor) -> None:
+    """Where training pauses after `step`: the validation loss when due, log.json (rank 0), and a checkpoint when
+    due, once no loss so far was NaN/inf. The log goes first: a run resumed from the checkpoint finds its records."""
+    if due(step, args.eval_every, args.max_steps):
+        validate(args, run, raw, step, log)
+    if run["rank"] == 0:
+        save_log(args, run, log)
+    if due(step, args.ckpt_every, args.max_steps):
+        stop_at_bad_loss(first_bad_step(first_bad, run["ddp"]).item(), args.out_dir)
+        if run["rank"] == 0:
+            save_checkpoint(args, run, step, raw, optimizer)
 
+
+def _train(args: TrainConfig, run: dict) -> dict:
+    ddp = join_process_group(run["device"])      # under torchrun, even a world of one: the DDP path runs
+    if ddp and run["rank"]:        # every rank continues from the checkpoint rank 0 chose under the lock
+        existing = list_checkpoints(args.out_dir) if args.resume else []
+        run["resume"] = read_checkpoint(existing[-1][1]) if existing else None
+    master, device = run["rank"] == 0, run["device"]
+    raw, seeds = init_model(args, run)
+    optimizer = make_optimizer(raw, args, device.type)
+    run = dict(run, ddp=ddp, seeds=seeds, began=time.time(), flops_per_token=train_flops_per_token(raw, run["T"]),
+               peak=args.peak_tflops * 1e12 if args.peak_tflops else peak_flops(device))
+    start, log = resume(args, run["resume"], raw, optimizer)
+    model = wrap(raw, args, run)       # raw keeps the weights that are evaluated and saved
     if master:
         os.makedirs(args.out_dir, exist_ok=True)
-        n = raw.num_params()
-        print(f"{n:,} parameters | {world} process(es) x {micro} sequences x {accum} micro-steps = "
-              f"{args.batch_size} x {T} = {args.batch_size * T:,} tokens/step | {device}"
-              f"{' | DDP over ' + dist.get_backend() if ddp else ''}"
-              f"{' autocast ' + str(run['autocast_dtype']).replace('torch.', '') if use_amp else ''}"
-              f"{' compiled' if args.compile else ''}")
-    if start == 0:
-        checkpoint(0)                  # the init itself: the root of the lineage
-        if args.eval_every:
-            validate(0)
-    flops_per_token = train_flops_per_token(raw, T)
-    peak = args.peak_tflops * 1e12 if args.peak_tflops else peak_flops(device)
-    loss_sum = torch.zeros((), device=device)
-    t0, steps_timed = time.time(), 0
-    for step in range(start, args.max_steps):
-        lr = lr_at(step, args.lr, args.min_lr, args.warmup, args.max_steps)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        offsets = batch_offsets(args.data_seed, step, len(data["train"]), T, args.batch_size, doc_len)
-        batches = (get_batch(data["train"], micro_offsets(offsets, m, rank, world, micro), T, device)
-                   for m in range(accum))
-        step_loss = forward_backward(model, batches, accum, ddp, autocast)
-        if args.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(raw.parameters(), args.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        first_bad = torch.where(~torch.isfinite(step_loss) & (first_bad < 0), step + 1, first_bad)
-        loss_sum += step_loss
-        steps_timed += 1
+        if run["resume"] is not None:
+            print(f"resuming {args.out_dir} at step {start}")
+        print(describe(args, run, raw))
+    interval = Interval(torch.zeros((), device=device), torch.full((), NEVER, device=device))
+    if run["resume"] is None:
+        eval_and_save(0, args, run, raw, optimizer, log, interval.first_bad)   # the init: the root of the lineage
 
+    batches = micro_batches(args, run, start)
+    interval.t0 = time.time()
+    for step in range(start, args.max_steps):
         done = step + 1
-        last = done == args.max_steps
-        if args.log_every and (done % args.log_every == 0 or last):
-            check_finite()
-            if ddp:
-                dist.all_reduce(loss_sum)
-            loss = loss_sum.item() / steps_timed / world
-            now = time.time()
-            dt = now - t0
-            tok_s = steps_timed * args.batch_size * T / dt
-            mfu = flops_per_token * tok_s / (peak * world) if peak else None
-            # wall: seconds from this process's start of the run to this record's sync. The gap between two records
-            # holds all that ran between them (the print, log.json's writing), which ms_per_step leaves out: the
-            # clock that another program's wall-clock step times are read against
-            log["train"].append(dict(step=done, loss=loss, lr=lr, tokens_per_s=tok_s, mfu=mfu,
-                                     ms_per_step=1000 * dt / steps_timed, wall=now - began))
-            if master:
-                print(f"step {done:>6} | loss {loss:.4f} | lr {lr:.2e} | {tok_s:,.0f} tok/s | "
-                      f"mfu {f'{100 * mfu:.1f}%' if mfu else 'n/a'} | {1000 * dt / steps_timed:.1f} ms/step | "
-                      f"ETA {eta(dt / steps_timed * (args.max_steps - done))}")
-            loss_sum.zero_()
-            t0, steps_timed = time.time(), 0
-        if args.eval_every and (done % args.eval_every == 0 or last):
-            validate(done)
-        if done % args.ckpt_every == 0 or last:
-            check_finite()
-            checkpoint(done)
-        if master and (args.log_every and (done % args.log_every == 0 or last)):
-            save_log()
-        if steps_timed == 0:
-            t0 = time.time()           # evaluation, checkpoints and the log's writing are not training throughput
-    check_finite()
+        lr = lr_at(step, args.lr, args.min_lr, args.warmup, args.max_steps)
+        interval.add(train_step(model, raw, optimizer, lr, islice(batches, run["accum"]), args, run), done)
+        record = due(done, args.log_every, args.max_steps)
+        if record:
+            log_train(log, interval.send(done, lr, ddp), args, run)
+        if record or due(done, args.eval_every, args.max_steps) or due(done, args.ckpt_every, args.max_steps):
+            eval_and_save(done, args, run, raw, optimizer, log, interval.first_bad)
+            if interval.steps == 0:    # evaluation, checkpoints and log.json's writing are not training throughput
+                interval.t0 = time.time()
     if master:
-        save_log()
+        save_log(args, run, log)
         plot_log(log, os.path.join(args.out_dir, "loss.png"))
     if ddp:
         leave_process_group()
     return log
-
-
-def eta(seconds: float) -> str:
-    return f"{int(seconds // 3600)}:{int(seconds % 3600 // 60):02d}:{int(seconds % 60):02d}"
-
-
-def plot_log(log: dict, path: str) -> None:
-    plt, fig, ax = figure()
-    if log["train"]:
-        ax.plot([r["step"] for r in log["train"]], [r["loss"] for r in log["train"]], label="train")
-    if log["val"]:
-        ax.plot([r["step"] for r in log["val"]], [r["val_loss"] for r in log["val"]], "o-", label="validation")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss (nats/token)")
-    if log["train"] or log["val"]:
-        ax.legend()
-    save_figure(fig, path)
 
 
 # ----------------------------------------------------------------------------- command line

@@ -92,6 +92,27 @@ def test_writing_the_log_is_not_counted_as_training_time(data_dir, tmp_path, mon
     assert all(r["ms_per_step"] < 400 for r in log["train"]), log["train"]
 
 
+def test_logged_losses_are_their_steps_losses(data_dir, tmp_path):
+    """Each train record's loss is the mean of its steps' losses, recomputed here from the checkpoints: step s's
+    loss is the loss of checkpoint s - 1 on step s's windows (data.batch_offsets, sliced from train.bin here);
+    its lr is lr_at(s - 1). Records made every 2 steps, one read a step late, one at a checkpoint, one at the end."""
+    from model import load_checkpoint
+    log = run(data_dir, tmp_path, "--max_steps", "5", "--ckpt_every", "1", "--eval_every", "0", "--log_every", "2",
+              "--batch_size", "4", "--lr", "3e-3", "--warmup", "1")
+    tokens = data.load_data(data_dir)["train"]
+    losses = []
+    for step in range(5):
+        model = load_checkpoint(train.checkpoint_path(str(tmp_path), step))
+        rows = np.stack([tokens[o:o + 17].astype(np.int64) for o in data.batch_offsets(1234, step, len(tokens), 16, 4)])
+        with torch.no_grad():
+            losses.append(model(torch.from_numpy(rows[:, :-1]), torch.from_numpy(rows[:, 1:]))[1].item())
+    assert [r["step"] for r in log["train"]] == [2, 4, 5]
+    for r, steps in zip(log["train"], [(0, 1), (2, 3), (4,)]):
+        assert r["loss"] == pytest.approx(sum(losses[s] for s in steps) / len(steps), rel=1e-6)
+        assert r["lr"] == train.lr_at(steps[-1], 3e-3, 1e-4, 1, 5)
+    assert min(abs(a - b) for a, b in zip(losses, losses[1:])) > 1e-3     # records off by a step would not match
+
+
 def test_checkpoint_records_everything_and_rebuilds_the_model(data_dir, tmp_path):
     run(data_dir, tmp_path, "--max_steps", "2", "--eval_every", "0", "--init_seed", "3", "--embed_seed", "4",
         "--data_seed", "5", "--n_layer", "3")
