@@ -78,7 +78,7 @@ class TrainConfig:
     ckpt_every: int = setting(100, "checkpoint interval (every checkpoint is kept)", "int>=1")
     eval_every: int = setting(100, "validation interval (0 = never)", "int>=0")
     eval_sequences: int = setting(64, "validation windows of seq_len tokens", "int>=1")
-    log_every: int = setting(10, "log interval (0 = only at the end)", "int>=0")
+    log_every: int = setting(10, "train record interval: loss, lr, speed (0 = no train records)", "int>=0")
     device: str = setting("auto", DEVICE_HELP)
     dtype: Optional[str] = setting(None, "autocast dtype of the forward pass (weights and optimizer stay float32); "
                                    "default bfloat16 on CUDA, float32 elsewhere", choices=tuple(DTYPES))
@@ -159,12 +159,20 @@ def train_step(model, raw: GPT, optimizer, lr: float, batches, args, run: dict) 
 
 
 def micro_batches(args, run: dict, start: int):
-    """This rank's micro-batches (x, y) of steps start .. max_steps - 1, in order."""
+    """This rank's micro-batches (x, y) of steps start .. max_steps - 1, in order. Each is handed out only once the
+    one after it is fetched, as nanoGPT prefetches: on CUDA the next one's copy (pinned, non-blocking) runs while
+    the device works, and the next step's first micro-batch is on its way before this step's loss is read."""
     tokens, T, micro = run["data"]["train"], run["T"], run["micro"]
+    fetched = None
     for step in range(start, args.max_steps):
         offsets = batch_offsets(args.data_seed, step, len(tokens), T, args.batch_size, run["doc_len"])
         for m in range(run["accum"]):
-            yield get_batch(tokens, micro_offsets(offsets, m, run["rank"], run["world"], micro), T, run["device"])
+            batch = get_batch(tokens, micro_offsets(offsets, m, run["rank"], run["world"], micro), T, run["device"])
+            if fetched is not None:
+                yield fetched
+            fetched = batch
+    if fetched is not None:
+        yield fetched
 
 
 def train_flops_per_token(model: GPT, T: int) -> float:
@@ -369,6 +377,9 @@ def ensure(args: TrainConfig) -> dict:
 
 # ----------------------------------------------------------------------------- the log
 
+LOG_SECONDS = 5.0     # between evaluations and checkpoints, log.json is written again at most this often
+
+
 def due(step: int, every: int, max_steps: int) -> bool:
     """Whether what is done every `every` steps (0: never) is done after `step`: at its multiples and at the end."""
     return bool(every) and (step % every == 0 or step == max_steps)
@@ -390,19 +401,33 @@ class Interval:
         self.steps += 1
 
     def send(self, step: int, lr: float, ddp: bool) -> dict:
-        """The record of these steps, its values copied to the host (a sync), and a new interval begun."""
+        """The record of these steps on its way to the host, and a new interval begun (its clock is set when the
+        record is read). On CUDA the values are copied without waiting (into pinned memory) and an event marks
+        their arrival, so the loop reads the record a step late, with the next step queued behind it: the device
+        never idles while the host waits, prints and appends. On a CPU the values are there once computed, so
+        the record's time is taken here."""
         bad = first_bad_step(self.first_bad, ddp)
         if ddp:
             dist.all_reduce(self.loss_sum)
-        flight = dict(step=step, lr=lr, steps=self.steps, t0=self.t0, bad=bad.cpu(), loss_sum=self.loss_sum.cpu(),
-                      at=time.time())
+        cuda = bad.device.type == "cuda"
+        flight = dict(step=step, lr=lr, steps=self.steps, t0=self.t0, bad=bad.to("cpu", non_blocking=cuda),
+                      loss_sum=self.loss_sum.to("cpu", non_blocking=cuda), arrived=None)
+        if cuda:
+            flight["arrived"] = torch.cuda.Event()
+            flight["arrived"].record()
+        flight["at"] = time.time()
         self.loss_sum, self.steps = torch.zeros_like(self.loss_sum), 0
         return flight
 
 
 def log_train(log: dict, flight: dict, args, run: dict) -> float:
-    """Read a record sent by Interval.send: stop at a NaN/inf loss, else append the record to the log and print it."""
+    """Read a record sent by Interval.send: stop at a NaN/inf loss, else append the record to the log and print it.
+    Returns the time its last step was known done, where the next interval's clock starts unless the training
+    pauses in between."""
     at = flight["at"]
+    if flight["arrived"] is not None:
+        flight["arrived"].synchronize()    # waits for this record's own step only: the next one is queued behind it
+        at = time.time()
     stop_at_bad_loss(int(flight["bad"]), args.out_dir)
     steps, dt = flight["steps"], at - flight["t0"]
     loss = flight["loss_sum"].item() / steps / run["world"]
@@ -417,6 +442,7 @@ def log_train(log: dict, flight: dict, args, run: dict) -> float:
         print(f"step {flight['step']:>6} | loss {loss:.4f} | lr {flight['lr']:.2e} | {tok_s:,.0f} tok/s | "
               f"mfu {f'{100 * mfu:.1f}%' if mfu else 'n/a'} | {1000 * dt / steps:.1f} ms/step | "
               f"ETA {eta(dt / steps * (args.max_steps - flight['step']))}")
+    return at
 
 
 def validate(args, run: dict, raw: GPT, step: int, log: dict) -> None:
@@ -431,7 +457,9 @@ def validate(args, run: dict, raw: GPT, step: int, log: dict) -> None:
 
 
 def save_log(args, run: dict, log: dict) -> None:
-    """log.json: the records so far with the run's settings, seeds and provenance, written whole."""
+    """log.json: the records so far with the run's settings, seeds and provenance, written whole. Not at every
+    record: rewriting it (provenance, a JSON encode, an fsync) while the device waits would cost each step
+    milliseconds, more as the log grows; see eval_and_save and LOG_SECONDS for when it is written."""
     how = provenance(run["device"], run["autocast_dtype"], run["began"])    # this run's wall time, not the process's
     write_json(os.path.join(args.out_dir, "log.json"), dict(log, args=dataclasses.asdict(args), seeds=run["seeds"],
                                                             provenance=how))
@@ -567,18 +595,24 @@ def _train(args: TrainConfig, run: dict) -> dict:
         eval_and_save(0, args, run, raw, optimizer, log, interval.first_bad)   # the init: the root of the lineage
 
     batches = micro_batches(args, run, start)
-    interval.t0 = time.time()
+    flight = None                      # the last train record, on its way from the device (Interval.send)
+    interval.t0 = written = time.time()
     for step in range(start, args.max_steps):
         done = step + 1
         lr = lr_at(step, args.lr, args.min_lr, args.warmup, args.max_steps)
         interval.add(train_step(model, raw, optimizer, lr, islice(batches, run["accum"]), args, run), done)
-        record = due(done, args.log_every, args.max_steps)
-        if record:
-            log_train(log, interval.send(done, lr, ddp), args, run)
-        if record or due(done, args.eval_every, args.max_steps) or due(done, args.ckpt_every, args.max_steps):
+        if flight is not None:         # read a step late: by now this step is queued behind it on the device
+            interval.t0 = log_train(log, flight, args, run)
+        flight = interval.send(done, lr, ddp) if due(done, args.log_every, args.max_steps) else None
+        if (due(done, args.eval_every, args.max_steps) or due(done, args.ckpt_every, args.max_steps)
+                or (flight and master and time.time() - written >= LOG_SECONDS)):
+            if flight is not None:     # read at once: the device waits for what follows anyway
+                log_train(log, flight, args, run)
+                flight = None
             eval_and_save(done, args, run, raw, optimizer, log, interval.first_bad)
+            written = time.time()
             if interval.steps == 0:    # evaluation, checkpoints and log.json's writing are not training throughput
-                interval.t0 = time.time()
+                interval.t0 = written
     if master:
         save_log(args, run, log)
         plot_log(log, os.path.join(args.out_dir, "loss.png"))

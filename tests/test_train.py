@@ -78,8 +78,10 @@ def test_loss_falls_on_repeated_text(data_dir, tmp_path):
 
 def test_writing_the_log_is_not_counted_as_training_time(data_dir, tmp_path, monkeypatch):
     """tokens/s and ms/step time the steps alone: the log written after a record (a JSON file, fsynced) falls
-    outside the next record's clock, as checkpoints and evaluation do. Each write is made to take 0.5 s here; a
-    step of this model takes milliseconds, so a step that counted a write would take over 0.5 s."""
+    outside the next record's clock, as checkpoints and evaluation do, while the wall stamps hold it. Each write
+    is made to take 0.5 s here, and log.json is written at every record (LOG_SECONDS 0): the clock of each record
+    is then at least 0.5 s shorter than the wall time since the last one (however long a step takes on a busy
+    machine), where it would be longer had it counted the write."""
     import time
     write = train.write_json
 
@@ -87,9 +89,36 @@ def test_writing_the_log_is_not_counted_as_training_time(data_dir, tmp_path, mon
         time.sleep(0.5)
         write(path, obj)
     monkeypatch.setattr(train, "write_json", slow_write)
-    log = run(data_dir, tmp_path, "--max_steps", "3", "--eval_every", "0")
-    assert [r["step"] for r in log["train"]] == [1, 2, 3]
-    assert all(r["ms_per_step"] < 400 for r in log["train"]), log["train"]
+    monkeypatch.setattr(train, "LOG_SECONDS", 0.0)
+    log = run(data_dir, tmp_path, "--max_steps", "2", "--eval_every", "0")
+    assert [r["step"] for r in log["train"]] == [1, 2]
+    walls = [0.0] + [r["wall"] for r in log["train"]]      # each gap holds a write: after the init, after step 1
+    for r, gap in zip(log["train"], np.diff(walls)):
+        assert r["ms_per_step"] / 1000 < gap - 0.45, (log["train"], walls)
+
+
+def test_the_log_is_written_at_pauses_not_at_every_record(data_dir, tmp_path, monkeypatch):
+    """With --log_every 1, log.json is written before each checkpoint, after each evaluation, at the end and every
+    LOG_SECONDS, not at each record (rewriting the whole file while the device waits); each write is the whole log
+    so far, in order. Then, with LOG_SECONDS 0, once at every record as well."""
+    writes = []
+    write = train.write_json
+
+    def counted(path, obj):
+        if os.path.basename(path) == "log.json":
+            writes.append(([r["step"] for r in obj["train"]], [r["step"] for r in obj["val"]]))
+        write(path, obj)
+    monkeypatch.setattr(train, "write_json", counted)
+    monkeypatch.setattr(train, "LOG_SECONDS", 1e9)
+    log = run(data_dir, tmp_path / "a", "--max_steps", "8", "--ckpt_every", "4", "--eval_every", "6")
+    # at the init's evaluation and checkpoint, step 4's checkpoint, step 6's evaluation, step 8, the end
+    assert writes == [([], [0]), ([1, 2, 3, 4], [0]), ([1, 2, 3, 4, 5, 6], [0, 6]),
+                      ([*range(1, 9)], [0, 6, 8]), ([*range(1, 9)], [0, 6, 8])]
+    assert json.loads((tmp_path / "a" / "log.json").read_text())["train"] == log["train"]
+    writes.clear()
+    monkeypatch.setattr(train, "LOG_SECONDS", 0.0)
+    run(data_dir, tmp_path / "b", "--max_steps", "3", "--eval_every", "0")
+    assert writes == [([], []), ([1], []), ([1, 2], []), ([1, 2, 3], []), ([1, 2, 3], [])]
 
 
 def test_logged_losses_are_their_steps_losses(data_dir, tmp_path):
@@ -111,6 +140,28 @@ def test_logged_losses_are_their_steps_losses(data_dir, tmp_path):
         assert r["loss"] == pytest.approx(sum(losses[s] for s in steps) / len(steps), rel=1e-6)
         assert r["lr"] == train.lr_at(steps[-1], 3e-3, 1e-4, 1, 5)
     assert min(abs(a - b) for a, b in zip(losses, losses[1:])) > 1e-3     # records off by a step would not match
+
+
+def test_the_step_prefetches_and_reads_its_loss_a_step_late(data_dir, tmp_path, monkeypatch):
+    """The order of the trainer's work, recorded from inside it: a train record is read once the next step has run
+    (a step late), or at once where the training pauses anyway (a checkpoint, the end); either way the first
+    micro-batch of the step after the last one run is fetched before the record is read (nanoGPT's prefetch)."""
+    events = []
+    for name, what in (("get_batch", "fetch"), ("train_step", "step")):
+        real = getattr(train, name)
+        monkeypatch.setattr(train, name, lambda *a, real=real, what=what: (real(*a), events.append(what))[0])
+    log_train = train.log_train
+    monkeypatch.setattr(train, "log_train", lambda log, flight, *a: (events.append(flight["step"]),
+                                                                      log_train(log, flight, *a))[1])
+    run(data_dir, tmp_path, "--max_steps", "5", "--ckpt_every", "2", "--eval_every", "0", "--batch_size", "4",
+        "--micro_batch", "2")
+    reads = [e for e in events if isinstance(e, int)]
+    assert reads == [1, 2, 3, 4, 5]
+    for s in reads:
+        before = events[:events.index(s)]
+        ran = s if s % 2 == 0 or s == 5 else s + 1          # steps run before record s is read
+        assert before.count("step") == ran, (s, events)
+        assert before.count("fetch") == min(2 * ran + 1, 10), (s, events)     # two micro-batches a step
 
 
 def test_checkpoint_records_everything_and_rebuilds_the_model(data_dir, tmp_path):
@@ -148,6 +199,34 @@ def test_resume_is_bit_identical(data_dir, tmp_path):
     assert [r["step"] for r in log["train"]] == [1, 2, 3, 4, 5, 6]
     whole = json.load(open(tmp_path / "whole" / "log.json"))
     assert [r["loss"] for r in log["train"]] == [r["loss"] for r in whole["train"]]
+
+
+def test_a_run_killed_between_log_writes_resumes_to_the_whole_runs_log(data_dir, tmp_path, monkeypatch):
+    """Killed after step 5, two steps past the last write of log.json (at step 3's checkpoint): the log on disk
+    holds steps 1-3 (not the records of steps 4 and 5, made since), and --resume from step 3 makes the run's log
+    and weights exactly those of the run that was never stopped."""
+    flags = ["--max_steps", "7", "--ckpt_every", "3", "--eval_every", "0", "--batch_size", "4"]
+    monkeypatch.setattr(train, "LOG_SECONDS", 1e9)
+    whole = run(data_dir, tmp_path / "whole", *flags)
+    lr_at = train.lr_at
+
+    def killed_at_step_5(step, *a):
+        if step == 5:
+            raise KeyboardInterrupt
+        return lr_at(step, *a)
+    monkeypatch.setattr(train, "lr_at", killed_at_step_5)
+    with pytest.raises(KeyboardInterrupt):
+        run(data_dir, tmp_path / "cut", *flags)
+    monkeypatch.setattr(train, "lr_at", lr_at)
+    on_disk = json.loads((tmp_path / "cut" / "log.json").read_text())
+    assert [r["step"] for r in on_disk["train"]] == [1, 2, 3]
+    assert [s for s, _ in train.list_checkpoints(str(tmp_path / "cut"))] == [0, 3]
+    log = run(data_dir, tmp_path / "cut", *flags, "--resume")
+    assert [(r["step"], r["loss"], r["lr"]) for r in log["train"]] == [(r["step"], r["loss"], r["lr"])
+                                                                         for r in whole["train"]]
+    assert json.loads((tmp_path / "cut" / "log.json").read_text())["train"] == log["train"]
+    a, b = final_state(tmp_path / "whole"), final_state(tmp_path / "cut")
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
 
 
 def test_accumulated_micro_batches_equal_one_large_batch(data_dir, tmp_path):
