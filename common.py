@@ -522,6 +522,18 @@ class Progress:
                   f"{int(eta // 60)}:{int(eta % 60):02d})", file=sys.stderr, flush=True)
 
 
+def short_names(paths: list) -> list:
+    """Each path's shortest tail of components that no other path ends with, for a table's rows: seed0/ckpt_200.pt
+    and seed1/ckpt_200.pt, never ckpt_200.pt twice."""
+    parts = [os.path.normpath(p).split(os.sep) for p in paths]
+    names = []
+    for i, p in enumerate(parts):
+        k = next((k for k in range(1, len(p) + 1) if all(q[-k:] != p[-k:] for j, q in enumerate(parts) if j != i)),
+                 len(p))
+        names.append(os.sep.join(p[-k:]) or paths[i])      # os.sep.join keeps a leading root: /x/m, x/m
+    return names
+
+
 def print_table(rows: list, floats: str = "{:.4g}") -> None:
     """Print a list of dicts as aligned columns (the keys of the first row are the header)."""
     if not rows:

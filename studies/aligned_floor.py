@@ -4,8 +4,8 @@ studies/aligned_floor.py: does the aligned verdict test lineage, not shared data
 
 The aligned verdict matches B's coordinates to A's before testing. A match fit on held-out inputs finds the
 coordinate roles that any two models trained on the same data share, so its test counts only where the matched
-mean tau reaches a floor (seedprint.ALIGNED_TAU_FLOOR); a match fit on the whitened token tables counts where it
-is unmistakable (seedprint.TABLE_MATCH_R). This study fits the floor on one range of seeds and tests both on
+mean tau reaches a floor (align.ALIGNED_TAU_FLOOR); a match fit on the whitened token tables counts where it
+is unmistakable (align.TABLE_MATCH_R). This study fits the floor on one range of seeds and tests both on
 another, per condition (--conditions: GPT-2 vocabulary at widths 64 and 128 after 200 steps, bytes at width 128
 after 1,500), on LLaMA-style `tiny` models (context 64) trained from their own inits on the same data in the same
 order:
@@ -36,6 +36,7 @@ from common import (ArgumentParser, Distinct, Progress, check_output, flag_type,
                     resolve_device, run_script, seed_int, update_results)
 import numpy as np
 
+import align
 import data
 import seedprint
 from studies.lineage import (Lineage, add_lineage_flags, architecture, check_lineage_flags, checkpoints, corpus,
@@ -93,16 +94,16 @@ def condition_pairs(args, name: str, device: str) -> list:
             # a stress test of the table match, never the verdict's: the same match on the test tokens' rows,
             # which training moves (at bytes every one of them is in the training text)
             test_rows = [lineage.whitened_rows(m, 0, half) for m in (a, b)]
-            trained_fit = seedprint.table_match(*test_rows, signed=aligned.signed, whitened=True)[2]
+            trained_fit = align.table_match(*test_rows, signed=aligned.alignment.signed, whitened=True)[2]
             # the verdict had it had no tables: the match on held-out inputs
             A, B = (lineage.fingerprint_sets(m, meta["vocab_size"], ["test", "held_out"]) for m in (a, b))
-            match, sign, _ = seedprint.align_coordinates(A["held_out"], B["held_out"], signed=aligned.signed)
-            inputs = seedprint.permutation_verdict(A["test"], B["test"][:, match] * sign, args.k, args.rank_by,
+            match, sign, _ = align.align_coordinates(A["held_out"], B["held_out"], signed=aligned.alignment.signed)
+            inputs = seedprint.exact_verdict(A["test"], B["test"][:, match] * sign, args.k, args.rank_by,
                                                    args.set_mode)
             rows.append(dict(condition=name, split=split, kind=kind, related=steps is not None,
                              finetune_steps=steps, p_exact=exact.p, tau_exact=exact.mean_tau,
-                             p_aligned_test=aligned.p_aligned, tau_aligned=aligned.tau_aligned,
-                             moved=aligned.moved, matched_on=aligned.matched_on, table_fit=aligned.table_fit,
+                             p_aligned_test=aligned.alignment.p_aligned, tau_aligned=aligned.alignment.tau_aligned,
+                             moved=aligned.alignment.moved, matched_on=aligned.alignment.matched_on, table_fit=aligned.alignment.table_fit,
                              table_fit_test_rows=trained_fit, p_inputs=inputs.p, tau_inputs=inputs.mean_tau))
             bar.update()
     return rows
@@ -112,9 +113,9 @@ def aligned_summary(rows: list) -> dict:
     """The floor fit on the fit seeds (their unrelated pairs matched on held-out inputs, where the floor applies),
     then every rate on the test seeds: how often the token-table match was trusted, the exact verdict, the matched
     test alone (no floor, no exact test), and the aligned verdict with the fitted floor and with the verdict's own
-    (seedprint.ALIGNED_TAU_FLOOR); the table match's mean |r| per condition, on the rows it uses and on the
+    (align.ALIGNED_TAU_FLOOR); the table match's mean |r| per condition, on the rows it uses and on the
     trained rows of the test tokens."""
-    floor, alpha = seedprint.ALIGNED_TAU_FLOOR, seedprint.ALPHA
+    floor, alpha = align.ALIGNED_TAU_FLOOR, seedprint.ALPHA
     fit_unrelated = [r["tau_aligned"] for r in rows if r["split"] == "fit" and not r["related"]
                      and r["matched_on"] != "token table"]
     fitted = fit_floor(fit_unrelated)
@@ -161,7 +162,7 @@ def aligned_summary(rows: list) -> dict:
                 fits.append(dict(condition=cond, pairs=("related" if related else "unrelated") + f" ({len(rs)})",
                                  held_out_rows=f"{min(f):.3f}-{max(f):.3f}", test_rows=f"{min(t):.3f}-{max(t):.3f}"))
     print(f"the whitened token-table match's mean |r| (every seed), trusted from TABLE_MATCH_R "
-          f"{seedprint.TABLE_MATCH_R}: on the rows it uses, and on the test tokens' rows, which training moves (a "
+          f"{align.TABLE_MATCH_R}: on the rows it uses, and on the test tokens' rows, which training moves (a "
           f"stress test, not the verdict's):")
     print_table(fits)
     return dict(fitted_floor=fitted, floor=floor, table=table, by_length=curve, pairs=rows,

@@ -31,12 +31,12 @@ import torch
 
 import data
 import hf
-import seedprint
 import train
+from evidence import Options
 from studies.edits import (add_noise, extend_vocab, low_rank_update, merge, permute_mlp, permute_residual, prune,
                            quantize, rotate_residual)
-from studies.lineage import (Lineage, add_test_flags, base_corpus, check_base, checkpoints, fresh_init, released,
-                             test_options)
+from studies.lineage import (Lineage, Recipe, add_test_flags, base_corpus, check_base, check_k, checkpoints,
+                             fresh_init, released, test_options)
 
 
 def logit_change(a, b, vocab: int, seed: int = 0) -> float:
@@ -76,8 +76,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     test_options(args)
     config = check_base(args.base, args.seq_len)
-    if args.k != seedprint.Options().k:           # left at its default, k is capped at half the width
-        seedprint.check_k(args.k, [config.n_embd], "the width of --base")   # the width of every model tested
+    if args.k != Options().k:                     # left at its default, k is capped at half the width
+        check_k(args.k, [config.n_embd], "the width of --base")   # the width of every model tested
     hf.check_weights_finite(args.base)            # last: it reads every weight
     check_output(args.out)
     device = str(resolve_device(args.device))
@@ -97,7 +97,7 @@ def main(argv=None):
                               init_from=base_ckpt)
         continued = short_run(args, out, f"continued_{label[args.corpus2]}", texts[args.corpus2], device,
                               init_from=base_ckpt)
-        R = lambda name, make: seedprint.Recipe(f"{key}|{name}", make)
+        R = lambda name, make: Recipe(f"{key}|{name}", make)
         cases = [  # (name, truth, model, is the function supposed to be unchanged)
             ("int8 round trip (per row)", True, R("int8", lambda: quantize(base, 8)), False),
             ("int4 round trip (groups of 32)", True, R("int4g32", lambda: quantize(base, 4, 32)), False),
@@ -136,9 +136,9 @@ def main(argv=None):
             rows.append(dict(pair=f"base vs {name}", truth="related" if truth else "unrelated",
                              verdict="RELATED" if exact.related else "unrelated", p=exact.p, mean_tau=exact.mean_tau,
                              S=exact.n_identity, aligned="RELATED" if aligned.related else "unrelated",
-                             p_aligned=aligned.p, tau_aligned=aligned.tau_aligned,
-                             S_aligned=aligned.n_identity_aligned, moved=aligned.moved, matched_on=aligned.matched_on,
-                             table_fit=aligned.table_fit, logit_change=change, seconds=time.time() - t0))
+                             p_aligned=aligned.p, tau_aligned=aligned.alignment.tau_aligned,
+                             S_aligned=aligned.alignment.n_identity_aligned, moved=aligned.alignment.moved, matched_on=aligned.alignment.matched_on,
+                             table_fit=aligned.alignment.table_fit, logit_change=change, seconds=time.time() - t0))
             bar.update()
         print_table(rows, floats="{:.3g}")
         update_results(os.path.join(args.out, "results.json"), {"derivatives": rows}, device, args.dtype)

@@ -22,6 +22,7 @@ from common import (ArgumentParser, DTYPES, add_device_flags, check_dtype_runs, 
                     peak_flops, print_table, resolve_device, run_script, seed_int, update_results)
 import torch
 
+import evidence
 import seedprint
 from init import add_config_flags, build, config_from_flags
 from model import forward_flops
@@ -40,7 +41,7 @@ def main(argv=None):
     p.add_argument("--out", default="out/fingerprint_speed")
     args = p.parse_args(argv)
     config = config_from_flags(args)
-    seedprint.check_seq_len(args.seq_len, [config], [args.model])
+    evidence.check_models([config], [args.model], seq_len=args.seq_len)
     check_output(args.out)
     device = resolve_device(args.device)
     dtype_name = args.dtype or ("bfloat16" if device.type == "cuda" else "float32")

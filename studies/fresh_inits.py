@@ -26,6 +26,7 @@ from common import (ArgumentParser, Progress, check_output, flag_type, lock_dir,
                     resolve_device, run_script, seed_int, seed_range, update_results)
 import numpy as np
 
+import align
 import hf
 import seedprint
 from init import config_overrides
@@ -82,7 +83,7 @@ def main(argv=None):
         lineage = Lineage(args, args.out, device, vocab=config.vocab_size)
         bar = Progress(len(models), "inits fingerprinted", "models", every=0)
         for m in models:
-            lineage.fingerprint_sets(m, config.vocab_size, seedprint.SETS if args.align else ["exact"])
+            lineage.fingerprint_sets(m, config.vocab_size, align.SETS if args.align else ["exact"])
             bar.update()
         results = []
         for i in range(len(models)):
@@ -90,8 +91,8 @@ def main(argv=None):
                 r, aligned = lineage.pair(models[i], models[j], args.align)
                 row = dict(a=seeds[i], b=seeds[j], S=r.n_identity, mean_tau=r.mean_tau, z_perm=r.z_perm, p=r.p,
                            p_perm=r.p_perm, p_overlap=r.p_overlap, p_aligned=aligned.p if aligned else None,
-                           table_fit=aligned.table_fit if aligned else None,
-                           matched_on=aligned.matched_on if aligned else "")
+                           table_fit=aligned.alignment.table_fit if aligned else None,
+                           matched_on=aligned.alignment.matched_on if aligned else "")
                 results.append(dict(row, made_by=made_by(row)))
         tests = ("p", "p_perm", "p_overlap") + (("p_aligned",) if args.align else ())
         table = [dict(test=t, **rate_summary([r[t] for r in results], [])) for t in tests]

@@ -79,6 +79,7 @@ import numpy as np
 import torch
 
 import data
+import evidence
 import seedprint
 import train
 from init import build
@@ -674,11 +675,13 @@ def file_drift(run: Run) -> dict:
     files = {}
     for where, device in (("card", str(run.device)), ("cpu", "cpu")):
         for seed in (0, 1):
-            model = seedprint.Recipe(f"gpu_check|tiny|{seed}", lambda seed=seed: build(cfg, seed, seed), cfg)
             files[where, seed] = os.path.join(folder, f"{where}_seed{seed}.npz")
-            seedprint.write_fingerprint(files[where, seed], seedprint.make_fingerprint(
-                model, device=device, sequences=run.size["fingerprint"]["sequences"], seq_len=64, k=32))
-    verdict = lambda a, b: (lambda r: dict(related=r.related, p=r.p, tau=r.tau_aligned))(
+            if os.path.exists(files[where, seed]):        # this stage's own file of an earlier run: made anew
+                os.remove(files[where, seed])
+            evidence.write(files[where, seed], seedprint.make_fingerprint(
+                build(cfg, seed, seed).to(device), device=device, sequences=run.size["fingerprint"]["sequences"],
+                seq_len=64, k=32))
+    verdict = lambda a, b: (lambda r: dict(related=r.related, p=r.p, tau=r.alignment.tau_aligned))(
         seedprint.compare(files[a], files[b], align=True))
     return {"card seed 0 vs cpu seed 0": verdict(("card", 0), ("cpu", 0)),
             "card seed 0 vs card seed 1": verdict(("card", 0), ("card", 1)),

@@ -12,8 +12,9 @@ the study's --out, so a second run reuses every model and every fingerprint and 
     corpus(out, name, ...)         a named corpus or a text file, prepared once under out/data
     base_corpus(out, name, base)   the same, tokenized by a released model's tokenizer (--base)
     init_checkpoint(out, cfg, s)   a fresh init saved as a checkpoint (fingerprints are cached by file)
-    fresh_init(cfg, s)             the same, built in memory on demand (a seedprint.Recipe)
-    permuted(path, flip)           a model's copy in a permuted (signed) residual basis (a seedprint.Recipe)
+    fresh_init(cfg, s)             the same, built in memory on demand (a Recipe)
+    permuted(path, flip)           a model's copy in a permuted (signed) residual basis (a Recipe)
+    Recipe, cached_fingerprints    models built in code, and fingerprints cached on disk by model and options
     Lineage                        verdicts of pairs from cached fingerprints and token-table rows
     reference_tests(HA, HB, ...)   the SeedPrint reference implementation's tests, measured beside the verdict
     rate_summary(...)              a false-positive rate with its Clopper-Pearson interval, and the power
@@ -21,21 +22,27 @@ the study's --out, so a second run reuses every model and every fingerprint and 
 """
 import dataclasses
 import functools
+import hashlib
 import json
 import math
 import os
 import warnings
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 from common import add_device_flags, add_settings_flags, atomic_write, provenance, settings_given
-from model import GPTConfig, LLAMA_KNOBS, get_config, write_checkpoint
+from model import GPT, GPTConfig, LLAMA_KNOBS, get_config, write_checkpoint
 import numpy as np
 from scipy import stats
 import torch
 
+import align
 import data
+import evidence
 import hf
 import seedprint
 import train
+from evidence import Options
 from init import add_config_flags, build, config_overrides
 from studies.edits import permute_residual
 
@@ -69,7 +76,7 @@ def add_lineage_flags(parser, out: str, template: train.TrainConfig = TRAINING) 
 
 def add_test_flags(parser) -> None:
     """seedprint.py's flags for the test of each pair, and the device and dtype its fingerprints are made in."""
-    add_settings_flags(parser.add_argument_group("the test (seedprint.py's flags)"), seedprint.Options())
+    add_settings_flags(parser.add_argument_group("the test (seedprint.py's flags)"), Options())
     add_device_flags(parser, "load the models in this dtype for their fingerprints (default: as saved)")
 
 
@@ -83,9 +90,9 @@ def check_lineage_flags(args, models: dict = None, which: str = "the width (--n_
     made from them (studies.pruned's children)."""
     config = architecture(args)
     models = models or {"a model": config}
-    seedprint.check_seq_len(args.seq_len, list(models.values()), list(models))
-    if args.k != seedprint.Options().k:                 # left at its default, k is capped at half the width
-        seedprint.check_k(args.k, widths or [c.n_embd for c in models.values()], which)
+    evidence.check_models(list(models.values()), list(models), seq_len=args.seq_len)
+    if args.k != Options().k:                           # left at its default, k is capped at half the width
+        check_k(args.k, widths or [c.n_embd for c in models.values()], which)
     if hasattr(args, "max_steps"):
         training(args, "cpu")
     return config
@@ -100,9 +107,17 @@ def check_base(base: str, seq_len: int) -> GPTConfig:
         raise FileNotFoundError(f"--base {base}: a Hugging Face directory is wanted (config.json, *.safetensors, "
                                 f"tokenizer.json)")
     config = hf.read_config(base)
-    seedprint.check_seq_len(seq_len, [config], [base])
+    evidence.check_models([config], [base], seq_len=seq_len)
     data.get_tokenizer(base)
     return config
+
+
+def check_k(k: int, widths, which: str) -> None:
+    """A --k given to a study must fit the width of every model it tests (`which` names that width in the refusal):
+    the identity set is the k most extreme coordinates, at most half of them (evidence.check_models' rule, for widths
+    the study makes itself)."""
+    if k > min(widths) // 2:
+        raise ValueError(f"--k {k} is more than {which} {min(widths)} allows: at most half of it, {min(widths) // 2}")
 
 
 def base_corpus(out: str, name: str, base: str, data_from: str = None) -> str:
@@ -111,11 +126,11 @@ def base_corpus(out: str, name: str, base: str, data_from: str = None) -> str:
     return data.prepared([name], os.path.join(out, f"data_{data.corpus_label(name)}"), base, data_from)
 
 
-def released(path: str) -> seedprint.Recipe:
+def released(path: str) -> "Recipe":
     """A released model (--base) as the studies test it: in float32, the dtype its derivatives are made in, keyed on
     its files; each build a fresh load from disk (a Recipe's model is moved and cast by whoever fingerprints it)."""
-    key = "base:" + json.dumps(seedprint.weights_identity(path))
-    return seedprint.Recipe(key, lambda: hf.load(path, dtype=torch.float32).eval(), hf.read_config(path))
+    key = "base:" + json.dumps(weights_identity(path))
+    return Recipe(key, lambda: hf.load(path, dtype=torch.float32).eval(), hf.read_config(path))
 
 
 def architecture(args, **overrides) -> GPTConfig:
@@ -123,9 +138,9 @@ def architecture(args, **overrides) -> GPTConfig:
     return get_config(args.model, **{**LLAMA_KNOBS, **config_overrides(args), **overrides})
 
 
-def test_options(args) -> seedprint.Options:
-    """The test's flags (add_test_flags) as seedprint.Options."""
-    return seedprint.Options(**settings_given(args, seedprint.Options))
+def test_options(args) -> Options:
+    """The test's flags (add_test_flags) as Options."""
+    return Options(**settings_given(args, Options))
 
 
 # ----------------------------------------------------------------------------- data and models, each made once
@@ -171,22 +186,123 @@ def init_checkpoint(out: str, config: GPTConfig, seed: int, tokenizer: str) -> s
     return path
 
 
-def fresh_init(config: GPTConfig, seed: int) -> seedprint.Recipe:
+def fresh_init(config: GPTConfig, seed: int) -> "Recipe":
     """A fresh init of `config` from seed `seed`, built only where its fingerprints are not cached."""
     key = f"init|{json.dumps(dataclasses.asdict(config))}|{seed}"
-    return seedprint.Recipe(key, lambda: build(config, seed, seed), config)
+    return Recipe(key, lambda: build(config, seed, seed), config)
 
 
-def permuted(path: str, flip: float) -> seedprint.Recipe:
+def permuted(path: str, flip: float) -> "Recipe":
     """The model at `path` in a permuted residual basis, each coordinate negated with probability `flip`: the
     same function, the same lineage, other coordinates (studies.edits.permute_residual)."""
-    key = f"permuted{flip}|{json.dumps(seedprint.weights_identity(path))}"
-    return seedprint.Recipe(key, lambda: permute_residual(hf.load(path), 1, flip), hf.read_config(path))
+    key = f"permuted{flip}|{json.dumps(weights_identity(path))}"
+    return Recipe(key, lambda: permute_residual(hf.load(path), 1, flip), hf.read_config(path))
 
 
 def sign_flip(path: str) -> float:
     """The chance of a sign flip in permuted(): 0.5 where a sign flip keeps the model's function, else 0."""
-    return 0.5 if seedprint.signs_keep_function(hf.read_config(path)) else 0.0
+    return 0.5 if align.signs_keep_function(hf.read_config(path)) else 0.0
+
+
+# ----------------------------------------------------------------------------- fingerprints cached on disk
+# A study tests the same models in many pairs and runs: each model is fingerprinted once per input set and options,
+# cached under out/fingerprints, keyed on the identity of its weights (its files' path, size and mtime, or how a
+# model built in code is made) and on every option, the device and dtype included.
+
+@dataclass
+class Recipe:
+    """A model built in code (a derivative, a fresh init): fingerprinted under a cache key that names how it is
+    made, and built only when that key is not cached. build returns a model of its own, never one its caller keeps
+    using: cached_fingerprints moves and casts it in place (to the device and dtype asked for)."""
+    key: str
+    build: Callable[[], GPT]
+    config: Optional[GPTConfig] = None     # its architecture, where known without building it (None: unknown)
+
+
+def weights_identity(path: str) -> list:
+    """What the weights at `path` are, as far as the file system tells: path, size and mtime of a checkpoint file,
+    or of config.json and every weight file of a Hugging Face directory."""
+    if os.path.isfile(path):
+        files = [path]
+    else:
+        files = sorted(os.path.join(path, f) for f in os.listdir(path)
+                       if f in ("config.json", "model.safetensors.index.json") or f.endswith(".safetensors"))
+    return [[os.path.abspath(f), os.path.getsize(f), os.stat(f).st_mtime_ns] for f in files]
+
+
+def config_of(m) -> Optional[GPTConfig]:
+    """The config of a path, a Recipe that names it or a GPT; None for a Recipe that does not."""
+    return hf.read_config(m) if isinstance(m, str) else m.config
+
+
+def cached_fingerprints(m, cache_dir: str, device, dtype: str, options: dict, sets: dict) -> dict:
+    """{name: m's fingerprint (seedprint.fingerprint) on the options updated by sets[name]}: m a path, a Recipe or a
+    GPT. Paths and recipes are read from the cache under cache_dir (None: none) where made before; the model is
+    loaded (or built) once for the
+    rest, and the new fingerprints are written only once all are made: a run that fails on one writes nothing."""
+    identity = weights_identity(m) if isinstance(m, str) else m.key if isinstance(m, Recipe) else None
+    out, new, model = {}, [], m if isinstance(m, GPT) else None
+    for name, s in sets.items():
+        opts = dict(options, **s)
+        key = json.dumps(dict(weights=identity, device=str(device), dtype=str(dtype), options=opts,
+                              autocast="bf16" if str(device).startswith("cuda") else None, version=4), sort_keys=True)
+        file = os.path.join(cache_dir, hashlib.sha256(key.encode()).hexdigest()[:20] + ".npz") \
+            if cache_dir and identity is not None else None
+        if file and os.path.isfile(file):
+            out[name] = np.load(file)["H"]
+            continue
+        if model is None:
+            torch_dtype = getattr(torch, dtype) if dtype else None
+            model = m.build().to(device, torch_dtype) if isinstance(m, Recipe) else hf.load(m, device, torch_dtype)
+            model.eval()
+        out[name] = seedprint.fingerprint(model, name=m if isinstance(m, str) else getattr(m, "key", "a model"),
+                                          progress=isinstance(m, str), **opts)
+        if file:
+            new.append((file, out[name], key))
+    for file, H, key in new:
+        def save(tmp, H=H, key=key):
+            with open(tmp, "wb") as fh:
+                np.savez(fh, H=H, key=key)
+        atomic_write(file, save)
+    return out
+
+
+def fingerprint_file(m, cache_dir: str, device, dtype: str, options: dict, names=align.SETS) -> evidence.Fingerprint:
+    """m (a path or a Recipe) as seedprint.py --save makes its fingerprint file, its fingerprints from the cache: for
+    a study that registers and searches many models. options: Options.recorded()'s (vocab: the model's own); names:
+    the input sets made (a suspect searched, not written, needs only those its verdict reads)."""
+    config, options = config_of(m) or m.build().config, dict(Options().recorded(), **options)
+    vocab = options.get("vocab") or config.vocab_size
+    inputs = {k: v for k, v in options.items() if k not in ("k", "rank_by", "set_mode")}
+    every = align.input_sets(vocab, options["seed"])
+    H = cached_fingerprints(m, cache_dir, device, dtype, dict(inputs, vocab=vocab), {n: every[n] for n in names})
+    weights = dict(recipe=m.key) if isinstance(m, Recipe) else evidence.weights_record(m, file_digests(m))
+    return evidence.Fingerprint(H, token_rows(m, vocab // 2, vocab), dict(options, vocab=vocab),
+                                dataclasses.asdict(config), weights, evidence.made(device, dtype),
+                                path=m if isinstance(m, str) else m.key)
+
+
+def file_digests(path: str) -> dict:
+    """Each weight file's size and sha256, as hf.load(digests=...) records them, read apart (the studies' models are
+    small; seedprint.py takes them on the load's own read)."""
+    stored = hf.read(path)
+    stored.close()
+    files = [stored.path] if stored.checkpoint is not None else list(stored.shards)
+    digests = {}
+    for f in files:
+        with open(f, "rb") as fh:
+            digests[os.path.relpath(f, path) if os.path.isdir(path) else os.path.basename(f)] = dict(
+                bytes=os.path.getsize(f), sha256=hashlib.file_digest(fh, "sha256").hexdigest())
+    return digests
+
+
+def token_rows(m, lo: int, hi: int):
+    """Rows [lo, hi) of a model's token table, float32 (rows x d): a path's read alone (hf.token_rows), a Recipe's
+    or a GPT's from the model."""
+    if isinstance(m, str):
+        return hf.token_rows(m, lo, hi)
+    table = (m if isinstance(m, GPT) else m.build()).transformer.wte.weight
+    return table[lo:hi].detach().float().cpu().numpy()
 
 
 # ----------------------------------------------------------------------------- verdicts of pairs
@@ -201,37 +317,35 @@ class Lineage:
         self.cache = os.path.join(out, "fingerprints")
         self.device, self.dtype, self.vocab = device, args.dtype, vocab
         self.inputs = test_options(args).recorded()
-        self.test = {key: self.inputs.pop(key) for key in seedprint.STATISTIC}
+        self.test = {key: self.inputs.pop(key) for key in ("k", "rank_by", "set_mode")}
         self.rows, self.rows_kept = {}, rows_kept
 
     def bound(self, *models) -> int:
         """The token ids' bound of a pair: self.vocab, else their smaller vocabulary."""
         if self.vocab:
             return self.vocab
-        return min((seedprint.config_of(m) or m.build().config).vocab_size for m in models)
+        return min((config_of(m) or m.build().config).vocab_size for m in models)
 
-    def fingerprint_sets(self, m, vocab: int, names=seedprint.SETS) -> dict:
-        """{name: m's fingerprint on that input set} for each name given of seedprint.SETS (input_sets): the exact
+    def fingerprint_sets(self, m, vocab: int, names=align.SETS) -> dict:
+        """{name: m's fingerprint on that input set} for each name given of align.SETS (align.input_sets): the exact
         verdict's inputs, the aligned verdict's test and held-out (alignment) inputs."""
-        if not names:                    # fingerprint_all, given no set, would make the exact one
-            return {}
-        every = seedprint.input_sets(vocab, self.inputs["seed"])
-        return seedprint.fingerprint_all([m], self.cache, self.device, self.dtype, dict(self.inputs, vocab=vocab),
-                                         {name: every[name] for name in names})[0]
+        every = align.input_sets(vocab, self.inputs["seed"])
+        return cached_fingerprints(m, self.cache, self.device, self.dtype, dict(self.inputs, vocab=vocab),
+                                   {name: every[name] for name in names})
 
     def exact_fingerprint(self, m, vocab: int) -> np.ndarray:
         """m's fingerprint on the exact verdict's inputs."""
         return self.fingerprint_sets(m, vocab, ["exact"])["exact"]
 
     def whitened_rows(self, m, lo: int, hi: int):
-        """Rows [lo, hi) of m's token table (seedprint.token_rows), whitened (seedprint.whitened_table, as
-        table_match takes them with whitened=True; None where they cannot be), kept for the next pairs (the last
-        rows_kept models): a model is matched in many pairs, its table read and whitened once."""
-        key = json.dumps([seedprint.weights_identity(m) if isinstance(m, str) else m.key, lo, hi])
+        """Rows [lo, hi) of m's token table (token_rows), whitened (align.whitened_table, as table_match takes them
+        with whitened=True; None where they cannot be), kept for the next pairs (the last rows_kept models): a model
+        is matched in many pairs, its table read and whitened once."""
+        key = json.dumps([weights_identity(m) if isinstance(m, str) else m.key, lo, hi])
         if key not in self.rows:
             if len(self.rows) >= self.rows_kept:
                 self.rows.pop(next(iter(self.rows)))
-            self.rows[key] = seedprint.whitened_table(seedprint.token_rows(m, lo, hi))
+            self.rows[key] = align.whitened_table(token_rows(m, lo, hi))
         return self.rows[key]
 
     def pair(self, a, b, aligned: bool = True) -> tuple:
@@ -240,17 +354,17 @@ class Lineage:
         vocab = self.bound(a, b)
         # the widths from the configs, before any fingerprint: a pair of two widths has no exact test, so its exact
         # set is never made; a model of unknown config (a Recipe that names none) shows its width in that set
-        configs = [seedprint.config_of(m) for m in (a, b)]
+        configs = [config_of(m) for m in (a, b)]
         widths = None if None in configs else [c.n_embd for c in configs]
-        names = ([] if seedprint.two_widths(widths) else ["exact"]) + (["test", "held_out"] if aligned else [])
+        names = ([] if align.two_widths(widths) else ["exact"]) + (["test", "held_out"] if aligned else [])
         A, B = (self.fingerprint_sets(m, vocab, names) for m in (a, b))
-        one_width = not seedprint.two_widths(widths or [A["exact"].shape[1], B["exact"].shape[1]])
+        one_width = not align.two_widths(widths or [A["exact"].shape[1], B["exact"].shape[1]])
         exact = seedprint.seedprint_test(A["exact"], B["exact"], **self.test) if one_width else None
         if not aligned:
             return exact, None
-        signed = seedprint.signs_keep_function(seedprint.config_of(a), seedprint.config_of(b))
+        signed = align.signs_keep_function(*configs)
         tables = [self.whitened_rows(m, vocab // 2, vocab) for m in (a, b)]
-        matched = seedprint.seedprint_test(A["test"], B["test"], **self.test, align=(A["held_out"], B["held_out"]),
+        matched = seedprint.seedprint_test(A["test"], B["test"], **self.test, held_out=(A["held_out"], B["held_out"]),
                                            signed=signed, tables=tables, whitened=True)
         return exact, matched
 

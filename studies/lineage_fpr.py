@@ -108,8 +108,8 @@ def main(argv=None):
             results.append(dict(kind=kind, related=truth, permuted=kind.endswith("permuted"), S=r.n_identity,
                                 mean_tau=r.mean_tau, p=r.p, p_perm=r.p_perm, p_overlap=r.p_overlap,
                                 p_base=other.p if args.set_mode == "coset" else r.p, **reference,
-                                p_aligned=aligned.p, p_matched=aligned.p_aligned, tau_aligned=aligned.tau_aligned,
-                                moved=aligned.moved, matched_on=aligned.matched_on, table_fit=aligned.table_fit))
+                                p_aligned=aligned.p, p_matched=aligned.alignment.p_aligned, tau_aligned=aligned.alignment.tau_aligned,
+                                moved=aligned.alignment.moved, matched_on=aligned.alignment.matched_on, table_fit=aligned.alignment.table_fit))
             bar.update()
 
         # rates, kind by kind

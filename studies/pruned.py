@@ -35,13 +35,13 @@ from model import GPTConfig, write_checkpoint
 import numpy as np
 import torch
 
+import align
 import data
 import hf
-import seedprint
 from studies.edits import layers_dropped, prune_depth, prune_width, residual_importance, width_kept
 from studies.lineage import (TRAINING, TRAINING_FLAGS, Lineage, add_lineage_flags, architecture, base_corpus,
-                             check_base, check_lineage_flags, checkpoints, corpus, fit_floor, fresh_init, rate,
-                             released, trained, training)
+                             check_base, check_k, check_lineage_flags, checkpoints, corpus, fit_floor, fresh_init,
+                             rate, released, trained, training, weights_identity)
 
 KINDS = {"width 25%": ("width", 0.25), "width 50%": ("width", 0.5), "depth 25%": ("depth", 0.25)}
 
@@ -107,24 +107,24 @@ def calibration_tokens(directory: str, T: int, n: int = 32) -> torch.Tensor:
 def row(lineage: Lineage, a, b, kind: str, related: bool, label: str) -> dict:
     """One pair's verdicts: the exact one where the widths agree, the aligned (or, two widths, matched) one."""
     exact, aligned = lineage.pair(a, b)
-    return dict(pair=label, kind=kind, related=related, widths=list(aligned.widths),
-                p_exact=exact.p if exact else None, p=aligned.p, tau=aligned.tau_aligned,
-                matched_on=aligned.matched_on, table_fit=aligned.table_fit,
+    return dict(pair=label, kind=kind, related=related, widths=list(aligned.alignment.widths),
+                p_exact=exact.p if exact else None, p=aligned.p, tau=aligned.alignment.tau_aligned,
+                matched_on=aligned.alignment.matched_on, table_fit=aligned.alignment.table_fit,
                 called=bool(aligned.related), called_exact=bool(exact.related) if exact else None)
 
 
 def fitted_floor(rows: list):
-    """The partial match's floor these pairs call for (fit_floor, how seedprint.PARTIAL_TAU_FLOOR was fit): from the
+    """The partial match's floor these pairs call for (fit_floor, how align.PARTIAL_TAU_FLOOR was fit): from the
     unrelated pairs of unequal widths matched on held-out inputs."""
-    return fit_floor([r["tau"] for r in rows if not r["related"] and seedprint.two_widths(r["widths"])
+    return fit_floor([r["tau"] for r in rows if not r["related"] and align.two_widths(r["widths"])
                       and r["matched_on"] == "held-out inputs"])
 
 
 # The pairs pooled across kinds, as the README and docs/seedprint.md quote the rates: the power, and the
 # false-positive rate of the matched verdict (two widths) apart from the exact and aligned ones (one width).
 POOLED = {"related, all kinds": lambda r: r["related"],
-          "unrelated, two widths": lambda r: not r["related"] and seedprint.two_widths(r["widths"]),
-          "unrelated, one width": lambda r: not r["related"] and not seedprint.two_widths(r["widths"])}
+          "unrelated, two widths": lambda r: not r["related"] and align.two_widths(r["widths"]),
+          "unrelated, one width": lambda r: not r["related"] and not align.two_widths(r["widths"])}
 
 
 def summary(rows: list) -> list:
@@ -153,7 +153,7 @@ def tiny(args, config: GPTConfig, device: str) -> list:
     tokens = calibration_tokens(text, args.seq_len)
     children = {}
     for s, path in parents.items():
-        cuts = cut_files(lambda path=path: hf.load(path), seedprint.weights_identity(path), tokens,
+        cuts = cut_files(lambda path=path: hf.load(path), weights_identity(path), tokens,
                          os.path.join(args.out, "cuts"), f"seed{s}_", s, meta["tokenizer"])
         for kind, (name, start) in cuts.items():         # a child's run is named by its cut: a new cut, a new run
             children[s, kind] = checkpoints(trained(template, args.out, name, s, text2, steps=args.child_steps,
@@ -227,7 +227,7 @@ def main(argv=None):
         check_cuts(p, config, f"--base {args.base} (width {config.n_embd})",
                    f"--base {args.base} ({config.n_layer} layers)")
         if args.k != p.get_default("k"):         # left at its default, k is capped at half the width
-            seedprint.check_k(args.k, child_widths(config).values(), "the narrowest child's width")
+            check_k(args.k, child_widths(config).values(), "the narrowest child's width")
         hf.check_weights_finite(args.base)        # last: it reads every weight
     else:
         config = architecture(args)
@@ -252,8 +252,8 @@ def main(argv=None):
                          "are two fresh inits, too few to calibrate on (the floor is fit on the tiny study's)")
         else:
             floor = dict(fitted_floor=fitted_floor(rows))
-            print(f"the floor these pairs call for: {floor['fitted_floor']} (seedprint.PARTIAL_TAU_FLOOR "
-                  f"{seedprint.PARTIAL_TAU_FLOOR})")
+            print(f"the floor these pairs call for: {floor['fitted_floor']} (align.PARTIAL_TAU_FLOOR "
+                  f"{align.PARTIAL_TAU_FLOOR})")
         update_results(os.path.join(args.out, "results.json"),
                        {"pruned_base" if args.base else "pruned": dict(table=table, pairs=rows, **floor,
                                                                        seconds=time.time() - t0)},

@@ -26,26 +26,27 @@ from common import (ArgumentParser, DTYPES, Distinct, Progress, check_dtype_runs
 import numpy as np
 
 import data
+import evidence
 import seedprint
-from studies.lineage import (add_lineage_flags, architecture, check_lineage_flags, checkpoints, corpus, fresh_init,
-                             permuted, rate, sign_flip, test_options, trained, training)
+from studies.lineage import (add_lineage_flags, architecture, check_lineage_flags, checkpoints, corpus,
+                             fingerprint_file, fresh_init, permuted, rate, sign_flip, test_options, trained, training)
 
 
 def register(models: dict, folder: str, options: dict, device: str, dtype: str = None, cache: str = None) -> list:
-    """The fingerprint file of each model (name -> path or Recipe) in `folder`, made once: a file there already is
-    reused only where it was made of the same weights with the same options, on the same device in the same dtype
-    (another run's file is made anew). Its fingerprints come from the fingerprint cache `cache` where it holds them
-    (a model the study fingerprinted already)."""
+    """The fingerprint file of each model (name -> path or Recipe) in `folder`, made once (fingerprint_file, its
+    fingerprints from the study's cache `cache`): a file there already is reused only where it was made of the same
+    weights with the same options, on the same device in the same dtype (another run's file is made anew)."""
     os.makedirs(folder, exist_ok=True)
     files = []
     for name, m in models.items():
         path = os.path.join(folder, f"{name}.npz")
-        old = seedprint.read_fingerprint(path) if os.path.isfile(path) else None
-        if old is None or old.weights != seedprint.weights_record(m) or any(
-                old.options[k] != v for k, v in options.items()) or old.provenance.get("dtype") != dtype \
-                or old.provenance.get("device") != str(device):     # a GPU fingerprints under bf16 autocast
-            seedprint.write_fingerprint(path, seedprint.make_fingerprint(m, cache_dir=cache, device=device,
-                                                                         dtype=dtype, **options))
+        fp = fingerprint_file(m, cache, device, dtype, options)
+        old = evidence.read(path) if os.path.isfile(path) else None
+        if old is None or old.weights != fp.weights or any(old.options[k] != v for k, v in fp.options.items()) \
+                or old.provenance.get("dtype") != dtype or old.provenance.get("device") != str(device):
+            if old is not None:                 # a GPU fingerprints under bf16 autocast: another file
+                os.remove(path)
+            evidence.write(path, fp)
         files.append(path)
     return files
 
@@ -118,11 +119,12 @@ def main(argv=None):
         suspects += [(f"base {s} continued, permuted", "related: continued, basis permuted", i,
                       permuted(child(s, 1), flip)) for i, s in enumerate(args.bases)]
         bar = Progress(len(suspects), "suspects searched", "suspects")
+        needed = ["test", "held_out"] if args.align else ["exact"]         # the input sets a suspect's verdicts read
         trials, found = [], {}
         for label, kind, base, m in suspects:
-            res = seedprint.search(m, files, cache_dir=cache, device=device, dtype=args.dtype, align=args.align,
-                                   **options)
-            found[label] = res                  # against the bf16 files below, each suspect is searched once more
+            m = fingerprint_file(m, cache, device, args.dtype, options, needed)    # each suspect fingerprinted once
+            res = seedprint.search(m, files, device=device, dtype=args.dtype, align=args.align)
+            found[label] = (m, res)             # against the bf16 files below, each suspect is searched once more
             right = res["answer"] == "none" if base is None else res["answer"] == "derives from" and res["base"] == base
             trials.append(dict(suspect=label, kind=kind, related=base is not None, answer=res["answer"],
                                named=res["base"], right=bool(right), smallest_p=min(r.p for r in res["results"])))
@@ -133,21 +135,20 @@ def main(argv=None):
         twice_files = register({f"base{s}": bases[s], f"base{s}_child1": child(s, 1),
                                 **{f"base{b}": bases[b] for b in args.bases[1:3]}}, twice_folder, options, device,
                                args.dtype, cache)
-        twice = seedprint.search(child(s, 2), twice_files, cache_dir=cache, device=device, dtype=args.dtype,
-                                 align=args.align, **options)
+        twice = seedprint.search(fingerprint_file(child(s, 2), cache, device, args.dtype, options, needed), twice_files,
+                                 device=device, dtype=args.dtype, align=args.align)
         # the same registry made in bfloat16 (as a GPU makes its files) against the one above (float32: the study's
         # models are saved in it, unless --dtype says otherwise), suspect by suspect
         bf16 = register({f"base{s}": path for s, path in bases.items()}, os.path.join(args.out, "registry_bf16"),
-                        options, device, dtype="bfloat16")      # no cache: it holds --dtype's fingerprints alone
+                        options, device, "bfloat16")    # no cache: it holds --dtype's fingerprints alone
         drift = []
         for label, kind, base, m in suspects[::4]:
-            a = found[label]
-            b = seedprint.search(m, bf16, cache_dir=cache, device=device, dtype=args.dtype, align=args.align, **options)
+            fp, a = found[label]
+            b = seedprint.search(fp, bf16, device=device, dtype=args.dtype, align=args.align)
+            tau = lambda r: r.mean_tau if r.alignment is None else r.alignment.tau_aligned
             for ra, rb in zip(a["results"], b["results"]):
                 drift.append(dict(p=abs(np.log10(max(ra.p_raw, 1e-300)) - np.log10(max(rb.p_raw, 1e-300))),
-                                  tau=abs((ra.tau_aligned if ra.aligned else ra.mean_tau) -
-                                          (rb.tau_aligned if rb.aligned else rb.mean_tau)),
-                                  flipped=ra.related != rb.related))
+                                  tau=abs(tau(ra) - tau(rb)), flipped=ra.related != rb.related))
         table = rates(trials)
         print_table(table)
         print(f"a lineage registered twice: {twice['answer']}, related to {len(twice['related'])} bases, one lineage: "

@@ -93,13 +93,13 @@ def files(tmp_path_factory):
         cfg = get_config("tiny", **{**dict(n_layer=2, n_embd=32, n_head=2, block_size=64, vocab_size=256), **knobs})
         write_checkpoint(str(root / f"{name}.pt"), build(cfg, 0))
         f[name] = root / f"{name}.pt"
+    import evidence
     import seedprint
     f["reg"], f["reg_empty"] = root / "reg", root / "reg_empty"
     f["reg_empty"].mkdir()
     f["fp"], f["fp_other"] = f["reg"] / "base.npz", root / "other.npz"
-    seedprint.write_fingerprint(str(f["fp"]), seedprint.make_fingerprint(str(f["ckpt"]), sequences=20, seq_len=8))
-    seedprint.write_fingerprint(str(f["fp_other"]), seedprint.make_fingerprint(str(f["ckpt"]), sequences=20,
-                                                                              seq_len=4))
+    evidence.write(str(f["fp"]), seedprint.make_fingerprint(str(f["ckpt"]), sequences=20, seq_len=8))
+    evidence.write(str(f["fp_other"]), seedprint.make_fingerprint(str(f["ckpt"]), sequences=20, seq_len=4))
     f["fp_nan"] = root / "fp_nan.npz"        # whole (its sha256 computed again), but NaN: refused, never "unrelated"
     forge_fingerprint(f["fp"], f["fp_nan"], edit_arrays=lambda a: a["exact"].fill(np.nan))
     np.savez(root / "foreign.npz", H=np.zeros(3))
@@ -291,11 +291,6 @@ CASES = [
     ("sink", ["{ckpt}", "--k", "4"], "--k would do nothing without --exp interventions"),
     ("sink", ["{ckpt}", "--mu", "sequence", "--lambdas", "2"], "--lambdas, --mu would do nothing without --exp"),
     ("sink", ["{ckpt}", "--tokenizer", "bytes"], "--tokenizer would do nothing without --text"),
-    # an --exp that moved to a study names its new command, whatever the rest of the old command line
-    ("seedprint", ["--exp", "fpr", "--n_embd", "128", "--fpr_inits", "20"], "run python -m studies.lineage_fpr"),
-    ("seedprint", ["--exp=aligned"], "run python -m studies.aligned_floor"),
-    ("sink", ["--exp", "testbed", "--variants", "baseline"], "run python -m studies.sink_testbed"),
-    ("probe", ["--exp", "contraction", "bench"], "run python -m studies.probe_bench"),
     ("train", ["--data", "{missing}", "--out_dir", "OUT"], "no prepared data"),
     ("train", ["--data", "{text}", "--out_dir", "OUT"], "a file, not a directory"),
     ("train", ["--data", "{broken_meta}", "--out_dir", "OUT"], "meta.json lacks valid vocab_size"),

@@ -10,6 +10,7 @@ import pytest
 import torch
 from scipy import stats
 
+import align
 import seedprint
 from init import build
 from model import LLAMA_KNOBS, get_config
@@ -18,7 +19,7 @@ from studies.edits import (add_noise, extend_vocab, low_rank_update, merge, perm
                            quantize, rotate_residual)
 from studies.seedprint_tables import biased_dims, dimension_correlations, ics, intrinsic, pcs, reef
 from studies.fresh_inits import permutation_p_monte_carlo
-from studies.lineage import clopper_pearson, null_taus
+from studies.lineage import clopper_pearson, null_taus, weights_identity
 
 
 def test_clopper_pearson_against_its_closed_forms():
@@ -252,10 +253,10 @@ def test_the_calibration_on_fresh_inits_end_to_end(tmp_path, monkeypatch):
     tables = {s: svd_white(build(cfg, s, s).transformer.wte.weight[64:].detach().double().numpy())
               for s in range(100, 105)}
     for r in res["pairs"]:             # each pair's table match: the whitened rows' correlations, column by column
-        match = seedprint.table_match(tables[r["a"]], tables[r["b"]])[0]
+        match = align.table_match(tables[r["a"]], tables[r["b"]])[0]
         naive = [abs(np.corrcoef(tables[r["a"]][:, j], tables[r["b"]][:, match[j]])[0, 1]) for j in range(32)]
         assert r["table_fit"] == pytest.approx(np.mean(naive), rel=1e-5)
-        assert r["table_fit"] < seedprint.TABLE_MATCH_R
+        assert r["table_fit"] < align.TABLE_MATCH_R
 
 
 def test_speed_times_one_fingerprint_of_a_fresh_preset(tmp_path):
@@ -292,7 +293,7 @@ def test_aligned_summary_fits_the_floor_on_the_fit_seeds_and_counts_the_test_see
     for r in rows:                     # the inputs-only match: the one used where no table match is trusted
         r.update(p_inputs=r["p_aligned_test"], tau_inputs=r["tau_aligned"]) if r["matched_on"] != "token table" \
             else r.update(p_inputs=0.5, tau_inputs=0.01)
-    monkeypatch.setattr(seedprint, "ALIGNED_TAU_FLOOR", 0.1)
+    monkeypatch.setattr(align, "ALIGNED_TAU_FLOOR", 0.1)
     res = aligned_floor.aligned_summary(rows)
     assert res["fitted_floor"] == 0.07                                      # ceil(2 x 0.031, 0.01)
     counts = {row["verdict"].split(" (")[0].split(" 0")[0]: (row["k1"], row["k3"]) for row in res["table"]}
@@ -355,7 +356,7 @@ def test_the_aligned_floor_study_fits_on_one_range_of_seeds_and_finds_every_line
     test = [r for r in res["pairs"] if r["split"] == "test"]
     related = [r for r in test if r["related"]]
     assert len(related) == 2 * (2 + 2)                 # 2 inits and 2 continuation lengths, each also permuted
-    floor = seedprint.ALIGNED_TAU_FLOOR
+    floor = align.ALIGNED_TAU_FLOOR
     for r in related:
         counted = r["matched_on"] == "token table" or r["tau_aligned"] >= floor
         assert counted and 2 * min(r["p_exact"], r["p_aligned_test"]) < seedprint.ALPHA, r["kind"]
@@ -406,7 +407,7 @@ def test_a_released_base_is_fingerprinted_from_a_load_of_its_own(tmp_path):
     Recipe's model in place, so each build is a fresh float32 load: fingerprinting in bf16 leaves the copy the study
     keeps (to make its derivatives, to compare logits) as it was, and its fingerprint is the bf16 model's."""
     from model import write_checkpoint
-    from studies.lineage import released
+    from studies.lineage import cached_fingerprints, released, weights_identity
     path = str(tmp_path / "base.pt")
     model = build(get_config("tiny", n_layer=2), 0, 0)
     write_checkpoint(path, model)
@@ -414,10 +415,10 @@ def test_a_released_base_is_fingerprinted_from_a_load_of_its_own(tmp_path):
     kept = base.build()
     before = {n: p.clone() for n, p in kept.named_parameters()}
     options = dict(sequences=16, seq_len=8)
-    H = seedprint.fingerprint_all([base], None, "cpu", "bfloat16", options)[0][0]
+    H = cached_fingerprints(base, str(tmp_path / "cache"), "cpu", "bfloat16", options, dict(exact={}))["exact"]
     assert all(p.dtype == torch.float32 and torch.equal(p, before[n]) for n, p in kept.named_parameters())
     assert np.array_equal(H, seedprint.fingerprint(model.to(torch.bfloat16).eval(), **options))
-    assert base.key == "base:" + json.dumps(seedprint.weights_identity(path))      # the key of earlier caches
+    assert base.key == "base:" + json.dumps(weights_identity(path))      # the key of earlier caches
 
 
 def test_the_derivatives_study_on_a_hugging_face_model(tmp_path):
@@ -526,7 +527,7 @@ def test_a_pair_of_two_widths_is_never_fingerprinted_on_the_exact_inputs(tmp_pat
     on the aligned test's and the alignment's inputs alone, a pair of one width on the exact inputs as well; a model
     whose config is unknown shows its width in the exact set, which is made for it."""
     import argparse
-    from studies.lineage import Lineage, fresh_init
+    from studies.lineage import Lineage, Recipe, fresh_init
     made = []
 
     def fingerprint(model, **options):
@@ -538,7 +539,7 @@ def test_a_pair_of_two_widths_is_never_fingerprinted_on_the_exact_inputs(tmp_pat
                               dtype=None)
     config = lambda width: get_config("tiny", **LLAMA_KNOBS, n_embd=width, n_layer=1, vocab_size=64, block_size=16)
     wide, narrow, other = fresh_init(config(64), 0), fresh_init(config(32), 1), fresh_init(config(64), 2)
-    unknown = seedprint.Recipe("no config", lambda: build(config(64), 3, 3))
+    unknown = Recipe("no config", lambda: build(config(64), 3, 3))
     for name, a, b, expected, exact_test in (("two", wide, narrow, ["aligned"] * 4, False),
                                              ("one", wide, other, ["exact", "aligned", "aligned"] * 2, True),
                                              ("unknown", unknown, narrow, ["exact", "aligned", "aligned"] * 2, False)):
@@ -560,7 +561,7 @@ def test_a_model_is_fingerprinted_on_each_input_set_by_its_name(tmp_path):
     model = build(config, 5, 5).eval()
     on = lambda **inputs: seedprint.fingerprint(model, sequences=20, seq_len=8, **inputs)
     expected = {"exact": on(vocab=64, seed=3), "test": on(vocab=32, low=0, seed=3),
-                "held_out": on(vocab=64, low=32, seed=3 + seedprint.HELD_OUT_SEED)}
+                "held_out": on(vocab=64, low=32, seed=3 + align.HELD_OUT_SEED)}
     lineage = Lineage(args, str(tmp_path), "cpu")
     for names in (["held_out", "exact"], ["test"], ["exact", "test", "held_out"]):
         H = lineage.fingerprint_sets(fresh_init(config, 5), 64, names)
@@ -572,10 +573,10 @@ def test_each_models_token_table_is_whitened_once_for_all_its_pairs(tmp_path, mo
     """Lineage.pair whitens each model's token-table rows once, however many pairs it is matched in, and every
     aligned verdict is the one seedprint_test gives on the raw rows (which it whitens itself), to the bit."""
     import argparse
-    from studies.lineage import Lineage, fresh_init
+    from studies.lineage import Lineage, fresh_init, token_rows
     whitened = []
-    real_whiten = seedprint.whiten
-    monkeypatch.setattr(seedprint, "whiten", lambda X: whitened.append(X.shape) or real_whiten(X))
+    real_whiten = align.whiten
+    monkeypatch.setattr(align, "whiten", lambda X: whitened.append(X.shape) or real_whiten(X))
     args = argparse.Namespace(sequences=40, seq_len=8, input_seed=0, k=8, rank_by="smallest", set_mode="coset",
                               dtype=None)
     config = get_config("tiny", **LLAMA_KNOBS, n_embd=32, n_layer=1, vocab_size=128, block_size=16)
@@ -586,10 +587,10 @@ def test_each_models_token_table_is_whitened_once_for_all_its_pairs(tmp_path, mo
     assert whitened == [(64, 32)] * len(models)          # the held-out rows [64, 128) of each table, once
     for (a, b), got in zip(pairs, verdicts):
         A, B = (lineage.fingerprint_sets(m, 128, ["test", "held_out"]) for m in (a, b))
-        raw = [seedprint.token_rows(m, 64, 128) for m in (a, b)]
-        expected = seedprint.seedprint_test(A["test"], B["test"], k=8, align=(A["held_out"], B["held_out"]),
+        raw = [token_rows(m, 64, 128) for m in (a, b)]
+        expected = seedprint.seedprint_test(A["test"], B["test"], k=8, held_out=(A["held_out"], B["held_out"]),
                                             tables=raw)
-        assert got == expected and got.table_fit is not None
+        assert got == expected and got.alignment.table_fit is not None
 
 
 def test_the_pruned_study_cuts_a_parent_once_per_calibration_and_names_the_cut_by_it(tmp_path, monkeypatch):
@@ -613,7 +614,7 @@ def test_the_pruned_study_cuts_a_parent_once_per_calibration_and_names_the_cut_b
         return residual_importance(model, tokens)
     monkeypatch.setattr(pruned, "residual_importance", importance)
     tokens = torch.randint(0, 50, (4, 16), generator=torch.Generator().manual_seed(0))
-    make = lambda t: pruned.cut_files(load, seedprint.weights_identity(path), t, str(tmp_path / "cuts"), "p_", 0,
+    make = lambda t: pruned.cut_files(load, weights_identity(path), t, str(tmp_path / "cuts"), "p_", 0,
                                       "bytes")
     first = make(tokens)
     assert calls == {"load": 1, "importance": 1}
@@ -726,8 +727,8 @@ def test_the_pruned_study_refuses_an_impossible_cut_or_k_before_any_work(tmp_pat
              ("--n_embd", "2", "--n_head", "1"): "--n_embd 2: the width 25% cut would keep 2 of 2 residual",
              ("--k", str(width // 2 + 1)): f"--k {width // 2 + 1} is more than the narrowest child's width {width}",
              # above half the parent's width too: still the child's bound, once, not the parent's
-             ("--k", "40"): f"--k 40 is more than the narrowest child's width {width} allows: the identity set is "
-                            f"the k most extreme of its coordinates, at most half of them ({width // 2})",
+             ("--k", "40"): f"--k 40 is more than the narrowest child's width {width} allows: at most half of it, "
+                            f"{width // 2}",
              ("--parents", "0"): "--parents: the unrelated pairs are between parents",
              ("--scratch", "0", "--parents", "0", "1"): "--scratch seeds must differ from --parents"}
     for argv, message in cases.items():
@@ -739,7 +740,7 @@ def test_the_pruned_study_refuses_an_impossible_cut_or_k_before_any_work(tmp_pat
     write_hf(base, cfg, t)
     write_tokenizer_json(base, ["<unk>"] + [f"w{i}" for i in range(spec["V"] - 1)])
     streamed = []                           # a base's weights are read only once its flags are all accepted
-    monkeypatch.setattr(hf, "tensors", lambda path: streamed.append(path) or iter(()))
+    monkeypatch.setattr(hf, "stream", lambda stored, digests=None: streamed.append(stored.path) or iter(()))
     line = cli_error(pruned.main, "studies.pruned", ["--base", str(base), "--seq_len", "16", "--out", str(out)])
     assert f"--base {base} (2 layers): the depth 25% cut would drop 0 of 2 layers" in line, line
     cfg["num_hidden_layers"] = 4            # cuts that fit: its narrowest child keeps half its width
@@ -793,20 +794,21 @@ def test_a_registry_file_is_made_from_the_cache_and_remade_on_another_device(tmp
     from studies import registry
     path = str(tmp_path / "m.pt")
     write_checkpoint(path, build(get_config("tiny", n_layer=1, vocab_size=64, block_size=16), 0, 0))
+    import evidence
     runs, made = [], []
-    real_fingerprint, real_make = seedprint.fingerprint, seedprint.make_fingerprint
+    real_fingerprint, real_file, real_write = seedprint.fingerprint, registry.fingerprint_file, evidence.write
 
     def fingerprint(model, **options):
         runs.append(options)
         return real_fingerprint(model, **options)
 
-    def make_fingerprint(m, device="cpu", **kwargs):
-        made.append(device)
-        fp = real_make(m, device="cpu", **kwargs)
+    def fingerprint_file(m, cache, device, dtype, options):
+        fp = real_file(m, cache, "cpu", dtype, options)
         fp.provenance["device"] = device
         return fp
     monkeypatch.setattr(seedprint, "fingerprint", fingerprint)
-    monkeypatch.setattr(seedprint, "make_fingerprint", make_fingerprint)
+    monkeypatch.setattr(registry, "fingerprint_file", fingerprint_file)
+    monkeypatch.setattr(evidence, "write", lambda path, fp: made.append(fp.provenance["device"]) or real_write(path, fp))
     options, cache = dict(sequences=20, seq_len=8, k=8), str(tmp_path / "cache")
     registry.register({"m": path}, str(tmp_path / "one"), options, "cpu", cache=cache)
     assert len(runs) == 3                             # the exact, the aligned test's and the alignment's inputs
@@ -821,6 +823,7 @@ def test_the_registry_study_names_each_base_once_and_none_for_strangers(corpora,
     """studies.registry on tiny models: each continued base (permuted or not) is traced to its own base, every
     stranger to none, the lineage registered twice is inconclusive and one lineage; bf16 files are compared. Each
     search and each model's fingerprint on each input set is made once."""
+    import evidence
     from studies import registry
     searches, runs = [], []
     real_search, real_fingerprint = seedprint.search, seedprint.fingerprint
@@ -853,7 +856,7 @@ def test_the_registry_study_names_each_base_once_and_none_for_strangers(corpora,
     assert len(runs) == 3 * 3 * 2 + suspects * 2 + 2 + 1
     assert sorted(os.listdir(out / "registry")) == ["base0.npz", "base1.npz", "base2.npz"]
     # --dtype reaches every model: the registry's files were made in it, and every suspect fingerprinted in it
-    made = [seedprint.read_fingerprint(str(f)).provenance["dtype"] for f in (out / "registry").iterdir()]
+    made = [evidence.read(str(f)).provenance["dtype"] for f in (out / "registry").iterdir()]
     assert made == ["float32"] * 3
     cache = [json.loads(str(np.load(out / "fingerprints" / f)["key"])) for f in os.listdir(out / "fingerprints")]
     assert cache and {key["dtype"] for key in cache} == {"float32"}
