@@ -52,7 +52,7 @@ def forge_fingerprint(good, out, edit_arrays=None, edit_meta=None) -> str:
     the dict to edit, or None) and its sha256 computed again, written to `out` (returned as a str): whole, so only
     the checks after the digest's can refuse it, but not what a model gave."""
     import numpy as np
-    import seedprint
+    import evidence
     with np.load(good) as z:
         arrays = {k: z[k].copy() for k in z.files if k != "meta"}
         meta = json.loads(str(z["meta"]))
@@ -60,7 +60,7 @@ def forge_fingerprint(good, out, edit_arrays=None, edit_meta=None) -> str:
     for edit, what in ((edit_arrays, arrays), (edit_meta, meta)):
         if edit is not None:
             edit(what)
-    meta["sha256"] = seedprint.file_digest(meta, arrays)
+    meta["sha256"] = evidence.digest(meta, arrays)
     np.savez(out, meta=np.array(json.dumps(meta)), **arrays)
     return str(out)
 
