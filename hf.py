@@ -113,6 +113,7 @@ class Stored:
     plan: dict = None               # plan_weights' {name relative to the prefix: (file, tensor name, pieces)}
     dtype: torch.dtype = None       # the dtype load() builds in where none is asked for (built_dtype)
     twin: dict = None               # a tied LM head stored apart: {embedding, head (relative names): tensor names}
+    json: dict = None               # a directory's config.json, as read (fields no GPTConfig knob holds: bos_token_id)
     checkpoint: dict = None
 
     def close(self) -> None:
@@ -131,15 +132,16 @@ def read(path) -> Stored:
         with torch.device("meta"):
             params = GPT(config).num_params()
         return Stored(path, config, params, checkpoint=checkpoint)
-    config, arch, shards, fields = read_dir(path)
+    config, arch, shards, hf_json = read_dir(path)
     try:
         with torch.device("meta"):
             model = GPT(config)
+        fields = hf_json["text_config"] if arch == "Gemma3ForConditionalGeneration" else hf_json    # a tensor's causes
         plan = plan_weights(model, shards, arch, path, fields)
         embedding, head = top_tensors(arch)
         heads = [name for shard in shards.values() for name in shard.tensors if relative_name(name, arch) == head]
         twin = {embedding: plan[embedding][1], head: heads[0]} if config.tie_embeddings and heads else None
-        return Stored(path, config, model.num_params(), arch, shards, plan, built_dtype(shards, arch), twin)
+        return Stored(path, config, model.num_params(), arch, shards, plan, built_dtype(shards, arch), twin, hf_json)
     except BaseException:
         for shard in shards.values():
             shard.handle.close()
@@ -885,10 +887,9 @@ def json_file(path: str, what: str):
 
 
 def read_dir(path: str):
-    """(GPTConfig, architecture, {shard file: its open Shard}, the config.json object of its fields) of a Hugging
-    Face directory: config.json read and checked, the shards found (those the index names, else every
-    *.safetensors), each opened and its header read. The fields (a Gemma 3 multimodal model's text_config) name a
-    tensor's causes."""
+    """(GPTConfig, architecture, {shard file: its open Shard}, config.json's object) of a Hugging Face directory:
+    config.json read and checked, the shards found (those the index names, else every *.safetensors), each opened
+    and its header read."""
     cfg_path, index = os.path.join(path, "config.json"), os.path.join(path, "model.safetensors.index.json")
     if not os.path.isfile(cfg_path):
         why = "no config.json" if os.path.isdir(path) else "a file" if os.path.isfile(path) else "no such directory"
@@ -907,8 +908,7 @@ def read_dir(path: str):
         for shard in shards.values():
             shard.handle.close()
         raise
-    arch = hf["architectures"][0]
-    return config, arch, shards, hf["text_config"] if arch == "Gemma3ForConditionalGeneration" else hf
+    return config, hf["architectures"][0], shards, hf
 
 
 def shard_files(path: str, index: str) -> list:

@@ -27,9 +27,9 @@ import os
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from common import (ArgumentParser, DTYPES, Distinct, Progress, add_device_flags, check_dtype_runs, check_output,
-                    figure, flag_type, lock_dir, parse_bool, print_table, read_json, refuse_unused, resolve_device,
+                    figure, flag_type, lock_dir, parse_bool, print_table, refuse_unused, resolve_device,
                     run_script, save_figure, seed_int, update_results)
-from model import GPT, allowed_keys, read_checkpoint
+from model import GPT, allowed_keys
 import numpy as np
 import torch
 
@@ -217,11 +217,10 @@ def amplify_hook(k: int, lam: float, mu: str = "batch"):
 
 # ----------------------------------------------------------------------------- inputs
 
-def input_tokens(args, model: GPT, stream, T: int) -> torch.Tensor:
+def input_tokens(args, model: GPT, stream, T: int, bos: int = None) -> torch.Tensor:
     """The sequences of the command line: random tokens (default), or windows of `stream` (--text through the
-    model's own tokenizer, or --ids: input_stream); --bos on prepends the model's bos_token_id. Range-checked
-    once, here."""
-    bos = bos_token_id(args.model_path) if args.bos else None
+    model's own tokenizer, or --ids: input_stream); `bos` (--bos on: the model's bos_token_id) prepended where
+    given. Range-checked once, here."""
     if stream is not None:
         tokens = windows(stream, T, args.sequences, args.data_seed, bos, args.text or args.ids)
     else:
@@ -229,60 +228,54 @@ def input_tokens(args, model: GPT, stream, T: int) -> torch.Tensor:
     return check_token_ids(tokens, model.config.vocab_size, args.text or args.ids or "the random tokens")
 
 
-def input_stream(args):
+def input_stream(args, stored: hf.Stored):
     """The token stream of --text (through the model's own tokenizer, or --tokenizer) or --ids, read once per
     run; None for random tokens."""
     if args.text:
-        return tokenize_text(args.text, args.tokenizer or model_tokenizer(args.model_path), args.data_from)
+        return tokenize_text(args.text, args.tokenizer or model_tokenizer(stored), args.data_from)
     if args.ids:
         return read_ids(args.ids)
     return None
 
 
-def model_tokenizer(path: str) -> str:
-    """The tokenizer a model was trained with: a train.py checkpoint records it; a Hugging Face directory
-    ships tokenizer.json."""
-    if os.path.isdir(path):
-        return path
-    name = read_checkpoint(path, mmap=True).get("tokenizer")   # the metadata only: no weights read
+def model_tokenizer(stored: hf.Stored) -> str:
+    """The tokenizer a model (hf.read's) was trained with: a train.py checkpoint records it; a Hugging Face
+    directory ships tokenizer.json."""
+    if stored.checkpoint is None:
+        return stored.path
+    name = stored.checkpoint.get("tokenizer")
     if not isinstance(name, str):
-        raise ValueError(f"{path} does not record its tokenizer; pass --tokenizer "
+        raise ValueError(f"{stored.path} does not record its tokenizer; pass --tokenizer "
                          f"(bytes, gpt2, or a tokenizer.json dir)")
     return name
 
 
-def bos_token_id(path: str) -> int:
-    bos = (read_json(os.path.join(path, "config.json"), "config.json").get("bos_token_id")
-           if os.path.isdir(path) else None)
+def bos_token_id(stored: hf.Stored) -> int:
+    """The bos_token_id a Hugging Face directory's config.json names (hf.read's); a checkpoint names none."""
+    bos = (stored.json or {}).get("bos_token_id")
     if bos is None:
-        raise ValueError(f"{path} names no bos_token_id (config.json); run with --bos off")
+        raise ValueError(f"{stored.path} names no bos_token_id (config.json); run with --bos off")
     if isinstance(bos, bool) or not isinstance(bos, int) or bos < 0:
-        raise ValueError(f"{path}/config.json: bos_token_id must be a token id, got {bos!r}")
+        raise ValueError(f"{stored.path}/config.json: bos_token_id must be a token id, got {bos!r}")
     return bos
 
 
 # ----------------------------------------------------------------------------- measuring a model
 
-def loaded(args) -> GPT:
-    """The model of the command line, in --dtype (default: its own), in eval mode."""
-    return hf.load(args.model_path, args.device, DTYPES[args.dtype] if args.dtype else None).eval()
-
-
-def measure(args, stream) -> dict:
+def measure(args, model: GPT, stream, bos: int = None) -> dict:
     """`python sink.py MODEL`: the sink rate (overall and per layer) at each length, then at the first
     length the first token's dimension disparity, the massive activations and the super neurons."""
-    model = loaded(args)
     res = dict(model=args.model_path, inputs=_describe(args), rates={})
     lengths = args.lengths
     for T in lengths:
-        tokens = input_tokens(args, model, stream, T)
+        tokens = input_tokens(args, model, stream, T, bos)
         alpha = key_scores(model, tokens)
         res["rates"][T] = dict(**sink_rates(alpha[..., 0], args.eps), mean_alpha_1=alpha[..., 0].mean().item(),
                                uniform_alpha_1=sum(1 / t for t in range(1, T + 1)) / T)
         r = res["rates"][T]
         print(f"T={T:>4}: sink rate {r['rate']:5.1f}% (mean alpha_1 {r['mean_alpha_1']:.3f}, uniform "
               f"{r['uniform_alpha_1']:.3f}); per layer " + " ".join(f"{x:.0f}" for x in r["per_layer"]))
-    tokens = input_tokens(args, model, stream, lengths[0])[:16]
+    tokens = input_tokens(args, model, stream, lengths[0], bos)[:16]
     res["massive_activations"] = massive_activations(model, tokens)
     res["super_neurons"] = super_neurons(model, tokens)
     print_table([{k: r[k] for k in ("state", "top", "median", "ratio", "top_position", "disparity_first",
@@ -298,14 +291,13 @@ def _describe(args):
     return f"{args.sequences} sequences of {what}, BOS {'on' if args.bos else 'off'}, eps {args.eps}"
 
 
-def exp_interventions(args, stream) -> dict:
+def exp_interventions(args, model: GPT, stream, bos: int = None) -> dict:
     """The two causal interventions on a model (default: the one given): (i) mask edit -- token k attends
     only to itself in every layer; (ii) variance amplification of token k's aggregated attention output at
     layer --layer, o'_k = mu + lam (o_k - mu), against plain scaling lam o_k. alpha_k per layer, for each k
     and lam, beside its baseline."""
-    model = loaded(args)
     T = args.lengths[0]
-    tokens = input_tokens(args, model, stream, T)
+    tokens = input_tokens(args, model, stream, T, bos)
     ks = args.k                                                     # check_args filled in the default
     w_o = model.transformer.h[args.layer].attn.c_proj
     base = key_scores(model, tokens)
@@ -356,13 +348,12 @@ def _plot_interventions(args, res):
     save_figure(fig, os.path.join(args.out, "interventions.png"))
 
 
-def variance_by_layer(args, stream) -> dict:
+def variance_by_layer(args, model: GPT, stream, bos: int = None) -> dict:
     """Eq. 2 on a real model: the variance, across inputs, of each head's aggregated attention output (what
     W_O sees) by position, per layer, beside the layer's sink rate. Is position 1 the outlier, and in which
     layers, compared with where the sinks start?"""
-    model = loaded(args)
     T = args.lengths[0]
-    tokens = input_tokens(args, model, stream, T)
+    tokens = input_tokens(args, model, stream, T, bos)
     var = position_variance(model, tokens)                              # (L, T)
     rates = sink_rates(key_scores(model, tokens)[..., 0], args.eps)["per_layer"]
     rows = [dict(layer=l + 1, var_first=float(v[0]), var_rest_median=float(np.median(v[1:])),
@@ -410,14 +401,16 @@ def main(argv=None):
                    help="amplify around the batch mean at position k (default), or around the sequence mean")
     p.add_argument("--out", default="out/sink")
     args = p.parse_args(argv)
-    stream = check_args(p, args)
+    stored, stream = check_args(p, args)              # the model's config read once, its weights not yet
+    bos = bos_token_id(stored) if args.bos else None
     device = resolve_device(args.device)
     if args.dtype:
         check_dtype_runs(device, DTYPES[args.dtype])
     args.device = str(device)
     with lock_dir(args.out):
+        model = hf.load(stored, args.device, DTYPES[args.dtype] if args.dtype else None).eval()   # one pass
         run = dict(interventions=exp_interventions, variance=variance_by_layer).get(args.exp, measure)
-        results = {args.exp or "measure": run(args, stream)}
+        results = {args.exp or "measure": run(args, model, stream, bos)}
         update_results(os.path.join(args.out, "results.json"), results, args.device, args.dtype)
 
 
@@ -433,7 +426,8 @@ def add_measure_flags(group, lengths=(64,)) -> None:
 
 def check_args(p, args):
     """Every count, range and file of the command line, against the model it will run on (its config only),
-    before any work. Returns the token stream of --text or --ids (None: random tokens), read once."""
+    before any work. Returns the model as hf.read leaves it (config checked, no weight read) and the token stream of
+    --text or --ids (None: random tokens), each read once."""
     if args.text and args.ids:
         p.error("give --text or --ids, not both")
     if not args.text:
@@ -448,15 +442,16 @@ def check_args(p, args):
         for k, default in INTERVENTIONS.items():
             setattr(args, k, default if getattr(args, k) is None else getattr(args, k))
     check_output(args.out)
-    cfg = hf.read_config(args.model_path)
+    stored = hf.read(args.model_path)
+    cfg = stored.config
     if cfg.sublayers == "mlp":
         raise ValueError(f"{args.model_path} has no attention layers (sublayers=mlp): no sink to measure")
     too_long = [T for T in args.lengths if T > cfg.block_size]
     if too_long:
         raise ValueError(f"--lengths {too_long[0]} exceeds the context of {args.model_path} ({cfg.block_size} tokens)")
     if args.bos:
-        bos_token_id(args.model_path)                   # refuses a model that names no BOS
-    stream = input_stream(args)
+        bos_token_id(stored)                            # refuses a model that names no BOS
+    stream = input_stream(args, stored)
     if stream is not None:                              # enough windows for every length?
         for T in args.lengths:
             windows(stream, T, args.sequences, args.data_seed, 0 if args.bos else None, args.text or args.ids)
@@ -471,7 +466,7 @@ def check_args(p, args):
             raise ValueError(f"--k positions must lie in [2, T={T}] (1-indexed; 1 is the first token), got {args.k}")
         if not 0 <= args.layer < cfg.n_layer:
             raise ValueError(f"--layer must index an attention layer in [0, {cfg.n_layer - 1}], got {args.layer}")
-    return stream
+    return stored, stream
 
 
 if __name__ == "__main__":

@@ -251,7 +251,8 @@ def test_measure_a_llama_directory_on_its_own_tokenizer_with_bos(tmp_path):
     class Args:
         text, ids, tokenizer, bos, sequences, data_seed = str(tmp_path / "t.txt"), None, None, True, 6, 1234
         data_from, model_path = None, str(tmp_path / "llama")
-    tokens = sink.input_tokens(Args, hf.load(Args.model_path), sink.input_stream(Args), 16)
+    stored = hf.read(Args.model_path)
+    tokens = sink.input_tokens(Args, hf.load(stored), sink.input_stream(Args, stored), 16, sink.bos_token_id(stored))
     assert (tokens[:, 0] == cfg["bos_token_id"]).all()
     assert all(words[int(i)].startswith("w") for i in tokens[:, 1:].flatten())
 
