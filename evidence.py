@@ -119,7 +119,8 @@ def check_states(H: np.ndarray, name: str) -> None:
     if bad:
         raise ValueError(f"{name}: {bad} of {len(H)} fingerprint rows hold NaN or inf (an fp16/bf16 overflow?); "
                          f"load the model in float32 (--dtype float32)")
-    constant = int((H.std(axis=0) <= 1e-6 * (np.abs(H).max() + 1e-30)).sum())
+    constant = int((H.std(axis=0, dtype=np.float64) <= 1e-6 * (np.abs(H).max() + 1e-30)).sum())   # float32's std
+                                                                                    # of a constant column is not 0
     if constant > H.shape[1] // 2:
         raise ValueError(f"{name}: {constant} of {H.shape[1]} fingerprint dimensions are constant across the "
                          f"{len(H)} inputs: nothing to rank (a degenerate or overflowing model, or too few inputs)")
@@ -357,6 +358,7 @@ def agreed_options(files: list, asked: dict) -> dict:
             raise ValueError(f"{files[0].path} and {f.path} were made with other options ({'; '.join(differ)}): "
                              f"make every fingerprint with the same options")
     given = {k: v for k, v in asked.items() if v is not None}
+    Options.from_recorded({k: v for k, v in given.items() if k in OPTIONS})      # each in range, vocab too
     if files and set(given) - set(opts):          # a file's fingerprints are of token inputs as its options fix them
         raise ValueError(f"{files[0].path} holds fingerprints on random tokens as its options fix them: "
                          f"{', '.join(sorted(set(given) - set(opts)))} cannot apply to it")

@@ -707,9 +707,6 @@ def test_a_file_is_made_under_the_checks_of_a_comparison(family):
                 make()
 
 
-@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception, reason="seedprint.plan no longer range-checks an asked "
-                   "vocab (the old check_vocab_bound): vocab=0 is read as the model's own vocabulary, and "
-                   "make_fingerprint records 0 in a file that evidence.read refuses")
 def test_a_vocab_below_2_is_refused_not_read_as_the_models_own(family, monkeypatch):
     """A --vocab of 0 was read as not given, the model's own vocabulary: make_fingerprint and a comparison refuse it
     before any weight is read, as the flag does."""
@@ -1000,7 +997,7 @@ def sink_model(a, b, out) -> list:
     return [a]
 
 
-TWICE = pytest.mark.xfail(strict=True, raises=AssertionError, reason="probe.py/sink.py still read a model twice")
+TWICE = pytest.mark.xfail(strict=True, raises=AssertionError, reason="probe.py still reads a model twice")
 
 
 @pytest.mark.parametrize("run", [           # each runs a script on the models and returns those it was given
@@ -1010,7 +1007,7 @@ TWICE = pytest.mark.xfail(strict=True, raises=AssertionError, reason="probe.py/s
     pytest.param(lambda a, b, out: seedprint.main([a, *SMALL, "--save", os.path.join(out, "a.npz")]) or [a],
                  id="seedprint A --save"),
     pytest.param(probe_model, id="probe --model A", marks=TWICE),
-    pytest.param(sink_model, id="sink A", marks=TWICE)])
+    pytest.param(sink_model, id="sink A")])
 def test_a_script_reads_each_model_once_config_and_every_shard(hf_pair, tmp_path, monkeypatch, run):
     """A script's checks and its work read a Hugging Face directory once: config.json, the shard index and each
     weight file opened once (hf.read, then hf.load on the same open shards), whatever it makes of the model."""
@@ -1049,9 +1046,6 @@ def test_a_file_whose_fingerprints_cannot_rank_is_refused_as_a_model_with_such_s
     assert (np.ptp(evidence.read(half).sets["held_out"], axis=0) == 0).sum() == d // 2
 
 
-@pytest.mark.xfail(strict=True, reason="evidence.check_states counts a dimension constant by its float32 std, "
-                   "which numpy computes up to ~5e-6 for a column of one value near max|H|, above the tolerance "
-                   "1e-6 * max|H|: 33 exactly constant dimensions of 64 are counted as 32 and the set is read")
 def test_a_set_with_more_than_half_its_dimensions_exactly_constant_is_refused_and_counted_exactly(files, tmp_path):
     """The rule is "more than half constant": d // 2 + 1 exactly constant dimensions (counted by max - min) are
     refused, and the refusal counts them exactly, as it counts a set that is constant in every dimension."""
