@@ -239,13 +239,14 @@ def given_model(args) -> Optional[str]:
     return args.model if args.model not in PRESETS and os.path.exists(args.model) else None
 
 
-def architecture(args) -> GPTConfig:
-    """The config of --model: a preset with the knob flags on top, or a given model's own (no knob flags)."""
-    if given_model(args):
+def architecture(args, stored: Optional[hf.Stored] = None) -> GPTConfig:
+    """The config of --model: a preset with the knob flags on top, or a given model's own (`stored`, as hf.read
+    leaves it: its config read once, no weight read; no knob flags)."""
+    if stored is not None:
         if config_overrides(args):
             raise ValueError(f"--model {args.model} is a model with its own config: drop the knob flags "
                              f"({', '.join('--' + k for k in config_overrides(args))})")
-        return hf.read_config(args.model)
+        return stored.config
     if args.model not in PRESETS:
         raise ValueError(f"--model {args.model!r} is no preset ({', '.join(PRESETS)}) and no checkpoint or Hugging "
                          f"Face directory")
@@ -340,13 +341,12 @@ def plot_preference(path: str, hist: dict, title: str, baseline: np.ndarray = No
 
 # ----------------------------------------------------------------------------- the experiments on one model
 # Each prints its table, draws its figure and returns what goes into results.json. With --model DIR they run on
-# the weights given, else on fresh inits of the preset (contraction and dims: the first of --seeds).
+# the weights given (`given`, loaded once for all of them), else on fresh inits of the preset (contraction and dims:
+# the first of --seeds).
 
-def _model(args, config, seed):
+def _model(args, config, seed, given: Optional[GPT]):
     """The model given by --model DIR, or a fresh init of the preset from block seed `seed`."""
-    if given_model(args):
-        return hf.load(args.model, args.device, getattr(torch, args.dtype)).eval()
-    return fresh_model(args, config, seed)
+    return given if given is not None else fresh_model(args, config, seed)
 
 
 def _which(args, seed) -> str:
@@ -354,10 +354,10 @@ def _which(args, seed) -> str:
     return args.model if given_model(args) else f"{args.model} seed {seed}"
 
 
-def exp_table1(args, config):
+def exp_table1(args, config, given=None):
     rows, hist = [], {}
     for seed in args.seeds:
-        model = _model(args, config, seed)
+        model = _model(args, config, seed, given)
         for T in args.seq_len:
             r = run_probe(args, model, seq_len=T)
             rows.append(dict(seed=seed, seq_len=T, **token_preference(r["counts"]), seconds=r["seconds"],
@@ -373,8 +373,8 @@ def exp_table1(args, config):
     return dict(rows=rows, hist=hist)
 
 
-def exp_contraction(args, config):
-    r = run_probe(args, _model(args, config, args.seeds[0]))
+def exp_contraction(args, config, given=None):
+    r = run_probe(args, _model(args, config, args.seeds[0], given))
     print(f"Fig 2: inter-sequence cosine of last-token states, {_which(args, args.seeds[0])}, "
           f"{args.sequences} random token sequences of {args.seq_len[0]}")
     print_table(layer_rows({"full": r["cosine"]}))
@@ -383,8 +383,8 @@ def exp_contraction(args, config):
     return dict(cosine=r["cosine"])
 
 
-def exp_dims(args, config):
-    r = run_probe(args, _model(args, config, args.seeds[0]))
+def exp_dims(args, config, given=None):
+    r = run_probe(args, _model(args, config, args.seeds[0], given))
     dims, counts = r["dim_counts"], r["counts"]
     top = np.argsort(dims)[::-1][:5]
     print(f"Fig 10: argmax dimension of final-norm last-token states, {_which(args, args.seeds[0])}, "
@@ -420,7 +420,8 @@ def main(argv=None):
                         help=f"shared embedding / LM head seed (default {EMBED_SEED})")
     add_probe_flags(parser, "out/probe", lengths=True)
     args = parser.parse_args(argv)
-    config = architecture(args)                            # a bad preset, knob or model is one line, before any work
+    stored = hf.read(args.model) if given_model(args) else None     # its config: read once, no weight read yet
+    config = architecture(args, stored)                    # a bad preset, knob or model is one line, before any work
     check_lengths(args, config)
     if torchrun_rank()[1] > 1:
         raise ValueError("probe.py runs one process; the sweep over many seeds that torchrun splits over its ranks is "
@@ -433,9 +434,10 @@ def main(argv=None):
         args.seeds = SEEDS if args.seeds is None else args.seeds
         args.embed_seed = EMBED_SEED if args.embed_seed is None else args.embed_seed
     prepare_device(args)
+    given = hf.load(stored, args.device, getattr(torch, args.dtype)).eval() if stored else None    # one pass
     with results_of(args, config) as results:
         for name in EXPERIMENTS if "all" in args.exp else args.exp:
-            results[name] = EXPERIMENTS[name](args, config)
+            results[name] = EXPERIMENTS[name](args, config, given)
         if "table1" in results:
             results["token_preference"] = results["table1"]["rows"]     # per seed and length: top1_id, log10_p, ...
 

@@ -997,16 +997,13 @@ def sink_model(a, b, out) -> list:
     return [a]
 
 
-TWICE = pytest.mark.xfail(strict=True, raises=AssertionError, reason="probe.py still reads a model twice")
-
-
 @pytest.mark.parametrize("run", [           # each runs a script on the models and returns those it was given
     pytest.param(lambda a, b, out: seedprint.main([a, b, *SMALL, "--out", out]) or [a, b], id="seedprint A B"),
     pytest.param(lambda a, b, out: seedprint.main([a, b, *SMALL, "--align", "on", "--out", out]) or [a, b],
                  id="seedprint A B --align on"),
     pytest.param(lambda a, b, out: seedprint.main([a, *SMALL, "--save", os.path.join(out, "a.npz")]) or [a],
                  id="seedprint A --save"),
-    pytest.param(probe_model, id="probe --model A", marks=TWICE),
+    pytest.param(probe_model, id="probe --model A"),
     pytest.param(sink_model, id="sink A")])
 def test_a_script_reads_each_model_once_config_and_every_shard(hf_pair, tmp_path, monkeypatch, run):
     """A script's checks and its work read a Hugging Face directory once: config.json, the shard index and each
