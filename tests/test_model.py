@@ -138,7 +138,7 @@ def test_rope_matches_complex_rotation_and_is_relative():
 
 def compiled_without_trig(run):
     """run() (which compiles and calls) on a fresh compiler cache; its result, once the code it generated (every
-    graph, forward and backward) is checked to hold generated kernels and not one sin or cos."""
+    graph) is checked to hold generated kernels and not one sin or cos."""
     import re
     from torch._inductor.utils import run_and_get_code
     torch._dynamo.reset()
@@ -152,40 +152,19 @@ def compiled_without_trig(run):
     return out
 
 
-def test_compiled_pass_makes_rope_tables_outside_its_graph_and_equals_the_eager_pass():
-    """Under torch.compile the RoPE tables are made eagerly: no sin or cos is left in the generated code, where the
-    compiler would fuse them into every layer's rotation and recompute them per element of q and k (a gemma3-like
-    model: the sliding-window layers' own tables too). The compiled pass equals the eager one."""
-    cfg = tiny(n_layer=2, rope_local_theta=100.0, sliding_window=4, sliding_layers="sf")
-    model = build(cfg, seed=0).eval()
-    idx = torch.randint(0, 32, (3, 12), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        eager = model.trace(idx, hidden="last", logits=True)
-        compiled = compiled_without_trig(lambda: torch.compile(model.trace, dynamic=False)(idx, hidden="last",
-                                                                                            logits=True))
-    torch.testing.assert_close(compiled["logits"], eager["logits"], rtol=1e-5, atol=1e-5)
-    for c, e in zip(compiled["hidden"], eager["hidden"]):
-        torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-5)
-
-
-def test_compiled_training_step_makes_rope_tables_outside_its_graphs_and_equals_eager():
-    """train.py --compile on a RoPE model goes through GPT.forward, which makes its tables the same way: the
-    compiled loss and every gradient equal eager's, and neither the forward's nor the backward's generated code
-    computes a sin or a cos."""
-    model = build(tiny(), seed=0)
+def test_compiled_pass_makes_rope_tables_outside_its_graph_and_equals_eager():
+    """Under torch.compile the RoPE tables are made eagerly (GPT._ropes, which GPT.forward, train.py's step, and
+    GPT.trace, the probe's and the fingerprint's pass, both call): no sin or cos is left in the generated code, where
+    the compiler would fuse them into every layer's rotation and recompute them per element of q and k. A gemma3-like
+    model (the sliding-window layers' own tables too): the compiled logits equal eager's. (One tiny compile: on a CPU
+    inductor builds its kernels with a C++ compiler, seconds each; tests/test_gpu.py compiles a training step and the
+    probe's pass on a GPU.)"""
+    model = build(tiny(n_layer=2, rope_local_theta=100.0, sliding_window=4, sliding_layers="sf"), seed=0).eval()
     x = torch.randint(0, 32, (3, 12), generator=torch.Generator().manual_seed(1))
-    y = torch.randint(0, 32, (3, 12), generator=torch.Generator().manual_seed(2))
-    params = list(model.parameters())
-    loss = model(x, y)[1]
-    grads = torch.autograd.grad(loss, params)
-
-    def step():
-        c_loss = torch.compile(model)(x, y)[1]
-        return c_loss, torch.autograd.grad(c_loss, params)
-    c_loss, c_grads = compiled_without_trig(step)
-    torch.testing.assert_close(c_loss, loss, rtol=1e-5, atol=1e-6)
-    for (name, _), g, cg in zip(model.named_parameters(), grads, c_grads):
-        torch.testing.assert_close(cg, g, rtol=1e-4, atol=1e-6, msg=name)
+    with torch.no_grad():
+        eager_logits = model(x)[0]
+        compiled_logits = compiled_without_trig(lambda: torch.compile(model)(x)[0])
+    torch.testing.assert_close(compiled_logits, eager_logits, rtol=1e-5, atol=1e-5)
 
 
 def test_nonfinite_check_reads_what_the_pass_returns():
