@@ -58,6 +58,7 @@ Needs model.py alone (the .safetensors format is read here, with plain file read
 import argparse
 import contextlib
 import dataclasses
+import enum
 import hashlib
 import io
 import itertools
@@ -271,14 +272,13 @@ def token_rows(model, lo: int, hi: int):
 
 
 # ----------------------------------------------------------------------------- config.json -> GPTConfig
-# One reader for every field of every family: FIELDS lists, per family, the fields its transformers class reads, each
-# with what a value must be, transformers' class default (taken where the field is absent) and what an explicit null
-# means. transformers 4.x hands a null on as None, which its modeling code reads as "off" (`if softcap is not None`,
-# nn.Linear(bias=None)) or fails on; 5.x refuses a null for most fields (typed dataclasses). Where one version builds
-# a model from a null and the other refuses it, that model is what the null means (a softcap, Mistral's and Phi-3's
-# window: off; a bias, tie_word_embeddings, use_parallel_residual: false; num_key_value_heads: num_attention_heads);
-# where both fail on it, or build two different models, the null is refused by name. A field is popped as it is read;
-# what is left at the end is checked by check_unread: refused unless transformers' class ignores it too.
+# One reader for every field of every family: FIELDS lists, per family, the fields its transformers class reads (4.57
+# and 5.x, eager attention), each with what a value must be, the class default (taken where the field is absent) and
+# what an explicit null means. 4.x hands a null on as None, which its modeling code reads as "off" (`if softcap is not
+# None`, nn.Linear(bias=None)) or fails on; 5.x refuses a null for most fields (typed dataclasses). Where one version
+# builds a model from a null and the other refuses it, that model is what the null means; where both fail on it, or
+# build two different models, the null is refused by name. A field is popped as it is read; what is left at the end
+# is refused unless transformers' class ignores it too (check_unread).
 
 # what a value must be (JSON gives exact types: "12", 12.5, true or -4 never becomes a model)
 INT, COUNT, NUM, BOOL = "an integer >= 1", "an integer >= 0", "a finite number > 0", "true or false"
@@ -291,34 +291,22 @@ KINDS = {INT: lambda v: type(v) is int and v >= 1,
          OBJ: lambda v: type(v) is dict,
          NAME_LIST: lambda v: type(v) is list and all(type(a) is str for a in v),
          NUMBER_LIST: lambda v: type(v) is list and all(KINDS[NUM](a) for a in v)}
-
-
-class Mark:
-    """A value no config.json holds: REQUIRED (a field with no default taken), REFUSED (a null that means nothing)."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def __repr__(self):
-        return self.name
-
-
-REQUIRED, REFUSED = Mark("REQUIRED"), Mark("REFUSED")
+Mark = enum.Enum("Mark", "REQUIRED REFUSED")    # values no config.json holds: a field with no default, a null refused
+REQUIRED, REFUSED = Mark.REQUIRED, Mark.REFUSED
 
 
 @dataclasses.dataclass(frozen=True)
 class Field:
-    """How one config.json field is read: `kind` (a key of KINDS), the value taken where it is absent (transformers'
-    class default; REQUIRED: it must be given), the value an explicit null stands for (REFUSED: refused by name)."""
+    """How one field is read: `kind` (a key of KINDS), the value taken where it is absent (transformers' class
+    default; REQUIRED: it must be given), the value an explicit null stands for (REFUSED: refused by name)."""
     kind: str
     default: object = REQUIRED
     null: object = REFUSED
 
 
 class Fields:
-    """One config.json object, read field by field against its family's table (name -> Field). Each field is popped
-    as it is read, so what is left (`left`) was read by no one. `where` names a nested object in messages
-    (rope_scaling.factor)."""
+    """One config.json object, read field by field against a table (name -> Field). Each field is popped as it is
+    read, so what is left (`left`) was read by no one. `where` names a nested object in messages (rope_scaling.)."""
 
     def __init__(self, raw: dict, table: dict, family: str, where: str = ""):
         self.left, self.table, self.family, self.where = dict(raw), table, family, where
@@ -358,33 +346,65 @@ class Fields:
                           f"from (it fails on it, refuses it, or reads it two ways): {fix}")
 
 
+# ----- what transformers 4.x and 5.x spell two ways: one table
+# 5.x reads RoPE from one object, rope_parameters, where 4.x reads top-level fields beside rope_scaling (the object of
+# 4.x: the kind, as rope_type or by its older key type, and the kind's factors). A file may hold either spelling, or
+# both: 5.x writes back the 4.x fields it was given, and reads one where rope_parameters lacks the value. SPELLINGS:
+# per family, each 4.x field, its place in 5.x's rope_parameters ("": the object itself) and how it is read here
+# (its Field: the class default where absent, a null). A value given both ways must be the same, or 4.x and 5.x build
+# two models: refused. A null RoPE base or rotary fraction fails in 4.x (None ** x, int(head_dim * None)) and is moot
+# to 5.x where rope_parameters gives the value: None here (null=None), refused where nothing gives the value (_rope).
+ROPE_OBJECT = Field(OBJ, None, null=None)         # absent or null: no scaling, in both versions
+ECHO = Field(NUM, None, null=None)    # a copy 4.57 writes beside the field it reads; read by neither: it must agree
+SPELLINGS = {
+    "LLaMA lineage": dict(
+        rope_theta=("rope_theta", Field(NUM, 10000.0, null=None)),
+        partial_rotary_factor=("partial_rotary_factor", Field(NUM, 1.0, null=1.0)),   # a null: 5.x rotates whole
+        rope_scaling=("", ROPE_OBJECT)),                                               # heads (4.x fails on it)
+    "Phi3ForCausalLM": dict(      # Phi-3's class reads the rotary fraction in both versions: a null fails in 4.x
+        rope_theta=("rope_theta", Field(NUM, 10000.0, null=None)),
+        partial_rotary_factor=("partial_rotary_factor", Field(NUM, 1.0, null=None)),
+        rope_scaling=("", ROPE_OBJECT)),
+    "GPTNeoXForCausalLM": dict(   # its own 4.x names, and 4.57's copies of them in the LLaMA lineage's names
+        rotary_emb_base=("rope_theta", Field(NUM, 10000.0, null=None)),
+        rotary_pct=("partial_rotary_factor", Field(NUM, 0.25, null=None)),
+        rope_scaling=("", ROPE_OBJECT), rope_theta=("rope_theta", ECHO),
+        partial_rotary_factor=("partial_rotary_factor", ECHO)),
+    "Gemma3ForCausalLM": dict(    # 4.x: the LLaMA lineage's fields for the global layers, and the sliding layers'
+        # base; 5.x: one object per layer type, none of these three beside it (its rotary fraction is LLaMA's)
+        rope_theta=("full_attention.rope_theta", Field(NUM, 1e6, null=None)),
+        rope_scaling=("full_attention", ROPE_OBJECT),
+        rope_local_base_freq=("sliding_attention.rope_theta", Field(NUM, 10000.0, null=None))),
+    # its multimodal config: 4.x ties the LM head by text_config's field, 5.x by the top level's (absent: true)
+    "Gemma3ForConditionalGeneration": {"text_config.tie_word_embeddings": ("tie_word_embeddings", Field(BOOL, True))},
+}
+LLAMA = SPELLINGS["LLaMA lineage"]
+
+
+def spelled(row: dict, v5: str) -> str:
+    """The 4.x field of `row` (SPELLINGS) that 5.x reads as `v5`."""
+    return next(v4 for v4, (key, field) in row.items() if key == v5 and field is not ECHO)
+
+
 # The fields of each family, as its transformers class reads them (4.57 and 5.x, eager attention).
 SIZES = dict(vocab_size=Field(INT), hidden_size=Field(INT), num_hidden_layers=Field(INT),
              num_attention_heads=Field(INT), intermediate_size=Field(INT))   # no default taken: a model has its sizes
-KV_OR_HEADS = Field(INT, None, null=None)      # absent or null: num_attention_heads (both versions)
-HEAD_DIM_OR_DERIVED = Field(INT, None, null=None)  # absent or null: hidden_size // num_attention_heads (both)
+DERIVED = Field(INT, None, null=None)   # num_key_value_heads, head_dim absent or null: num_attention_heads,
+                                        # hidden_size // num_attention_heads (both versions)
 HEAD_DIM_GETATTR = Field(INT, None)   # no config field: the attention reads getattr(config, "head_dim", derived), a
                                       # null reaches nn.Linear and fails
 NO_BIAS = Field(BOOL, False, null=False)       # 4.x: nn.Linear(bias=None) has none; 5.x refuses a null
-SILU = Field(STR, "silu")
-GELU_TANH = Field(STR, "gelu_pytorch_tanh")
+SILU, GELU_TANH = Field(STR, "silu"), Field(STR, "gelu_pytorch_tanh")
 LAYER_TYPES = Field(NAME_LIST, None, null=None)    # absent or null: derived from the family's other window fields
-WHOLE_HEADS = Field(NUM, 1.0, null=1.0)        # 5.x leaves a null out (whole heads); 4.x fails on it
 
 
-def rope_top(default: float) -> Field:
-    """RoPE's top-level base or rotary fraction: a null is refused where rope_parameters does not give the value
-    (4.x fails on it); where it does, 5.x reads that one and the null is moot (_rope)."""
-    return Field(NUM, default, null=None)
-
-
-def decoder_fields(max_pos: int, kv: Field, head_dim: Field, theta: float = 10000.0, eps: float = 1e-6,
-                   tie: bool = False, partial: Field = WHOLE_HEADS, **more) -> dict:
-    """The fields every class of the LLaMA lineage reads, at the family's defaults, and the family's own (`more`)."""
+def decoder_fields(max_pos: int, kv: Field, head_dim: Field, eps: float = 1e-6, tie: bool = False,
+                   rope: dict = LLAMA, **more) -> dict:
+    """The fields every class of the LLaMA lineage reads, at the family's defaults (its RoPE's: SPELLINGS), and
+    the family's own (`more`)."""
     return dict(SIZES, num_key_value_heads=kv, head_dim=head_dim, max_position_embeddings=Field(INT, max_pos),
                 rms_norm_eps=Field(NUM, eps), tie_word_embeddings=Field(BOOL, tie, null=False),   # null: untied (4.x)
-                rope_theta=rope_top(theta), rope_scaling=Field(OBJ, None, null=None),          # null: no scaling
-                rope_parameters=Field(OBJ, None, null=None), partial_rotary_factor=partial, **more)
+                rope_parameters=ROPE_OBJECT, **{key: field for key, (_, field) in rope.items()}, **more)
 
 
 QWEN_WINDOWS = dict(use_sliding_window=Field(BOOL, False, null=False), sliding_window=Field(INT, 4096, null=None),
@@ -393,15 +413,15 @@ QWEN_WINDOWS = dict(use_sliding_window=Field(BOOL, False, null=False), sliding_w
 GEMMA_SCALE = dict(query_pre_attn_scalar=Field(NUM, 256), sliding_window=Field(INT, 4096),  # a null window fails:
                    layer_types=LAYER_TYPES)                   # Gemma 2 and 3 build a sliding mask unconditionally
 FIELDS = {
-    "LlamaForCausalLM": decoder_fields(2048, KV_OR_HEADS, HEAD_DIM_OR_DERIVED, hidden_act=SILU,
-                                       attention_bias=NO_BIAS, mlp_bias=NO_BIAS),
-    "MistralForCausalLM": decoder_fields(131072, Field(INT, 8, null=None), HEAD_DIM_OR_DERIVED, hidden_act=SILU,
+    "LlamaForCausalLM": decoder_fields(2048, DERIVED, DERIVED, hidden_act=SILU, attention_bias=NO_BIAS,
+                                       mlp_bias=NO_BIAS),
+    "MistralForCausalLM": decoder_fields(131072, Field(INT, 8, null=None), DERIVED, hidden_act=SILU,
                                          sliding_window=Field(INT, 4096, null=None)),   # null: no window
     "Qwen2ForCausalLM": decoder_fields(32768, Field(INT, 32, null=None), HEAD_DIM_GETATTR, hidden_act=SILU,
                                        **QWEN_WINDOWS),
     "Qwen3ForCausalLM": decoder_fields(32768, Field(INT, 32, null=None), Field(INT, 128), hidden_act=SILU,
                                        attention_bias=NO_BIAS, **QWEN_WINDOWS),
-    "Olmo2ForCausalLM": decoder_fields(2048, KV_OR_HEADS, HEAD_DIM_GETATTR, eps=1e-5, hidden_act=SILU,
+    "Olmo2ForCausalLM": decoder_fields(2048, DERIVED, HEAD_DIM_GETATTR, eps=1e-5, hidden_act=SILU,
                                        attention_bias=NO_BIAS),
     "GemmaForCausalLM": decoder_fields(8192, Field(INT, 16), Field(INT, 256), tie=True, hidden_act=GELU_TANH,
                                        attention_bias=NO_BIAS),
@@ -409,16 +429,17 @@ FIELDS = {
                                         attention_bias=NO_BIAS, **GEMMA_SCALE,
                                         attn_logit_softcapping=Field(NUM, 50.0, null=None),   # null: no softcap
                                         final_logit_softcapping=Field(NUM, 30.0, null=None)),
-    "Gemma3ForCausalLM": dict(decoder_fields(131072, Field(INT, 4), Field(INT, 256), theta=1e6, tie=True,
+    "Gemma3ForCausalLM": dict(decoder_fields(131072, Field(INT, 4), Field(INT, 256), tie=True,
+                                             rope=dict(LLAMA, **SPELLINGS["Gemma3ForCausalLM"]),
                                              hidden_activation=GELU_TANH, attention_bias=NO_BIAS, **GEMMA_SCALE,
                                              final_logit_softcapping=Field(NUM, None, null=None),
-                                             sliding_window_pattern=Field(INT, 6, null=None),   # used without
-                                             rope_local_base_freq=Field(NUM, 1e4, null=None)),  # layer_types only
-                              # published multimodal configs leave out every text field at its default, sizes too
+                                             sliding_window_pattern=Field(INT, 6, null=None)),  # used without
+                              # layer_types only; published multimodal configs leave out every text field at its
+                              # default, sizes too
                               vocab_size=Field(INT, 262208), hidden_size=Field(INT, 2304),
                               intermediate_size=Field(INT, 9216), num_hidden_layers=Field(INT, 26),
                               num_attention_heads=Field(INT, 8)),
-    "Phi3ForCausalLM": decoder_fields(4096, KV_OR_HEADS, HEAD_DIM_GETATTR, eps=1e-5, partial=rope_top(1.0),
+    "Phi3ForCausalLM": decoder_fields(4096, DERIVED, HEAD_DIM_GETATTR, eps=1e-5, rope=SPELLINGS["Phi3ForCausalLM"],
                                       hidden_act=SILU, sliding_window=Field(INT, None, null=None),   # null: none
                                       original_max_position_embeddings=Field(INT, 4096, null=None)),  # longrope's
     "GPT2LMHeadModel": dict(n_positions=Field(INT), vocab_size=Field(INT), n_layer=Field(INT), n_head=Field(INT),
@@ -431,13 +452,8 @@ FIELDS = {
     "GPTNeoXForCausalLM": dict(SIZES, hidden_act=Field(STR, "gelu"), max_position_embeddings=Field(INT, 2048),
                                layer_norm_eps=Field(NUM, 1e-5), use_parallel_residual=Field(BOOL, True, null=False),
                                attention_bias=Field(BOOL, True, null=False),
-                               tie_word_embeddings=Field(BOOL, False, null=False),
-                               # RoPE: 4.x's two fields, 5.x's rope_parameters, and the echoes 4.x writes beside
-                               # them, which neither version reads (they must agree, _neox_config)
-                               rotary_emb_base=rope_top(10000.0), rotary_pct=rope_top(0.25),
-                               rope_scaling=Field(OBJ, None, null=None), rope_parameters=Field(OBJ, None, null=None),
-                               rope_theta=Field(NUM, None, null=None),
-                               partial_rotary_factor=Field(NUM, None, null=None)),
+                               tie_word_embeddings=Field(BOOL, False, null=False), rope_parameters=ROPE_OBJECT,
+                               **{key: field for key, (_, field) in SPELLINGS["GPTNeoXForCausalLM"].items()}),
 }
 # fields a family's transformers class stores but never applies, found in the configs transformers itself writes:
 # ignored, whatever their value, as there
@@ -527,16 +543,15 @@ def _gemma3_multimodal_config(hf: dict) -> GPTConfig:
     if text.get("model_type", "gemma3_text") != "gemma3_text":
         raise ValueError(f"field text_config.model_type {json.dumps(text['model_type'])} is not "
                          f"'gemma3_text', the language model of a Gemma3ForConditionalGeneration")
-    # 4.x ties the head by the text_config's tie_word_embeddings, 5.x by the top level's (both true where absent,
-    # a null false): they must say the same
-    top, inner = hf.get("tie_word_embeddings", True), text.get("tie_word_embeddings", True)
-    for where, value in (("", top), ("text_config.", inner)):
-        if value is not None and type(value) is not bool:
-            raise ValueError(f"field {where}tie_word_embeddings must be {BOOL}, got {value!r}")
-    if bool(top) != bool(inner):
-        raise ValueError(f"fields tie_word_embeddings ({json.dumps(top)}, read by transformers 5.x) and "
-                         f"text_config.tie_word_embeddings ({json.dumps(inner)}, read by 4.x) differ: one version "
-                         f"would tie the LM head, the other not; make them agree")
+    (v4, (v5, tie)), = SPELLINGS["Gemma3ForConditionalGeneration"].items()   # the LM head's tie, in both spellings
+    values = {v5: hf.get(v5, tie.default), v4: text.get(v4.split(".")[1], tie.default)}
+    for key, value in values.items():
+        if value is not None and not KINDS[tie.kind](value):
+            raise ValueError(f"field {key} must be {tie.kind}, got {value!r}")
+    if bool(values[v5]) != bool(values[v4]):      # a null: untied, in both
+        raise ValueError(f"fields {v5} ({json.dumps(values[v5])}, read by transformers 5.x) and {v4} "
+                         f"({json.dumps(values[v4])}, read by 4.x) differ: one version would tie the LM head, the "
+                         f"other not; make them agree")
     try:
         return config_from_json(dict(text, architectures=["Gemma3ForCausalLM"]))
     except ValueError as e:
@@ -607,12 +622,10 @@ def _gpt2_config(f: Fields, arch: str) -> GPTConfig:
     act = f("activation_function")
     if act not in GPT2_ACTIVATIONS:
         raise ValueError(f"unsupported GPT-2 activation_function {act!r}; known: {sorted(GPT2_ACTIVATIONS)}")
-    if not f("scale_attn_weights"):
-        raise ValueError("GPT-2 config sets scale_attn_weights=false: attention scaled other than by 1/sqrt(head_dim) "
-                         "is not supported")
-    if f("scale_attn_by_inverse_layer_idx"):
-        raise ValueError("GPT-2 config sets scale_attn_by_inverse_layer_idx=true: attention scaled other than by "
-                         "1/sqrt(head_dim) is not supported")
+    for key, want in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False)):
+        if f(key) != want:
+            raise ValueError(f"GPT-2 config sets {key}={json.dumps(not want)}: attention scaled other than by "
+                             f"1/sqrt(head_dim) is not supported")
     return GPTConfig(block_size=f("n_positions"), vocab_size=f("vocab_size"), n_layer=f("n_layer"), n_head=f("n_head"),
                      n_embd=f("n_embd"), mlp_hidden=f("n_inner"), norm="layernorm", norm_eps=f("layer_norm_epsilon"),
                      position="learned", activation=GPT2_ACTIVATIONS[act], bias=True,
@@ -627,10 +640,7 @@ def _neox_config(f: Fields, arch: str) -> GPTConfig:
     if act not in GPT2_ACTIVATIONS:
         raise ValueError(f"unsupported GPT-NeoX hidden_act {act!r}; known: {sorted(GPT2_ACTIVATIONS)}")
     max_pos = f("max_position_embeddings")
-    # 4.x reads rotary_emb_base / rotary_pct; 5.x rope_parameters, else those two. The top-level rope_theta and
-    # partial_rotary_factor that 4.x writes beside them are echoes neither reads: they must agree, or be absent
-    rope = _rope(f, max_pos, n_embd // H, kinds=("default", "linear"), theta_key="rotary_emb_base",
-                 partial_key="rotary_pct", partial_ok=True, echoes=("rope_theta", "partial_rotary_factor"))
+    rope = _rope(f, max_pos, n_embd // H, ("default", "linear"), SPELLINGS[arch], partial_ok=True)
     return GPTConfig(block_size=max_pos, vocab_size=f("vocab_size"), n_layer=L, n_head=H, n_embd=n_embd,
                      mlp_hidden=f("intermediate_size"), norm="layernorm", norm_eps=f("layer_norm_eps"),
                      norm_bias=True, parallel_residual=f("use_parallel_residual"),
@@ -648,7 +658,8 @@ ROPE_KINDS = ("default", "linear", "llama3")
 
 def _decoder_config(f: Fields, arch: str) -> GPTConfig:
     """The LLaMA lineage: RMSNorm (Gemma: x (1 + w)), a gated MLP, RoPE, GQA. They differ in where the norms sit,
-    biases, q/k norms, head width, windows, RoPE's variants, and Gemma's scales and soft-caps."""
+    biases, q/k norms, head width, windows, RoPE's variants, and Gemma's scales and soft-caps: each knob read where
+    the family's fields (FIELDS) hold it."""
     H, n_embd, L = f("num_attention_heads"), f("hidden_size"), f("num_hidden_layers")
     n_kv, head_dim = f("num_key_value_heads") or H, f("head_dim") or n_embd // H
     max_pos = f("max_position_embeddings")
@@ -656,23 +667,20 @@ def _decoder_config(f: Fields, arch: str) -> GPTConfig:
     # Qwen2 has q/k/v biases and no others whatever attention_bias says; Mistral and Phi-3 none (check_unread)
     bias = {key: f(key) if key in f.table else False for key in ("attention_bias", "mlp_bias")}
     norm, norm_position, qk_norm = NORMS.get(arch, ("rmsnorm", "pre", "none"))
-    window, sliding_layers = _windows(f, arch, L)
-    gemma = {}
-    if arch in GEMMA:
-        gemma["embed_scale"] = math.sqrt(n_embd)           # rounded to the model's dtype at run time, as Gemma does
-    if arch in ("Gemma2ForCausalLM", "Gemma3ForCausalLM"):
-        gemma["attn_scale"] = f("query_pre_attn_scalar") ** -0.5
-        gemma["logit_softcap"] = f("final_logit_softcapping")
-    if arch == "Gemma2ForCausalLM":
+    window, sliding_layers = _windows(f, L)
+    gemma = dict(embed_scale=math.sqrt(n_embd)) if arch in GEMMA else {}    # rounded to the model's dtype at run time
+    if "query_pre_attn_scalar" in f.table:           # Gemma 2 and 3
+        gemma.update(attn_scale=f("query_pre_attn_scalar") ** -0.5, logit_softcap=f("final_logit_softcapping"))
+    if "attn_logit_softcapping" in f.table:          # Gemma 2 (Gemma 3 stores it, never applies it)
         gemma["attn_softcap"] = f("attn_logit_softcapping")
     if arch == "Gemma3ForCausalLM":
         rope = _gemma3_rope(f, max_pos, head_dim, sliding=window is not None)
     elif arch == "Phi3ForCausalLM":   # both versions read default and LongRoPE (also by its older names su, yarn)
         original = f("original_max_position_embeddings")
-        rope = _rope(f, max_pos, head_dim, kinds=("default", "longrope"), partial_ok=True,
+        rope = _rope(f, max_pos, head_dim, ("default", "longrope"), SPELLINGS[arch], partial_ok=True,
                      original=lambda: f.used("original_max_position_embeddings", original))
     else:
-        rope = _rope(f, max_pos, head_dim, kinds=ROPE_KINDS)
+        rope = _rope(f, max_pos, head_dim, ROPE_KINDS, LLAMA)
     return GPTConfig(block_size=max_pos, vocab_size=f("vocab_size"), n_layer=L, n_head=H, n_kv_head=n_kv,
                      n_embd=n_embd, head_size=head_dim if head_dim != n_embd // H else None,
                      mlp_hidden=f("intermediate_size"), norm=norm, norm_eps=f("rms_norm_eps"),
@@ -687,7 +695,7 @@ def _gated_activation(f: Fields, arch: str) -> str:
     named. Gemma 1 reads hidden_act, Gemma 2 and 3 hidden_activation (each ignores the other field). Gemma 1's
     "gelu" (google/gemma-7b's config) is run as tanh GELU, as 5.x rewrites it and as Gemma was trained (4.x ran it
     exact); Gemma 2 and 3 run "gelu" exact in both versions, and so does this loader."""
-    key = "hidden_activation" if arch in ("Gemma2ForCausalLM", "Gemma3ForCausalLM") else "hidden_act"
+    key = "hidden_activation" if "hidden_activation" in f.table else "hidden_act"
     act = f(key)
     if arch == "GemmaForCausalLM" and act == "gelu":
         return "geglu_tanh"
@@ -700,31 +708,30 @@ def _gated_activation(f: Fields, arch: str) -> str:
     return "swiglu"
 
 
-def _windows(f: Fields, arch: str, n_layer: int) -> tuple:
-    """(sliding_window, sliding_layers): the window and which layers use it (None: every layer), from each
-    family's fields: Mistral and Phi-3 slide every layer (a null window: none); Qwen2/3 from max_window_layers on
-    where use_sliding_window says; Gemma 2 even layers, Gemma 3 all but every sliding_window_pattern-th; layer_types,
-    where given, say it layer by layer (Qwen, Gemma 2 and 3: Mistral's and Phi-3's classes do not read it)."""
-    if arch in ("LlamaForCausalLM", "Olmo2ForCausalLM", "GemmaForCausalLM"):
+def _windows(f: Fields, n_layer: int) -> tuple:
+    """(sliding_window, sliding_layers): the window and which layers use it (None: every layer), from the fields
+    the family reads: Mistral and Phi-3 slide every layer (a null window: none); Qwen2/3 from max_window_layers on
+    where use_sliding_window says; Gemma 2 its even layers, Gemma 3 all but every sliding_window_pattern-th;
+    layer_types, where the family reads it and the file gives it, say it layer by layer."""
+    if "sliding_window" not in f.table:          # LLaMA, OLMo-2, Gemma 1
         return None, None
     window = f("sliding_window")
-    if arch in ("MistralForCausalLM", "Phi3ForCausalLM"):
+    if "layer_types" not in f.table:             # Mistral, Phi-3
         return window, None
     layers = f("layer_types")
-    if arch.startswith("Qwen"):      # a window only with use_sliding_window, and then from max_window_layers on
+    if "use_sliding_window" in f.table:          # Qwen: a window only with use_sliding_window, from max_window_layers
         on, first = f("use_sliding_window"), f("max_window_layers")
         window = window if on else None
         if layers is None and window is not None:
             first = f.used("max_window_layers", first)
             layers = ["sliding_attention" if i >= first else "full_attention" for i in range(n_layer)]
-    elif arch == "Gemma2ForCausalLM":
-        if layers is None:
-            layers = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layer)]
-    else:                            # Gemma 3
+    elif "sliding_window_pattern" in f.table:    # Gemma 3
         pattern = f("sliding_window_pattern")
         if layers is None:
             pattern = f.used("sliding_window_pattern", pattern)
             layers = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(n_layer)]
+    elif layers is None:                         # Gemma 2
+        layers = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layer)]
     if layers is None:
         return None, None
     if len(layers) != n_layer or set(layers) - {"sliding_attention", "full_attention"}:
@@ -740,7 +747,7 @@ def _windows(f: Fields, arch: str, n_layer: int) -> tuple:
     return window, "".join("s" if kind == "sliding_attention" else "f" for kind in layers)
 
 
-# RoPE's parameters, as rope_scaling (4.x) or rope_parameters (5.x) spell them: those of every kind, then each kind's
+# RoPE's parameters, as rope_scaling (4.x) or rope_parameters (5.x) hold them: those of every kind, then each kind's
 ROPE_FIELDS = dict(rope_type=Field(STR, None), type=Field(STR, None),   # "type": the older spelling
                    rope_theta=Field(NUM, None), partial_rotary_factor=Field(NUM, None))   # None: the top level's
 ROPE_KIND_FIELDS = {
@@ -754,36 +761,33 @@ ROPE_KIND_FIELDS = {
 }
 
 
-def _rope(f: Fields, max_pos: int, head_dim: int, kinds: tuple, theta_key: str = "rope_theta",
-          partial_key: str = "partial_rotary_factor", partial_ok: bool = False, original=None,
-          echoes: tuple = ()) -> dict:
-    """RoPE's knobs from either spelling: 4.x reads the top-level base and rotary fraction (`theta_key`,
-    `partial_key`: rope_theta and partial_rotary_factor, GPT-NeoX's rotary_emb_base and rotary_pct) with
-    rope_scaling; 5.x rope_parameters, whose own values win over the top-level ones. Given both, and different,
-    the two versions build two models: refused. `kinds`: the RoPE types the family's class computes; partial_ok:
-    it rotates part of each head (GPT-NeoX, Phi-3; the others rotate whole heads); `original`: LongRoPE's original
-    context, asked for only by a LongRoPE (Phi-3's top-level field); `echoes`: top-level fields neither version
-    reads (GPT-NeoX's), which must agree with what is read."""
-    top = [(name, key, f.given(key), f(key)) for name, key in (("rope_theta", theta_key),
-                                                                ("partial_rotary_factor", partial_key))]
-    scaling, params = f("rope_scaling"), f("rope_parameters")
+def _rope(f: Fields, max_pos: int, head_dim: int, kinds: tuple, row: dict, partial_ok: bool = False,
+          original=None) -> dict:
+    """RoPE's knobs from either spelling (`row`, the family's in SPELLINGS): the base and the rotary fraction from
+    rope_parameters where it gives them, else from their 4.x fields, which must agree with it where both are given;
+    the kind and its factors from 4.x's object or rope_parameters, equal where both are given. `kinds`: the RoPE
+    types the family's class computes; partial_ok: it rotates part of each head (GPT-NeoX, Phi-3; the others whole
+    heads); `original`: LongRoPE's original context, asked for only by a LongRoPE (Phi-3's top-level field)."""
+    top = {v5: (v4, f.given(v4), f(v4)) for v4, (v5, field) in row.items() if v5 and field is not ECHO}
+    scaling, params = f(spelled(row, "")), f("rope_parameters")
     if scaling and params and scaling != params:
-        raise ValueError(f"config.json has both rope_scaling {scaling} and rope_parameters {params}, and they differ")
-    where = "rope_scaling" if scaling else "rope_parameters"
+        raise ValueError(f"config.json has both {spelled(row, '')} {scaling} and rope_parameters {params}, and they "
+                         f"differ")
+    where = spelled(row, "") if scaling else "rope_parameters"
     p = Fields(scaling or params or {}, ROPE_FIELDS, f.family, where + ".")
     if any(isinstance(v, dict) for v in p.left.values()):
         raise ValueError(f"per-layer-type RoPE parameters {sorted(p.left)} are not supported for this family")
     read = {}
-    for name, key, given, value in top:
+    for name, (key, given, value) in top.items():
         inner = p(name)
         if inner is not None and given and inner != value:
             raise ValueError(f"config.json has {key}={value} and {where}.{name}={inner}: transformers 4.x reads the "
                              f"first, 5.x the second; keep one")
         read[name] = f.used(key, value) if inner is None else inner   # a null top-level value: moot, or refused
-    for echo in echoes:
-        value = f(echo)
-        if value is not None and value != read[echo]:
-            raise ValueError(f"config.json's {echo} disagrees with the value {f.family} reads ({read[echo]}); which "
+    for echo, (name, field) in row.items():
+        value = f(echo) if field is ECHO else None
+        if value is not None and value != read[name]:
+            raise ValueError(f"config.json's {echo} disagrees with the value {f.family} reads ({read[name]}); which "
                              f"one holds is unclear: refused")
     return _rope_parameters(p, max_pos, head_dim, read["rope_theta"], read["partial_rotary_factor"], kinds,
                             partial_ok, original)
@@ -846,27 +850,31 @@ def _longrope(p: Fields, max_pos: int, dims: int, original: int) -> dict:
 
 def _gemma3_rope(f: Fields, max_pos: int, head_dim: int, sliding: bool) -> dict:
     """Gemma 3's two RoPEs: the global (full_attention) layers' base with its scaling, the sliding layers' own
-    base, unscaled. 4.x: rope_theta + rope_scaling, rope_local_base_freq; 5.x: rope_parameters per layer type."""
+    base, unscaled, in either spelling (SPELLINGS)."""
+    row = SPELLINGS["Gemma3ForCausalLM"]
+    local_key = spelled(row, "sliding_attention.rope_theta")
     params = f("rope_parameters")
-    if params is None:
-        local = f("rope_local_base_freq")
-        rope = _rope(f, max_pos, head_dim, kinds=ROPE_KINDS)
-        return dict(rope, rope_local_theta=float(f.used("rope_local_base_freq", local)) if sliding else None)
+    if params is None:                          # 4.x: the global layers' RoPE as the LLaMA lineage spells it
+        local_theta = f(local_key)
+        rope = _rope(f, max_pos, head_dim, ROPE_KINDS, LLAMA)
+        return dict(rope, rope_local_theta=float(f.used(local_key, local_theta)) if sliding else None)
     if set(params) - {"full_attention", "sliding_attention"} or not all(v is None or isinstance(v, dict)
                                                                        for v in params.values()):
         raise ValueError(f"Gemma 3's rope_parameters name each layer type's RoPE (full_attention, "
                          f"sliding_attention), got {sorted(params)}: transformers would ignore a flat one")
-    for key in ("rope_theta", "rope_scaling", "rope_local_base_freq"):
+    for key in row:
         if f.given(key):
             raise ValueError(f"config.json has both rope_parameters and {key}: which one holds is unclear")
         f.left.pop(key, None)
     partial = f("partial_rotary_factor")        # whole heads: anything else is refused below
-    full = Fields(params.get("full_attention") or {}, dict(ROPE_FIELDS, rope_theta=Field(NUM, 1e6)), f.family,
+    default = {v5: field.default for v5, field in row.values()}
+    full = Fields(params.get("full_attention") or {},
+                  dict(ROPE_FIELDS, rope_theta=Field(NUM, default["full_attention.rope_theta"])), f.family,
                   "rope_parameters.full_attention.")
     rope = _rope_parameters(full, max_pos, head_dim, full("rope_theta"), full("partial_rotary_factor") or partial,
                             ROPE_KINDS)
-    local = Fields(params.get("sliding_attention") or {}, dict(rope_type=Field(STR, "default"),
-                                                               rope_theta=Field(NUM, 1e4)),
+    local = Fields(params.get("sliding_attention") or {},
+                   dict(rope_type=Field(STR, "default"), rope_theta=Field(NUM, default["sliding_attention.rope_theta"])),
                    f.family, "rope_parameters.sliding_attention.")
     if local("rope_type") != "default" or local.left.keys() - {"rope_theta"}:
         raise ValueError(f"Gemma 3's sliding layers use plain RoPE; got sliding_attention "
