@@ -305,6 +305,26 @@ def add_device_flags(parser: argparse.ArgumentParser, dtype_help: str, dtype_def
     parser.add_argument("--dtype", choices=tuple(DTYPES), default=dtype_default, help=dtype_help)
 
 
+# torch.compile's modes (--compile_mode): "max-autotune-no-cudagraphs" times several kernels for each matrix product
+# and fuses what follows it (a bias, GELU) into it where the compiler can; "reduce-overhead" replays CUDA graphs. Each
+# is accepted on any device and recorded with the run: without CUDA, CUDA graphs are left out.
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead")
+COMPILE_MODE_HELP = ("torch.compile's mode with --compile on (max-autotune-no-cudagraphs: autotuned matrix products, "
+                     "GELU fused into its product where it can; its compile takes longer)")
+
+
+def add_compile_flags(parser: argparse.ArgumentParser, what: str) -> None:
+    """--compile on|off and --compile_mode with one vocabulary in every script that compiles a pass."""
+    parser.add_argument("--compile", type=parse_bool, default=False, metavar="on|off", help=f"torch.compile {what}")
+    parser.add_argument("--compile_mode", choices=COMPILE_MODES, default="default", help=COMPILE_MODE_HELP)
+
+
+def check_compile_mode(compile: bool, mode: str) -> None:
+    """A compile mode other than the default without --compile on would do nothing: refused."""
+    if mode != "default" and not compile:
+        raise ValueError(f"--compile_mode {mode} goes with --compile on: without it nothing is compiled")
+
+
 def resolve_device(name: Optional[str] = "auto") -> torch.device:
     """The torch.device a --device flag names; one that is unknown or absent on this machine is refused."""
     name = "auto" if name is None else name

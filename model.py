@@ -540,6 +540,7 @@ class GPT(nn.Module):
             self.transformer.wpe = nn.Embedding(config.block_size, config.n_embd)
         # tied: the head reads wte.weight directly, so a tie can never come undone
         self.lm_head = None if config.tie_embeddings else nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self._rope_cache = {}      # RoPE's tables by (config, length, device): made once, not at every pass
 
     def forward(self, idx, targets=None):
         """idx (B, T) token ids -> (logits, loss), as nanoGPT: with targets (B, T), logits (B, T, vocab) and the mean
@@ -556,7 +557,7 @@ class GPT(nn.Module):
         return logits, F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-1)
 
     def trace(self, idx=None, *, embeds=None, hidden=None, attn_probs=False, head_out=False, logits=False,
-              attn_mask=None) -> dict:
+              attn_mask=None, check_finite=True) -> dict:
         """One pass that keeps what the probes read, on token ids idx (B, T) or input embeddings
         embeds (B, T, n_embd), taken as they are (no embed_scale). Returns a dict holding only what was asked:
           hidden="all" | "last": the n_layer + 2 residual-stream states -- the input (after the position
@@ -568,7 +569,9 @@ class GPT(nn.Module):
         and leave each query a key (sink.py's mask edit: "token k attends only to itself").
         A NaN or inf in a state is a FloatingPointError naming the first state that holds one. Where the pass
         returns the last position alone (hidden "last" or None, no attn_probs and no head_out), only the last
-        position is read, and the error names the first state where a NaN has reached it."""
+        position is read, and the error names the first state where a NaN has reached it. check_finite=False: the
+        pass's flags, one a state, are returned on the device as out["finite"] instead, to be refused after many
+        passes at once (trace_passes): checking them here waits for the device, a host sync per pass."""
         if hidden not in (None, "all", "last"):
             raise ValueError(f"hidden must be None, 'all' or 'last', got {hidden!r}")
         x = self._embed(idx, embeds)
@@ -577,10 +580,7 @@ class GPT(nn.Module):
             attn_mask = check_attn_mask(attn_mask, T).to(x.device)
         keep = (lambda h: h) if hidden == "all" else (lambda h: h[:, -1])
         asked = [key for key, wanted in (("attn_probs", attn_probs), ("head_out", head_out)) if wanted]
-        # Finiteness is checked on what the pass returns. Where that is the last position alone (hidden="last",
-        # logits), only the last position's states are read: a NaN elsewhere that never reaches it changes no
-        # result, and a check of the whole state reads every state of the pass once more
-        last_only = (hidden == "last" or (hidden is None and logits)) and not asked
+        last_only = last_position_only(hidden, logits, attn_probs, head_out)
         watched = (lambda h: h[:, -1]) if last_only else (lambda h: h)
         ropes = self._ropes(x)
         states, per_layer, finite = [keep(x)], [], [torch.isfinite(watched(x)).all()]
@@ -596,14 +596,42 @@ class GPT(nn.Module):
         last_logits = self.unembed(x[:, -1]) if logits else None
         if logits:
             finite.append(torch.isfinite(last_logits).all())
-        # inside torch.compile (probe.py --compile) the check runs eagerly: a host sync and a raise
-        eager(raise_if_nonfinite)(torch.stack(finite), self.config.n_layer, last_only)
         out = {key: [rec[key] for rec in per_layer if rec[key] is not None] for key in asked}   # MLP-only: none
+        if check_finite:
+            # inside torch.compile the check runs eagerly: a host sync and a raise
+            eager(raise_if_nonfinite)(torch.stack(finite), self.config.n_layer, last_only)
+        else:
+            out["finite"] = torch.stack(finite)
         if hidden:
             out["hidden"] = states
         if logits:
             out["logits"] = last_logits
         return out
+
+    def trace_passes(self, batches, compile_mode: Optional[str] = None, **options):
+        """self.trace(**batch, **options) for each batch (a pass's inputs, on the model's device), yielding each
+        pass's output, with no host sync between passes (the device is never left waiting for the host): RoPE's
+        tables are made once (_ropes), and each pass's finiteness flags stay on the device, to be refused once
+        after the last pass, naming the first pass's first non-finite state as a check after each pass would
+        (raise_if_nonfinite). compile_mode: the passes through torch.compile in that mode ("default",
+        "max-autotune-no-cudagraphs", ...), static shapes; its compiled graphs are kept for the next call in the
+        same mode, and past dynamo's recompile limit it raises rather than run eagerly without a word."""
+        trace = self.trace
+        if compile_mode:
+            from torch._dynamo import config      # here: importing the compiler costs a second at every start-up
+            loud = config.patch(fail_on_recompile_limit_hit=True)
+            trace = loud(torch.compile(self.trace, mode=compile_mode, dynamic=False))
+        flags = []
+        for batch in batches:
+            if compile_mode == "reduce-overhead":     # CUDA graphs: each pass a new replay, over the last one's outputs
+                torch.compiler.cudagraph_mark_step_begin()
+            out = trace(**batch, **options, check_finite=False)
+            flags.append(out.pop("finite").clone())     # a copy: a replay of CUDA graphs reuses its outputs' memory
+            yield out
+        if flags:
+            last_only = last_position_only(options.get("hidden"), options.get("logits"), options.get("attn_probs"),
+                                           options.get("head_out"))
+            raise_if_nonfinite(torch.stack(flags), self.config.n_layer, last_only)
 
     def unembed(self, x):
         """The LM head: final-norm states -> logits (soft-capped where the config says)."""
@@ -650,9 +678,18 @@ class GPT(nn.Module):
         # Under torch.compile the tables are made eagerly, outside the graph: inside it the compiler fuses their
         # pow, sin and cos into each layer's rotation and recomputes them for every element of q and k, in every
         # layer (docs/reproduce.md has what that cost a compiled probe pass on a GPU)
-        tables = eager(rope_tables)
-        full = tables(x.shape[1], cfg, x.device)
-        return dict(full=full, sliding=tables(x.shape[1], cfg, x.device, local=True) if cfg.rope_local_theta else full)
+        return eager(self._rope_tables)(x.shape[1], x.device)
+
+    def _rope_tables(self, T: int, device) -> dict:
+        """_ropes' tables, made once for each (config, length, device) and kept: made at each pass, they would copy
+        the frequencies from the host, a copy that waits for the device (a host sync every pass)."""
+        cfg, key = self.config, (self.config, T, device)
+        if key not in self._rope_cache:
+            with torch.inference_mode(False):     # made in a probe's inference mode, they must still serve training
+                full = rope_tables(T, cfg, device)
+                local = rope_tables(T, cfg, device, local=True) if cfg.rope_local_theta else full
+            self._rope_cache[key] = dict(full=full, sliding=local)
+        return self._rope_cache[key]
 
     @staticmethod
     def _rope_of(block, ropes):
@@ -661,13 +698,22 @@ class GPT(nn.Module):
         return ropes["full" if block.attn.window is None else "sliding"]
 
 
+def last_position_only(hidden, logits, attn_probs, head_out) -> bool:
+    """Whether a trace returns the last position alone (hidden "last", or the logits alone), where its finiteness is
+    read at that position only: a NaN elsewhere that never reaches it changes no result, and a check of the whole
+    state would read every state of the pass once more."""
+    return (hidden == "last" or (hidden is None and bool(logits))) and not attn_probs and not head_out
+
+
 def raise_if_nonfinite(finite: torch.Tensor, n_layer: int, last_only: bool = False) -> None:
     """NaN/inf activations are an error, never a result. `finite`: one flag per state of a pass (the input, each
-    block, the final norm, the logits if computed), gathered on the device: one host sync per pass. last_only: the
-    flags read the last position alone, so a NaN elsewhere shows where it has reached that position."""
+    block, the final norm, the logits if computed), gathered on the device, or a row of them for each of many
+    passes (trace_passes): one host sync for all. The error names the first state holding one in the first pass
+    that does. last_only: the flags read the last position alone, so a NaN elsewhere shows where it has reached
+    that position."""
     if bool(finite.all()):
         return
-    first = int((~finite).nonzero()[0])
+    first = int((~finite).flatten().nonzero()[0]) % finite.shape[-1]    # row by row: the first pass's first state
     if first == 0:
         where = "the input embeddings"
     elif first <= n_layer:

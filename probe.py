@@ -34,9 +34,9 @@ import time
 from typing import Optional
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, DTYPES, Distinct, add_device_flags, check_dtype_runs, check_output, figure,
-                    flag_type, lock_dir, parse_bool, peak_flops, print_table, rank_device, refuse_unused,
-                    resolve_device, run_script, save_figure, seed_int, torchrun_rank, update_results)
+from common import (ArgumentParser, DTYPES, Distinct, add_compile_flags, add_device_flags, check_compile_mode,
+                    check_dtype_runs, check_output, figure, flag_type, lock_dir, peak_flops, print_table, rank_device,
+                    refuse_unused, resolve_device, run_script, save_figure, seed_int, torchrun_rank, update_results)
 from model import GPT, PRESETS, GPTConfig, forward_flops
 import numpy as np
 import torch
@@ -56,7 +56,7 @@ TIMED_PASS = "probe.timed_pass"     # the timed loop's name in a torch.profiler 
 
 @torch.no_grad()
 def probe(model: GPT, kind: str = "tokens", sequences: int = 512, seq_len: int = 64, batch_size: int = 32,
-          data_seed: int = 1234, log: bool = False, compile: bool = False) -> dict:
+          data_seed: int = 1234, log: bool = False, compile: bool = False, compile_mode: str = "default") -> dict:
     """One pass of random sequences through `model`, returning from that pass alone:
       counts         argmax next-token counts (vocab,)
       cosine         per residual-stream state (input, each block, final norm): mean / std / log10 p of
@@ -64,54 +64,87 @@ def probe(model: GPT, kind: str = "tokens", sequences: int = 512, seq_len: int =
       direction_top1 the token with the largest logit along the contraction direction
       dim_counts     how often each final-norm dimension is the largest (Fig 10)
     and the throughput. bf16 autocast on CUDA; the LM head runs on the last position only. compile: the pass
-    through torch.compile (fused kernels), compiled on each batch shape before the clock starts."""
+    through torch.compile in compile_mode (common.COMPILE_MODES), compiled on each batch shape before the clock
+    starts (compile_seconds). Nothing in the timed loop waits for the device: the inputs are there before it
+    (pass_inputs), and model.trace_passes checks finiteness once, after the last batch."""
     device, cfg = next(model.parameters()).device, model.config
-    counts = torch.zeros(cfg.vocab_size, dtype=torch.int64, device=device)
-    dim_counts = torch.zeros(cfg.n_embd, dtype=torch.int64, device=device)
-    stats = [PairwiseCosine() for _ in range(cfg.n_layer + 2)]
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    trace = model.trace
+    mode = compile_mode if compile else None
+    compile_seconds = None
     if compile:
         # Compile time is not throughput: a batch of each shape the pass will see (full batches and the
-        # smaller last one) runs once before the clock, discarded. Static shapes, and a fresh compile cache
-        # per call, so no shape is compiled in the timed loop and dynamo's recompile limit is never reached
-        # (past it, it would fall back to eager without a word).
+        # smaller last one) runs once before the clock, discarded. A fresh compile cache per call, so no shape is
+        # compiled in the timed loop and dynamo's recompile limit is never reached.
+        t0 = time.time()
         torch._dynamo.reset()
-        trace = torch.compile(model.trace, dynamic=False)
         for n in {min(batch_size, sequences), sequences % batch_size} - {0}:
             with autocast:
-                trace(**next(random_inputs(model, kind, n, seq_len, batch_size, data_seed)), hidden="last",
-                      logits=True)
+                for _ in model.trace_passes(pass_inputs(model, kind, n, seq_len, n, data_seed), mode, hidden="last",
+                                            logits=True):
+                    pass
+        sync()
+        compile_seconds = time.time() - t0
+    batches = pass_inputs(model, kind, sequences, seq_len, batch_size, data_seed)
+    stats = PassStatistics(cfg, device)
     sync()
     t0 = time.time()
     # named for a profiler, which can then read this loop apart from the compiling before it (negligible without one)
     with torch.profiler.record_function(TIMED_PASS):
-        for inputs in random_inputs(model, kind, sequences, seq_len, batch_size, data_seed):
-            with autocast:
-                out = trace(**inputs, hidden="last", logits=True)
-            # counted with index_add_, not bincount: on CUDA bincount reads the largest id back to size its output,
-            # a host sync per batch that stalls the queue of kernels
-            top = out["logits"].float().argmax(dim=-1)
-            counts.index_add_(0, top, torch.ones_like(top))
-            for acc, h in zip(stats, out["hidden"]):
-                acc.update(h.float())
-            top = out["hidden"][-1].float().argmax(dim=-1)
-            dim_counts.index_add_(0, top, torch.ones_like(top))
+        with autocast:
+            for out in model.trace_passes(batches, mode, hidden="last", logits=True):
+                stats.update(out)
         sync()
     seconds = time.time() - t0
     with autocast:
-        direction_top1 = int(model.unembed(stats[-1].direction().to(model.transformer.wte.weight.dtype)[None]).argmax())
+        direction = stats.cosine.direction()[-1].to(model.transformer.wte.weight.dtype)
+        direction_top1 = int(model.unembed(direction[None]).argmax())
     flops = forward_flops(model, seq_len) * sequences
     peak = peak_flops(device)
-    result = dict(counts=counts.cpu().numpy(), cosine=[s.result() for s in stats], direction_top1=direction_top1,
-                  dim_counts=dim_counts.cpu().numpy(), seconds=seconds, tokens_per_s=sequences * seq_len / seconds,
-                  tflops=flops / seconds / 1e12, mfu=(flops / seconds / peak) if peak else None)
+    result = dict(counts=stats.counts.cpu().numpy(), cosine=stats.cosine.result(), direction_top1=direction_top1,
+                  dim_counts=stats.dim_counts.cpu().numpy(), seconds=seconds,
+                  tokens_per_s=sequences * seq_len / seconds, tflops=flops / seconds / 1e12,
+                  mfu=(flops / seconds / peak) if peak else None, compile_seconds=compile_seconds)
     if log:
         mfu = f", {100 * result['mfu']:.1f}% of bf16 peak" if result["mfu"] else ""
+        compiled = f"; compiled ({compile_mode}) in {compile_seconds:.1f} s before" if compile else ""
         print(f"  [{sequences} x {seq_len} {kind}: {seconds:.1f} s, {result['tokens_per_s']:,.0f} tok/s, "
-              f"{result['tflops']:.2f} TFLOP/s{mfu}]")
+              f"{result['tflops']:.2f} TFLOP/s{mfu}{compiled}]")
     return result
+
+
+def pass_inputs(model: GPT, kind: str, sequences: int, seq_len: int, batch_size: int, seed: int):
+    """data.random_inputs' batches for model.trace, token ids all on the device at once (one copy before the first
+    pass, not a copy per batch that waits for the device; the same ids, drawn at once either way); Gaussian
+    embeddings batch by batch, as N x T x d of them may not fit."""
+    if kind != "tokens":
+        return random_inputs(model, kind, sequences, seq_len, batch_size, seed)
+    ids = next(random_inputs(model, kind, sequences, seq_len, sequences, seed))["idx"]
+    return [dict(idx=x) for x in ids.split(batch_size)]
+
+
+class PassStatistics:
+    """What probe() keeps of its passes, on the device, in a few kernels a batch whatever the depth: the argmax
+    counts of the last position's logits and of its final-norm state (Fig 10), and the pairwise cosines of every
+    residual state at once (PairwiseCosine on the states stacked)."""
+
+    def __init__(self, config: GPTConfig, device):
+        self.counts = torch.zeros(config.vocab_size, dtype=torch.int64, device=device)
+        self.dim_counts = torch.zeros(config.n_embd, dtype=torch.int64, device=device)
+        self.cosine = PairwiseCosine()
+
+    def update(self, out: dict) -> None:
+        tally(self.counts, out["logits"])
+        tally(self.dim_counts, out["hidden"][-1])
+        self.cosine.update(torch.stack(out["hidden"]))      # (n_layer + 2, B, d)
+
+
+def tally(counts: torch.Tensor, x: torch.Tensor) -> None:
+    """counts[i] += how many rows of x have their largest entry at i. With index_add_, not bincount: on CUDA
+    bincount reads the largest id back to size its output, a host sync per batch. argmax in x's own dtype: a bf16
+    value's float32 copy is the same number, so the copy would change nothing."""
+    top = x.argmax(dim=-1)
+    counts.index_add_(0, top, torch.ones_like(top))
 
 
 def token_preference(counts: np.ndarray) -> dict:
@@ -157,22 +190,29 @@ def unit(x: torch.Tensor) -> torch.Tensor:
 class PairwiseCosine:
     """Mean and std of the cosine over all pairs i != j of N vectors, streamed in batches. With u_i the
     unit vectors, the mean needs only sum_i u_i (theory.mean_pairwise_cosine), and the mean square
-    sum_{i != j} (u_i.u_j)^2 = |U^T U|_F^2 - N a d x d matrix, never the N x N Gram: memory O(d^2)."""
+    sum_{i != j} (u_i.u_j)^2 = |U^T U|_F^2 - N a d x d matrix, never the N x N Gram: memory O(d^2).
+    Batches (B, d) make one result; batches (S, B, d) make S at once (probe's residual states), one kernel each
+    step for all S: result() is then a list."""
 
     def __init__(self):
         self.n, self.sum, self.gram = 0, None, None
 
     def update(self, x: torch.Tensor):
         u = unit(x)
-        self.sum = u.sum(0) if self.sum is None else self.sum + u.sum(0)
-        self.gram = u.T @ u if self.gram is None else self.gram + u.T @ u
-        self.n += len(u)
+        self.sum = u.sum(-2) if self.sum is None else self.sum + u.sum(-2)
+        self.gram = u.mT @ u if self.gram is None else self.gram + u.mT @ u
+        self.n += u.shape[-2]
 
-    def result(self) -> dict:
+    def result(self):
+        if self.sum.dim() > 1:
+            return [self._result(s, g) for s, g in zip(self.sum, self.gram)]
+        return self._result(self.sum, self.gram)
+
+    def _result(self, total: torch.Tensor, gram: torch.Tensor) -> dict:
         n = self.n
         pairs = n * (n - 1)
-        mean = float(theory.mean_pairwise_cosine(self.sum, n))
-        mean_sq = (float((self.gram ** 2).sum()) - n) / pairs
+        mean = float(theory.mean_pairwise_cosine(total, n))
+        mean_sq = (float((gram ** 2).sum()) - n) / pairs
         # against 0: if the vectors are independent with E[u] = 0, the terms u_i.u_j (i != j) are
         # uncorrelated with variance E[(u_i.u_j)^2] <= 1, so the mean over the N(N-1) ordered pairs (each
         # unordered pair twice) has variance v <= 2 / (N(N-1)). Cantelli's inequality bounds the chance of
@@ -183,7 +223,7 @@ class PairwiseCosine:
         return dict(mean=mean, std=math.sqrt(max(mean_sq - mean ** 2, 0.0)), z=z, p_bound=p_bound, n=n)
 
     def direction(self) -> torch.Tensor:
-        """The contraction direction: the mean of the normalized vectors."""
+        """The contraction direction: the mean of the normalized vectors (S, d for S sets)."""
         return self.sum / self.n
 
 
@@ -228,8 +268,7 @@ def add_probe_flags(parser, out: str, lengths: bool = False, compile: bool = Tru
     parser.add_argument("--batch_size", type=flag_type("int>=1"), default=32)
     parser.add_argument("--data_seed", type=seed_int, default=1234, help="seed of the random inputs")
     if compile:
-        parser.add_argument("--compile", type=parse_bool, default=False, metavar="on|off",
-                            help="torch.compile the probe pass (GPU throughput; compiled before the clock starts)")
+        add_compile_flags(parser, "the probe pass (GPU throughput; compiled before the clock starts)")
     add_device_flags(parser, "dtype of the weights (bfloat16: the paper's GPU setting)", dtype_default="float32")
     parser.add_argument("--out", default=out)
 
@@ -254,8 +293,11 @@ def architecture(args, stored: Optional[hf.Stored] = None) -> GPTConfig:
 
 
 def check_lengths(args, config: GPTConfig) -> None:
-    """--out, and every --seq_len against the model's context, before any work."""
+    """--out, every --seq_len against the model's context, and --compile_mode only beside --compile on, before any
+    work."""
     check_output(args.out)
+    if hasattr(args, "compile"):
+        check_compile_mode(args.compile, args.compile_mode)
     lengths = args.seq_len if isinstance(args.seq_len, list) else [args.seq_len]
     bad = [T for T in lengths if not 1 <= T <= config.block_size]
     if bad:
@@ -294,7 +336,8 @@ def fresh_model(args, config: GPTConfig, seed: int, **knobs) -> GPT:
 def run_probe(args, model: GPT, kind: str = "tokens", seq_len: int = None) -> dict:
     """probe() of `model` at the flags' sizes (one length: `seq_len`, else --seq_len or its first), logged."""
     T = seq_len or (args.seq_len[0] if isinstance(args.seq_len, list) else args.seq_len)
-    return probe(model, kind, args.sequences, T, args.batch_size, args.data_seed, log=True, compile=args.compile)
+    return probe(model, kind, args.sequences, T, args.batch_size, args.data_seed, log=True, compile=args.compile,
+                 compile_mode=args.compile_mode)
 
 
 def layer_rows(curves: dict, extra: dict = None) -> list:
@@ -361,7 +404,8 @@ def exp_table1(args, config, given=None):
         for T in args.seq_len:
             r = run_probe(args, model, seq_len=T)
             rows.append(dict(seed=seed, seq_len=T, **token_preference(r["counts"]), seconds=r["seconds"],
-                             tokens_per_s=r["tokens_per_s"], tflops=r["tflops"], mfu=r["mfu"]))
+                             tokens_per_s=r["tokens_per_s"], tflops=r["tflops"], mfu=r["mfu"],
+                             compile_seconds=r["compile_seconds"]))
             hist[f"{_which(args, seed)}, T={T}"] = np.sort(r["counts"])[::-1][:200].tolist()
     print(f"Table 1: {args.model}, {args.sequences} random token sequences per row, vocab {config.vocab_size}")
     print_table([dict(seed=r["seed"], seq_len=r["seq_len"], top1_id=r["top1_id"], freq=f"{100 * r['top1_freq']:.2f}%",

@@ -183,6 +183,49 @@ def test_nonfinite_check_reads_what_the_pass_returns():
             build(tiny(), seed=0).eval().trace(embeds=embeds, hidden="last")
 
 
+def test_passes_refuse_once_after_the_last_as_a_check_per_pass_would():
+    """trace_passes: the same outputs as trace, no refusal while the passes run, and after the last the message of a
+    checked trace of the first pass that holds a NaN (its first state), not of a later pass's earlier state. An
+    MLP-only stack: a NaN at the first position never reaches the last, so that pass is a result."""
+    from model import raise_if_nonfinite
+    model = build(tiny(sublayers="mlp"), seed=0).eval()
+    clean = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(0))
+    first_only, last = clean.clone(), clean.clone()
+    first_only[:, 0, 3] = float("nan")
+    last[1, -1, 2] = float("nan")
+    with torch.no_grad():
+        outs = list(model.trace_passes([dict(embeds=clean), dict(embeds=first_only)], hidden="last", logits=True))
+        for out, x in zip(outs, (clean, first_only)):
+            torch.testing.assert_close(out["logits"], model.trace(embeds=x, hidden="last", logits=True)["logits"])
+        with pytest.raises(FloatingPointError) as checked:
+            model.trace(embeds=last, hidden="last")
+        seen = []
+        with pytest.raises(FloatingPointError) as after:
+            for out in model.trace_passes([dict(embeds=x) for x in (clean, last, clean)], hidden="last"):
+                seen.append(out)
+    assert len(seen) == 3 and str(after.value) == str(checked.value)
+    flags = torch.tensor([[True] * 4, [True, True, False, False], [True, False, False, False]])
+    with pytest.raises(FloatingPointError, match="first in block 2 of 2"):      # pass 1's first, not pass 2's
+        raise_if_nonfinite(flags, n_layer=2)
+
+
+def test_rope_tables_made_in_inference_mode_serve_a_training_step():
+    """GPT keeps RoPE's tables once made: tables first made under torch.inference_mode (a probe's) are ordinary
+    tensors, which a training step can save for its backward; a second pass at that length makes none."""
+    import model as model_module
+    model = build(tiny(), seed=1)
+    x = torch.randint(0, 32, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        model.trace(x, hidden="last")
+    made, real = [], model_module.rope_tables
+    model_module.rope_tables = lambda *a, **k: made.append(a[0]) or real(*a, **k)
+    try:
+        model(x, x)[1].backward()
+    finally:
+        model_module.rope_tables = real
+    assert made == [] and model.transformer.h[0].attn.c_attn.weight.grad is not None
+
+
 def test_calibration_scales_each_position_exactly_with_softmax_attention():
     """Calibration multiplies the head outputs at 1-indexed position t by sqrt(t) (amplify) or
     sqrt(t / T) (attenuate) after softmax aggregation: the same weights give exactly that ratio in layer 1."""

@@ -209,3 +209,141 @@ def test_a_torchrun_job_of_several_processes_is_refused_before_any_work(tmp_path
         monkeypatch.setenv(name, value)
     line = cli_error(main, "probe.py", ["--model", "tiny", "--device", "cpu", "--out", str(tmp_path / "out")])
     assert "python -m studies.seed_preference" in line and not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------- the pass without host syncs
+
+def per_batch_probe(model, kind, sequences, seq_len, batch_size, seed):
+    """probe()'s counts, cosines and contraction direction by a straightforward loop: each batch drawn by
+    data.random_inputs as it comes, a checked trace per batch, one PairwiseCosine per state (the pass as it was)."""
+    cfg = model.config
+    counts, dims = np.zeros(cfg.vocab_size, np.int64), np.zeros(cfg.n_embd, np.int64)
+    stats = [PairwiseCosine() for _ in range(cfg.n_layer + 2)]
+    with torch.no_grad():
+        for inputs in random_inputs(model, kind, sequences, seq_len, batch_size, seed):
+            out = model.trace(**inputs, hidden="last", logits=True)
+            for i in out["logits"].float().argmax(-1).tolist():
+                counts[i] += 1
+            for i in out["hidden"][-1].float().argmax(-1).tolist():
+                dims[i] += 1
+            for acc, h in zip(stats, out["hidden"]):
+                acc.update(h.float())
+        top = int(model.unembed(stats[-1].direction().float()[None]).argmax())
+    return counts, dims, [s.result() for s in stats], top
+
+
+@pytest.mark.parametrize("knobs,kind,sequences,seq_len,batch_size", [
+    (dict(n_layer=3, tie_embeddings=False, vocab_size=300), "tokens", 70, 12, 16),     # an uneven last batch
+    (dict(position="learned"), "tokens", 37, 20, 37),                                  # one batch
+    (dict(norm="rmsnorm", activation="swiglu", n_layer=2), "gaussian", 41, 8, 10)])
+def test_the_pass_equals_a_per_batch_loop_to_the_last_digit(knobs, kind, sequences, seq_len, batch_size):
+    """The same counts, dimension counts and contraction direction, and every cosine statistic to the last bit, as a
+    loop that draws, checks and counts batch by batch: the ids drawn at once before the clock are the same ids, and
+    the states stacked into one PairwiseCosine give each state's own sums."""
+    model = build(get_config("tiny", **knobs), seed=11).eval()
+    r = probe(model, kind, sequences, seq_len, batch_size, data_seed=3)
+    counts, dims, cosine, top = per_batch_probe(model, kind, sequences, seq_len, batch_size, 3)
+    assert np.array_equal(r["counts"], counts) and np.array_equal(r["dim_counts"], dims)
+    assert r["cosine"] == cosine and r["direction_top1"] == top and r["compile_seconds"] is None
+
+
+def host_syncs(fn) -> int:
+    """How often fn() reads a value of a tensor back to the host (.item(), bool(), int(): aten._local_scalar_dense,
+    what waits for a GPU)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    reads = []
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._local_scalar_dense.default:
+                reads.append(func)
+            return func(*args, **(kwargs or {}))
+    with Count():
+        fn()
+    return len(reads)
+
+
+def test_the_pass_waits_for_the_device_as_often_for_one_batch_as_for_eight():
+    """No host sync per batch: the reads back to the host (the embedding's scalar mean and std before the pass, the
+    finiteness check once after it, the results) are as many for 8 batches as for one."""
+    model = build(get_config("tiny", n_layer=2), seed=1).eval()
+    one = host_syncs(lambda: probe(model, sequences=16, seq_len=8, batch_size=16))
+    eight = host_syncs(lambda: probe(model, sequences=16, seq_len=8, batch_size=2))
+    assert one == eight
+
+
+def test_the_inputs_are_on_the_device_before_the_first_pass_and_rope_tables_made_once(monkeypatch):
+    """Token ids drawn at once and handed over before the first pass (the per-batch loop drew one batch before each),
+    the RoPE tables made once for the 5 passes of a length (a pass made them anew each time)."""
+    import model as model_module
+    import probe as probe_module
+    events, draw, tables = [], probe_module.random_inputs, model_module.rope_tables
+
+    def drawn(*a, **k):
+        for batch in draw(*a, **k):
+            events.append("drawn")
+            yield batch
+    monkeypatch.setattr(probe_module, "random_inputs", drawn)
+    monkeypatch.setattr(model_module, "rope_tables", lambda *a, **k: events.append("tables") or tables(*a, **k))
+    model = build(get_config("tiny", n_layer=2), seed=1).eval()
+    trace = model.trace
+    monkeypatch.setattr(model, "trace", lambda *a, **k: events.append("pass") or trace(*a, **k))
+    probe(model, sequences=20, seq_len=8, batch_size=4)
+    assert events == ["drawn", "pass", "tables"] + ["pass"] * 4        # the first pass makes the tables
+
+
+def test_the_statistics_take_as_many_kernels_for_any_depth():
+    """PassStatistics.update on every residual state at once: the ops it runs a batch are as many for 2 blocks as
+    for 8 (one PairwiseCosine per state would run a handful more per block)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from probe import PassStatistics
+
+    def ops(n_layer):
+        cfg = get_config("tiny", n_layer=n_layer)
+        model = build(cfg, seed=0).eval()
+        with torch.no_grad():
+            out = model.trace(torch.randint(0, 64, (6, 8)), hidden="last", logits=True)
+        stats, seen = PassStatistics(cfg, "cpu"), []
+
+        class Count(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                seen.append(func)
+                return func(*args, **(kwargs or {}))
+        with Count():
+            stats.update(out)
+            stats.update(out)
+        return len(seen) // 2
+    assert ops(2) == ops(8) <= 20
+
+
+def test_a_nan_is_refused_after_the_pass_as_the_per_pass_check_refused_it():
+    """A weight made inf (as a bf16 overflow would): the pass runs on, then refuses with the message a checked
+    trace of its first batch gives, naming the block."""
+    model = build(get_config("tiny", n_layer=3), seed=2).eval()
+    with torch.no_grad():
+        model.transformer.h[1].mlp.c_fc.weight[0, 0] = float("inf")
+        with pytest.raises(FloatingPointError) as per_pass:
+            model.trace(next(random_inputs(model, "tokens", 12, 8, 4, 0))["idx"], hidden="last", logits=True)
+    with pytest.raises(FloatingPointError) as after:
+        probe(model, sequences=12, seq_len=8, batch_size=4, data_seed=0)
+    assert str(after.value) == str(per_pass.value) and "block 2 of 3" in str(after.value)
+
+
+def test_the_compile_mode_reaches_torch_compile_and_the_compiled_pass_counts_alike(monkeypatch):
+    """--compile_mode as torch.compile receives it, the compile timed apart (compile_seconds), and the compiled pass
+    of a one-block model counting as the eager one (the one compile of this file: a CPU builds C++ kernels, seconds
+    each; max-autotune would time C++ GEMM templates on top, so the real compile here runs in the default mode)."""
+    modes, real = [], torch.compile
+
+    def compile_(fn, mode=None, **kw):
+        modes.append(mode)
+        return real(fn, **kw)
+    monkeypatch.setattr(torch, "compile", compile_)
+    model = build(get_config("tiny", n_layer=1), seed=4).eval()
+    eager = probe(model, sequences=24, seq_len=8, batch_size=8)
+    compiled = probe(model, sequences=24, seq_len=8, batch_size=8, compile=True,
+                     compile_mode="max-autotune-no-cudagraphs")
+    assert modes and set(modes) == {"max-autotune-no-cudagraphs"}
+    assert compiled["compile_seconds"] > 0 and np.array_equal(compiled["counts"], eager["counts"])
+    for c, e in zip(compiled["cosine"], eager["cosine"]):
+        assert c["mean"] == pytest.approx(e["mean"], abs=1e-5)
