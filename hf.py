@@ -2,10 +2,10 @@
 hf.py: models on disk, loaded exactly -- the released models whose birth bias, lineage and sinks the paper's
 questions are asked of, and the project's own checkpoints, through one door: load(path).
 
-A Hugging Face directory holds config.json (an architecture in transformers' field names) and
-*.safetensors files (its weights in transformers' tensor names). Each family here is mapped field by
-field onto GPTConfig's knobs and tensor by tensor onto GPT's parameters, so that the project's own
-forward pass computes what transformers computes, within float32 rounding, without transformers:
+A Hugging Face directory holds config.json (an architecture in transformers' field names) and *.safetensors files
+(its weights in transformers' tensor names). Each family here is mapped field by field onto GPTConfig's knobs and
+tensor by tensor onto GPT's parameters, so that the project's own forward pass computes what transformers computes,
+within float32 rounding, without transformers:
 
     family (architectures)          what sets it apart, as model.py's knobs
     LlamaForCausalLM                pre-norm RMSNorm, SwiGLU, RoPE (default, linear, llama3), GQA
@@ -23,35 +23,27 @@ forward pass computes what transformers computes, within float32 rounding, witho
     Phi3ForCausalLM (Phi-3, -4-mini) fused qkv_proj and gate_up_proj, partial RoPE, LongRoPE up to its
                                     original context
 
-  - each family reads exactly the fields its transformers class reads (FIELDS), in both spellings found on the
-    Hub (transformers 4.x rope_theta + rope_scaling, 5.x rope_parameters); a field left out takes transformers'
-    class default, except the sizes (vocabulary, width, layers, heads, MLP width; GPT-2's context), which must be
-    given: a file without them is refused, not read as the class's default model (Gemma 3's excepted: its
-    published multimodal configs leave them out; GPT-2's MLP width alone may be absent or null: 4 x width, as
-    transformers reads it); an explicit null means what it means to that class (a softcap or Mistral's window:
-    off, a bias: none, num_key_value_heads: num_attention_heads), or is refused by name where transformers builds
-    no one model from it (4.57 and 5.x both fail on it, or build two different models);
-  - a field the class does not read is refused by name unless it is null or says what the class builds anyway; so is
-    a model_type naming another family than architectures, and a field 4.x and 5.x read as two models;
-  - a field present but not understood, a tensor missing, unknown, misshapen or stored twice, an
-    architecture not carried: each is one error naming it (and the config.json fields behind a tensor), before
-    any weight is read. A tied LM head stored apart from its embedding must hold the same values: checked before
-    any weight loads, the one check that reads values. Nothing is approximated in silence.
+  - each family reads exactly the fields its transformers class reads (FIELDS), in both spellings transformers
+    writes (SPELLINGS: 4.x rope_theta + rope_scaling, 5.x rope_parameters); a field left out takes the class
+    default, the sizes excepted (a file without them is refused, not read as the class's default model); an
+    explicit null means what it means to that class (a softcap: off, a bias: none), or is refused by name where
+    transformers builds no one model from it (4.57 and 5.x both fail on it, or build two different models);
+  - a field the class does not read is refused by name unless it is null or says what the class builds anyway;
+  - a field not understood, a tensor missing, unknown, misshapen or stored twice, an architecture not carried: each
+    is one error naming it (and the config.json fields behind a tensor), before any weight is read. Nothing is
+    approximated in silence.
 
-A model here is a path: a Hugging Face directory, or a train.py checkpoint file (model.py's format). Every
-script that takes a model reads it through these, whichever it is, config.json once and each weight file once:
+A model here is a path: a Hugging Face directory, or a train.py checkpoint file (model.py's format). Every script
+reads it through these, config.json once and each weight file once:
 
-    read(path)               -> a Stored: its GPTConfig and every check that reads no weight (a directory's tensor
-                                names, shapes and dtypes against its config.json, on a model built on the meta
-                                device); each shard held open for the one read of its weights
-    load(path or Stored)     -> a GPT, in the checkpoint's dtype, filled in one pass over the files: each weight
+    read(path)               -> a Stored: its GPTConfig and every check that reads no weight (tensor names, shapes
+                                and dtypes against config.json, on a model built on the meta device), shards open
+    load(path or Stored)     -> a GPT in the checkpoint's dtype, filled in one pass over the files: each weight
                                 checked finite as it lands, each file's sha256 taken on the same bytes if asked
     read_config(path)        -> read(path)'s GPTConfig alone
-    check_weights_finite(path) -> every weight streamed once, one that holds NaN/inf refused by name (and a tied
-                                head stored apart that differs from its embedding), for a study that does not load
+    check_weights_finite(path) -> every weight streamed once, one that holds NaN/inf refused by name
     token_rows(path, lo, hi) -> rows lo..hi of the token table alone
-    main([path, ...])        -> hf.py's command line: what each model maps onto (its family, the knobs it sets,
-                                its parameters), nothing loaded
+    main([path, ...])        -> hf.py's command line: what each model maps onto, nothing loaded
 
 Needs model.py alone (the .safetensors format is read here, with plain file reads); copy the two files together.
 """
@@ -102,10 +94,9 @@ class Shard:
 
 @dataclasses.dataclass
 class Stored:
-    """A model on disk as read() leaves it: its config, checked, and nothing of its weights read. A Hugging Face
-    directory: its architecture, each shard open with its header read, and the plan of which tensor fills which
-    parameter (plan_weights); a train.py checkpoint: the checkpoint itself, memory-mapped (its seeds and init_from
-    are records a lineage test reads)."""
+    """A model on disk as read() leaves it, its config checked and no weight read: a Hugging Face directory's
+    architecture, open shards and plan of which tensor fills which parameter; a train.py checkpoint, memory-mapped
+    (its seeds and init_from are records a lineage test reads)."""
     path: str
     config: GPTConfig
     params: int                     # its parameters, counted on the model the checks built (on the meta device)
@@ -123,9 +114,9 @@ class Stored:
 
 
 def read(path) -> Stored:
-    """The model at `path`, read as far as its checks need: a Hugging Face directory's config.json (read and
-    mapped onto GPTConfig) and each shard's header, every tensor's name, shape and dtype checked against the config
-    (a model built on the meta device); a checkpoint's file structure (memory-mapped). No weight is read."""
+    """The model at `path`, read as far as its checks need, no weight read: a Hugging Face directory's config.json
+    and each shard's header, every tensor checked against the config on a model built on the meta device; a
+    checkpoint's file structure (memory-mapped)."""
     path = checked_path(path)
     if os.path.isfile(path):
         checkpoint = read_checkpoint(path, mmap=True)
@@ -150,12 +141,11 @@ def read(path) -> Stored:
 
 
 def load(model, device="cpu", dtype: Optional[torch.dtype] = None, digests: Optional[dict] = None) -> GPT:
-    """The model at `model` (a path, or read()'s Stored of one): a Hugging Face directory of a supported family, or
-    a train.py checkpoint file. It is built in its stored dtype (bf16 stays bf16; `dtype` overrides) and filled in
-    one pass over its files, tensor by tensor, so loading peaks near the checkpoint's own size. Weights that hold
-    NaN or inf, as stored or as cast to `dtype`, are refused, naming them; so is a tied LM head stored apart from
-    its embedding with other values (check_tied_head). digests, a dict: filled with each file's size and sha256,
-    computed on the bytes the load reads (a fingerprint file records them)."""
+    """The model at `model` (a path, or read()'s Stored of one), built in its stored dtype (bf16 stays bf16; `dtype`
+    overrides) and filled in one pass over its files, tensor by tensor, so loading peaks near the checkpoint's own
+    size. A weight that holds NaN or inf, as stored or as cast, is refused by name; so is a tied LM head stored apart
+    with other values than its embedding (check_tied_head). digests, a dict: filled with each file's size and
+    sha256, computed on the bytes the load reads."""
     if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
         raise ValueError(f"a model loads in a floating-point dtype (float32, bfloat16, float16), not {dtype}")
     stored = model if isinstance(model, Stored) else read(model)
@@ -203,8 +193,7 @@ def checked_path(path) -> str:
 
 
 def read_config(path) -> GPTConfig:
-    """The GPTConfig of the model at `path`, checked as read() checks it, no weight read: for a script that needs
-    the config alone."""
+    """The GPTConfig of the model at `path`, checked as read() checks it, no weight read."""
     stored = read(path)
     stored.close()
     return stored.config
@@ -233,11 +222,9 @@ def stream(stored: Stored, digests: Optional[dict] = None):
 
 
 def check_weights_finite(path) -> None:
-    """Stream every weight of the model at `path` once, tensor by tensor, and refuse one that holds NaN or inf,
-    naming it, or a tied LM head stored apart that differs from its embedding (check_tied_head, in the dtype load
-    builds the model in). For a study that must refuse a model before work that does not load it; a script that
-    loads the model gets the same checks from load(). Tensors the loader never reads (NOT_READ: a vision tower, a
-    mask buffer) are skipped, so what they hold cannot refuse a model that loads."""
+    """Stream every weight of the model at `path` once and refuse, by name, one that holds NaN or inf, or a tied LM
+    head stored apart that differs from its embedding: load()'s checks, for a study that does not load the model.
+    Tensors the loader never reads (NOT_READ: a vision tower, a mask buffer) cannot refuse a model that loads."""
     stored = read(path)
     if stored.checkpoint is not None:
         for name, t in stored.checkpoint["model"].items():
@@ -305,18 +292,17 @@ class Field:
 
 
 class Fields:
-    """One config.json object, read field by field against a table (name -> Field). Each field is popped as it is
-    read, so what is left (`left`) was read by no one. `where` names a nested object in messages (rope_scaling.)."""
+    """One config.json object read against a table (name -> Field), each field popped as it is read: what is left
+    (`left`) was read by no one. `where` names a nested object in messages (rope_scaling.)."""
 
     def __init__(self, raw: dict, table: dict, family: str, where: str = ""):
         self.left, self.table, self.family, self.where = dict(raw), table, family, where
 
-    def given(self, key: str) -> bool:
-        """Whether the field holds a value (neither absent nor null): asked before it is read."""
+    def given(self, key: str) -> bool:      # neither absent nor null (asked before the field is read)
         return self.left.get(key) is not None
 
     def __call__(self, key: str):
-        """The field's value: as given, transformers' default where absent, what null means where null."""
+        """The field's value: as given, the default where absent, what a null means where null."""
         field = self.table[key]
         if key not in self.left:
             if field.default is REQUIRED:
@@ -332,8 +318,8 @@ class Fields:
         return value
 
     def used(self, key: str, value):
-        """`value`, read as `key` (null: None), where the model needs it: a null that stands for nothing there is
-        refused (a field transformers reads only in some configurations, failing on a null only there)."""
+        """`value`, read as `key`, where the model needs it: a null (None) is refused (a field transformers reads
+        only in some configurations fails on a null only there)."""
         if value is None:
             raise self.null_refused(key)
         return value
@@ -376,7 +362,8 @@ SPELLINGS = {
         rope_scaling=("full_attention", ROPE_OBJECT),
         rope_local_base_freq=("sliding_attention.rope_theta", Field(NUM, 10000.0, null=None))),
     # its multimodal config: 4.x ties the LM head by text_config's field, 5.x by the top level's (absent: true)
-    "Gemma3ForConditionalGeneration": {"text_config.tie_word_embeddings": ("tie_word_embeddings", Field(BOOL, True))},
+    "Gemma3ForConditionalGeneration": {"text_config.tie_word_embeddings": ("tie_word_embeddings",
+                                                                            Field(BOOL, True, null=False))},
 }
 LLAMA = SPELLINGS["LLaMA lineage"]
 
@@ -490,12 +477,16 @@ INERT_IF = {"is_encoder_decoder": False, "add_cross_attention": False, "pruned_h
 GEMMA3_MULTIMODAL = {"text_config", "vision_config", "boi_token_index", "eoi_token_index", "image_token_index",
                      "mm_tokens_per_image"}
 
+# transformers' activation names as model.py's activation knob: GPT-2's and GPT-NeoX's MLP; Gemma's gated MLP, a GELU
+# exact (erf) or tanh (GeGLU); the rest of the LLaMA lineage's, SwiGLU
 GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
                     "gelu_accurate": "gelu_tanh", "gelu_python_tanh": "gelu_tanh", "gelu": "gelu",
                     "gelu_python": "gelu", "relu": "relu", "silu": "silu", "swish": "silu", "tanh": "tanh"}
-# Gemma's gated MLP: the GELU of transformers' activation name, exact (erf) or tanh, as model.py's GeGLU knob
 GEGLU = {name: "geglu" if act == "gelu" else "geglu_tanh" for name, act in GPT2_ACTIVATIONS.items()
          if act.startswith("gelu")}
+ACTIVATIONS = {"GPT2LMHeadModel": GPT2_ACTIVATIONS, "GPTNeoXForCausalLM": GPT2_ACTIVATIONS, "GemmaForCausalLM": GEGLU,
+               "Gemma2ForCausalLM": GEGLU, "Gemma3ForCausalLM": GEGLU}
+SWIGLU = {"silu": "swiglu", "swish": "swiglu"}
 
 
 def config_from_json(hf: dict) -> GPTConfig:
@@ -543,15 +534,12 @@ def _gemma3_multimodal_config(hf: dict) -> GPTConfig:
     if text.get("model_type", "gemma3_text") != "gemma3_text":
         raise ValueError(f"field text_config.model_type {json.dumps(text['model_type'])} is not "
                          f"'gemma3_text', the language model of a Gemma3ForConditionalGeneration")
-    (v4, (v5, tie)), = SPELLINGS["Gemma3ForConditionalGeneration"].items()   # the LM head's tie, in both spellings
-    values = {v5: hf.get(v5, tie.default), v4: text.get(v4.split(".")[1], tie.default)}
-    for key, value in values.items():
-        if value is not None and not KINDS[tie.kind](value):
-            raise ValueError(f"field {key} must be {tie.kind}, got {value!r}")
-    if bool(values[v5]) != bool(values[v4]):      # a null: untied, in both
-        raise ValueError(f"fields {v5} ({json.dumps(values[v5])}, read by transformers 5.x) and {v4} "
-                         f"({json.dumps(values[v4])}, read by 4.x) differ: one version would tie the LM head, the "
-                         f"other not; make them agree")
+    (v4, (v5, tie)), = SPELLINGS["Gemma3ForConditionalGeneration"].items()   # the LM head's tie, both spellings
+    inner = v4.removeprefix("text_config.")
+    if Fields(hf, {v5: tie}, "")(v5) != Fields(text, {inner: tie}, "", "text_config.")(inner):
+        raise ValueError(f"fields {v5} ({json.dumps(hf.get(v5, True))}, read by transformers 5.x) and {v4} "
+                         f"({json.dumps(text.get(inner, True))}, read by 4.x) differ: one version would tie the LM "
+                         f"head, the other not; make them agree")
     try:
         return config_from_json(dict(text, architectures=["Gemma3ForCausalLM"]))
     except ValueError as e:
@@ -618,17 +606,29 @@ def check_unread(f: Fields, config: GPTConfig, arch: str) -> None:
                              f"remove the field")
 
 
+def _activation(f: Fields, arch: str) -> str:
+    """model.py's activation, from the family's activation field (FIELDS) and names (ACTIVATIONS). Gemma 1's "gelu"
+    (google/gemma-7b's config) is run as tanh GELU, as 5.x rewrites it and as Gemma was trained (4.x ran it exact);
+    Gemma 2 and 3 run "gelu" exact in both versions, and so does this loader."""
+    key = next(key for key in ("activation_function", "hidden_activation", "hidden_act") if key in f.table)
+    act, names = f(key), ACTIVATIONS.get(arch, SWIGLU)
+    if arch == "GemmaForCausalLM" and act == "gelu":
+        return "geglu_tanh"
+    if act not in names:
+        raise ValueError(f"unsupported {key} {act!r} for {arch}; known: {sorted(names)}")
+    return names[act]
+
+
 def _gpt2_config(f: Fields, arch: str) -> GPTConfig:
-    act = f("activation_function")
-    if act not in GPT2_ACTIVATIONS:
-        raise ValueError(f"unsupported GPT-2 activation_function {act!r}; known: {sorted(GPT2_ACTIVATIONS)}")
+    """GPT-2: LayerNorm and biases everywhere, learned positions, scores scaled by 1/sqrt(head_dim) alone."""
+    activation = _activation(f, arch)
     for key, want in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False)):
         if f(key) != want:
             raise ValueError(f"GPT-2 config sets {key}={json.dumps(not want)}: attention scaled other than by "
                              f"1/sqrt(head_dim) is not supported")
     return GPTConfig(block_size=f("n_positions"), vocab_size=f("vocab_size"), n_layer=f("n_layer"), n_head=f("n_head"),
                      n_embd=f("n_embd"), mlp_hidden=f("n_inner"), norm="layernorm", norm_eps=f("layer_norm_epsilon"),
-                     position="learned", activation=GPT2_ACTIVATIONS[act], bias=True,
+                     position="learned", activation=activation, bias=True,
                      tie_embeddings=f("tie_word_embeddings"))
 
 
@@ -636,15 +636,13 @@ def _neox_config(f: Fields, arch: str) -> GPTConfig:
     """GPT-NeoX (Pythia): LayerNorm with biases, an MLP with biases, attention biases where attention_bias says,
     the two sublayers side by side or one after the other, RoPE on the first rotary_pct of each head."""
     H, n_embd, L = f("num_attention_heads"), f("hidden_size"), f("num_hidden_layers")
-    act = f("hidden_act")
-    if act not in GPT2_ACTIVATIONS:
-        raise ValueError(f"unsupported GPT-NeoX hidden_act {act!r}; known: {sorted(GPT2_ACTIVATIONS)}")
+    activation = _activation(f, arch)
     max_pos = f("max_position_embeddings")
     rope = _rope(f, max_pos, n_embd // H, ("default", "linear"), SPELLINGS[arch], partial_ok=True)
     return GPTConfig(block_size=max_pos, vocab_size=f("vocab_size"), n_layer=L, n_head=H, n_embd=n_embd,
                      mlp_hidden=f("intermediate_size"), norm="layernorm", norm_eps=f("layer_norm_eps"),
                      norm_bias=True, parallel_residual=f("use_parallel_residual"),
-                     activation=GPT2_ACTIVATIONS[act], position="rope", **rope, bias=f("attention_bias"),
+                     activation=activation, position="rope", **rope, bias=f("attention_bias"),
                      mlp_bias=True, tie_embeddings=f("tie_word_embeddings"))
 
 
@@ -663,7 +661,7 @@ def _decoder_config(f: Fields, arch: str) -> GPTConfig:
     H, n_embd, L = f("num_attention_heads"), f("hidden_size"), f("num_hidden_layers")
     n_kv, head_dim = f("num_key_value_heads") or H, f("head_dim") or n_embd // H
     max_pos = f("max_position_embeddings")
-    activation = _gated_activation(f, arch)
+    activation = _activation(f, arch)
     # Qwen2 has q/k/v biases and no others whatever attention_bias says; Mistral and Phi-3 none (check_unread)
     bias = {key: f(key) if key in f.table else False for key in ("attention_bias", "mlp_bias")}
     norm, norm_position, qk_norm = NORMS.get(arch, ("rmsnorm", "pre", "none"))
@@ -690,33 +688,13 @@ def _decoder_config(f: Fields, arch: str) -> GPTConfig:
                      tie_embeddings=f("tie_word_embeddings"))
 
 
-def _gated_activation(f: Fields, arch: str) -> str:
-    """The gated MLP's activation: SwiGLU (silu) for all but Gemma, whose gate is a GELU (GeGLU), exact or tanh as
-    named. Gemma 1 reads hidden_act, Gemma 2 and 3 hidden_activation (each ignores the other field). Gemma 1's
-    "gelu" (google/gemma-7b's config) is run as tanh GELU, as 5.x rewrites it and as Gemma was trained (4.x ran it
-    exact); Gemma 2 and 3 run "gelu" exact in both versions, and so does this loader."""
-    key = "hidden_activation" if "hidden_activation" in f.table else "hidden_act"
-    act = f(key)
-    if arch == "GemmaForCausalLM" and act == "gelu":
-        return "geglu_tanh"
-    if arch in GEMMA:
-        if act not in GEGLU:
-            raise ValueError(f"unsupported {key} {act!r} for {arch}: its gated MLP is GeGLU ({sorted(GEGLU)})")
-        return GEGLU[act]
-    if act not in ("silu", "swish"):
-        raise ValueError(f"unsupported hidden_act {act!r} for {arch}: its gated MLP is SwiGLU (silu)")
-    return "swiglu"
-
-
 def _windows(f: Fields, n_layer: int) -> tuple:
-    """(sliding_window, sliding_layers): the window and which layers use it (None: every layer), from the fields
-    the family reads: Mistral and Phi-3 slide every layer (a null window: none); Qwen2/3 from max_window_layers on
-    where use_sliding_window says; Gemma 2 its even layers, Gemma 3 all but every sliding_window_pattern-th;
-    layer_types, where the family reads it and the file gives it, say it layer by layer."""
+    """(sliding_window, sliding_layers: None where every layer slides), from the window fields the family reads
+    (FIELDS); layer_types, where the family reads it and the file gives it, says it layer by layer."""
     if "sliding_window" not in f.table:          # LLaMA, OLMo-2, Gemma 1
         return None, None
     window = f("sliding_window")
-    if "layer_types" not in f.table:             # Mistral, Phi-3
+    if "layer_types" not in f.table:             # Mistral, Phi-3: every layer (a null window: none)
         return window, None
     layers = f("layer_types")
     if "use_sliding_window" in f.table:          # Qwen: a window only with use_sliding_window, from max_window_layers
@@ -725,12 +703,12 @@ def _windows(f: Fields, n_layer: int) -> tuple:
         if layers is None and window is not None:
             first = f.used("max_window_layers", first)
             layers = ["sliding_attention" if i >= first else "full_attention" for i in range(n_layer)]
-    elif "sliding_window_pattern" in f.table:    # Gemma 3
+    elif "sliding_window_pattern" in f.table:    # Gemma 3: all but every pattern-th layer
         pattern = f("sliding_window_pattern")
         if layers is None:
             pattern = f.used("sliding_window_pattern", pattern)
             layers = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(n_layer)]
-    elif layers is None:                         # Gemma 2
+    elif layers is None:                         # Gemma 2: its even layers
         layers = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layer)]
     if layers is None:
         return None, None
@@ -763,11 +741,9 @@ ROPE_KIND_FIELDS = {
 
 def _rope(f: Fields, max_pos: int, head_dim: int, kinds: tuple, row: dict, partial_ok: bool = False,
           original=None) -> dict:
-    """RoPE's knobs from either spelling (`row`, the family's in SPELLINGS): the base and the rotary fraction from
-    rope_parameters where it gives them, else from their 4.x fields, which must agree with it where both are given;
-    the kind and its factors from 4.x's object or rope_parameters, equal where both are given. `kinds`: the RoPE
-    types the family's class computes; partial_ok: it rotates part of each head (GPT-NeoX, Phi-3; the others whole
-    heads); `original`: LongRoPE's original context, asked for only by a LongRoPE (Phi-3's top-level field)."""
+    """RoPE's knobs from either spelling of `row` (the family's in SPELLINGS), read as the table says. `kinds`: the
+    RoPE types the family's class computes; partial_ok: it rotates part of each head (GPT-NeoX, Phi-3; the others
+    whole heads); `original`: LongRoPE's original context, asked for only by a LongRoPE."""
     top = {v5: (v4, f.given(v4), f(v4)) for v4, (v5, field) in row.items() if v5 and field is not ECHO}
     scaling, params = f(spelled(row, "")), f("rope_parameters")
     if scaling and params and scaling != params:
@@ -830,11 +806,10 @@ def _rope_parameters(p: Fields, max_pos: int, head_dim: int, theta: float, parti
 
 
 def _longrope(p: Fields, max_pos: int, dims: int, original: int) -> dict:
-    """Phi-3's LongRoPE up to its original context: each frequency divided by its short factor, cos and sin
-    times the attention factor sqrt(1 + ln(factor) / ln(original)), factor = max_position_embeddings / original
-    (5.x's own factor and attention_factor, where given, win). The top-level original_max_position_embeddings
-    wins over rope_parameters' copy, as in transformers. Past the original context transformers switches to the
-    long factors; the model refuses such sequences instead."""
+    """Phi-3's LongRoPE up to its original context (the top-level field's, over rope_parameters' copy, as in
+    transformers): each frequency divided by its short factor, cos and sin times sqrt(1 + ln(factor) / ln(original)),
+    factor = max_position_embeddings / original (5.x's own factor and attention_factor, where given, win). Past the
+    original context transformers switches to the long factors; the model refuses such sequences instead."""
     p("original_max_position_embeddings")
     short, long = p("short_factor"), p("long_factor")
     if len(short) != dims // 2 or len(long) != dims // 2:
@@ -895,9 +870,8 @@ def json_file(path: str, what: str):
 
 
 def read_dir(path: str):
-    """(GPTConfig, architecture, {shard file: its open Shard}, config.json's object) of a Hugging Face directory:
-    config.json read and checked, the shards found (those the index names, else every *.safetensors), each opened
-    and its header read."""
+    """(GPTConfig, architecture, {shard file: its open Shard, header read}, config.json's object) of a Hugging Face
+    directory, config.json read and checked."""
     cfg_path, index = os.path.join(path, "config.json"), os.path.join(path, "model.safetensors.index.json")
     if not os.path.isfile(cfg_path):
         why = "no config.json" if os.path.isdir(path) else "a file" if os.path.isfile(path) else "no such directory"
@@ -938,19 +912,17 @@ def shard_files(path: str, index: str) -> list:
 
 
 # A .safetensors file: 8 bytes (little-endian) giving the header's length, the header (JSON: each tensor's dtype,
-# shape and byte range in the data that follows, and an optional "__metadata__"), then the data, every byte of it
-# some tensor's. It is read here with plain file reads (the format needs nothing more): a loading process holds
-# no mapped pages of a file beside the model. The floating-point dtypes, widest first (a model is built in the
-# widest one found), and every dtype's size.
+# shape and byte range in the data that follows, an optional "__metadata__"), then the data, every byte of it some
+# tensor's; read with plain file reads, so a loading process holds no mapped pages beside the model. The
+# floating-point dtypes, widest first (a model is built in the widest one found), and every dtype's size.
 SAFETENSORS_FLOATS = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 SAFETENSORS_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "I64": 8, "U64": 8, "I32": 4, "U32": 4, "I16": 2,
                      "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
 
 
 def open_shard(file: str) -> Shard:
-    """`file` opened and its header read and checked: each tensor's dtype, shape and byte range, the ranges
-    covering the data exactly (as the safetensors library requires). An empty, truncated or foreign file is one
-    error naming it, found here, before any weight is read."""
+    """`file` opened, its header read and checked (the byte ranges cover the data exactly, as the safetensors library
+    requires): an empty, truncated or foreign file is one error naming it, before any weight is read."""
     handle = open(file, "rb")
     try:
         size = os.fstat(handle.fileno()).st_size
@@ -1136,10 +1108,10 @@ def tensor_fields(name: str, head: str, n_layer: int) -> tuple:
 
 
 def plan_weights(model: GPT, shards: dict, arch: str, where: str, fields: Optional[dict] = None) -> dict:
-    """Every tensor of the shards' headers checked against `model` (on any device, meta too) before a weight is read: a
-    missing, unknown, misshapen or twice-stored one is an error naming it, and the config.json `fields` behind it.
-    -> {name relative to the prefix: (file, name, pieces)}. A tied LM head stored beside the embedding is checked
-    here as the embedding's twin and left out: no parameter reads it (check_tied_head compares its values)."""
+    """{name relative to the prefix: (file, name, pieces)} of every tensor of the shards' headers, checked against
+    `model` (meta) before a weight is read: a missing, unknown, misshapen or twice-stored one is an error naming it
+    and the config.json `fields` behind it. A tied LM head stored apart is checked as the embedding's twin and left
+    out: no parameter reads it (check_tied_head compares its values)."""
     targets, params = tensor_targets(model, arch), dict(model.named_parameters())
     head = top_tensors(arch)[1]
     tied = model.config.tie_embeddings
@@ -1187,11 +1159,10 @@ def expected_shape(pieces: list, params: dict) -> tuple:
 
 @torch.no_grad()
 def check_tied_head(stored: Stored, name: str, t: torch.Tensor, seen: dict, dtype: torch.dtype) -> None:
-    """tie_word_embeddings true and the LM head stored apart: transformers 4.x ties after loading (the embedding
-    is the head, the stored one dropped), 5.x keeps a stored head that differs (untied). Equal in the model's dtype,
-    both are this model; different, they are two: refused, naming both. Called with each tensor a pass reads (name
-    relative to the prefix, as stored): the first of the two waits in `seen` for the other, and they are compared
-    in slices of rows."""
+    """tie_word_embeddings true and the LM head stored apart: transformers 4.x ties after loading (the embedding is
+    the head, the stored one dropped), 5.x keeps a stored head that differs. Equal in the model's dtype, both are this
+    model; different, two: refused, naming both. Called with each tensor a pass reads: the first of the two waits in
+    `seen` for the other, and they are compared in slices of rows."""
     if stored.twin is None or name not in stored.twin:
         return
     seen[name] = t.to(dtype)
@@ -1211,9 +1182,9 @@ def check_tied_head(stored: Stored, name: str, t: torch.Tensor, seen: dict, dtyp
 # ----------------------------------------------------------------------------- command line
 
 def main(argv=None) -> None:
-    """python hf.py PATH [PATH ...]: what each model becomes here -- its family, the knobs it sets apart from
-    GPTConfig's defaults, its parameter count -- after every check the loader makes, no weight read. A model
-    that would not load is one line on stderr and exit code 2, before anything is printed."""
+    """python hf.py PATH [PATH ...]: each model's family, the knobs it sets apart from GPTConfig's defaults and its
+    parameters, after every check the loader makes, no weight read; a model that would not load is one line on
+    stderr and exit code 2, before anything is printed."""
     parser = argparse.ArgumentParser(prog="hf.py", description="What a model on disk maps onto in model.py: its "
                                      "family, the GPTConfig knobs it sets, its parameters. No weight is read.")
     parser.add_argument("paths", nargs="+", metavar="PATH", help="Hugging Face directories (config.json + "
