@@ -67,36 +67,38 @@ ALPHA = 0.01
 
 def fingerprint(model, sequences: int = 2000, seq_len: int = 64, inputs: str = "tokens", vocab: int = None,
                 mean: float = 0.0, std: float = 0.02, seed: int = 0, batch_size: int = 32, name: str = "model",
-                progress: bool = False, low: int = 0) -> np.ndarray:
+                progress: bool = False, low: int = 0, compile_mode: str = None) -> np.ndarray:
     """H (sequences x d, float32): the final-norm state of the last token on random sequences, the same for a seed
     on every device and dtype. model: a GPT, or any callable ids (B, T) -> (B, d) final-norm last-token states (a
     model of your own transformers install: docs/real_checkpoints.md). inputs="tokens": ids uniform in [low, vocab)
     (default: the model's vocabulary); "gaussian": N(mean, std) embeddings fed past the table (a GPT's; see above
-    why tokens). A fingerprint that cannot rank inputs is refused (evidence.check_states)."""
+    why tokens). A fingerprint that cannot rank inputs is refused (evidence.check_states). A GPT's passes wait for
+    nothing (GPT.trace_passes; compile_mode: through torch.compile), its ids on the device before the first."""
     is_gpt = isinstance(model, GPT)
     if inputs not in ("tokens", "gaussian") or (inputs == "gaussian" and not is_gpt):
         raise ValueError(f"inputs must be 'tokens', or 'gaussian' for a GPT; got {inputs!r} for {type(model).__name__}")
     if vocab is None and not is_gpt:
         raise ValueError("a callable model needs vocab=: token ids are drawn below it")
     param = next(model.parameters()) if is_gpt else None
-    device = param.device if is_gpt else torch.device("cpu")
     bar, out = Progress(sequences, f"fingerprint {name}", "sequences") if progress else None, []
-    batches = random_batches(inputs, sequences, seq_len, batch_size, seed, vocab=vocab or model.config.vocab_size,
-                             width=model.config.n_embd if is_gpt else None, mean=mean, std=std, low=low)
-    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        for x in batches:
-            if not is_gpt:
-                h = torch.as_tensor(model(x))
-            elif inputs == "tokens":
-                h = model.trace(x.to(device), hidden="last")["hidden"][-1]
-            else:
-                h = model.trace(embeds=x.to(device, param.dtype), hidden="last")["hidden"][-1]
-            if h.dim() != 2 or h.shape[0] != len(x):
-                raise ValueError(f"{name}: the model must map ids {tuple(x.shape)} to last-token states (B, d), "
-                                 f"got shape {tuple(h.shape)}")
+    draw = lambda size: random_batches(inputs, sequences, seq_len, size, seed, vocab=vocab or model.config.vocab_size,
+                                       width=model.config.n_embd if is_gpt else None, mean=mean, std=std, low=low)
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=is_gpt and param.is_cuda):
+        if not is_gpt:
+            states = (torch.as_tensor(model(x)) for x in draw(batch_size))
+        elif inputs == "tokens":    # drawn at once either way: the same ids, on the device in one copy, not a batch's
+            batches = [dict(idx=x) for x in next(draw(sequences)).to(param.device).split(batch_size)]
+        else:
+            batches = (dict(embeds=x.to(param.device, param.dtype)) for x in draw(batch_size))
+        if is_gpt:
+            states = (o["hidden"][-1] for o in model.trace_passes(batches, compile_mode, hidden="last"))
+        for h, n in zip(states, [min(batch_size, sequences - i) for i in range(0, sequences, batch_size)]):
+            if h.dim() != 2 or h.shape[0] != n:
+                raise ValueError(f"{name}: the model must map ids {(n, seq_len)} to last-token states (B, d), got "
+                                 f"shape {tuple(h.shape)}")
             out.append(h.float())              # kept where it was made: one copy to the host, at the end
             if bar:
-                bar.update(len(x))
+                bar.update(n)
     H = torch.cat(out).cpu().numpy()
     evidence.check_states(H, name)
     return H

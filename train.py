@@ -33,10 +33,10 @@ from itertools import islice
 from typing import Optional
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (DEVICE_HELP, DTYPES, ArgumentParser, add_settings_flags, atomic_write, check_dtype_runs,
-                    check_output, check_settings, figure, join_process_group, leave_process_group, lock_dir,
-                    peak_flops, provenance, rank_device, read_json, resolve_device, run_script, save_figure, setting,
-                    settings_given, torchrun_rank, write_json)
+from common import (COMPILE_MODE_HELP, COMPILE_MODES, DEVICE_HELP, DTYPES, ArgumentParser, add_settings_flags,
+                    atomic_write, check_compile_mode, check_dtype_runs, check_output, check_settings, figure,
+                    join_process_group, leave_process_group, lock_dir, peak_flops, provenance, rank_device, read_json,
+                    resolve_device, run_script, save_figure, setting, settings_given, torchrun_rank, write_json)
 from model import GPT, GPTConfig, get_config, load_checkpoint, read_checkpoint, write_checkpoint
 import numpy as np
 import torch
@@ -83,11 +83,13 @@ class TrainConfig:
     dtype: Optional[str] = setting(None, "autocast dtype of the forward pass (weights and optimizer stay float32); "
                                    "default bfloat16 on CUDA, float32 elsewhere", choices=tuple(DTYPES))
     compile: bool = setting(False, "torch.compile the model")
+    compile_mode: str = setting("default", COMPILE_MODE_HELP, choices=COMPILE_MODES)
     peak_tflops: Optional[float] = setting(None, "bf16 peak per GPU for MFU (default: common.BF16_PEAK_FLOPS)",
                                            "float>0")
 
     def __post_init__(self):
         check_settings(self)
+        check_compile_mode(self.compile, self.compile_mode)
         if self.micro_batch is not None and self.batch_size % self.micro_batch:
             raise ValueError(f"--batch_size {self.batch_size} (sequences per step) must be a multiple of --micro_batch "
                              f"{self.micro_batch}")
@@ -544,7 +546,7 @@ def wrap(model: GPT, args, run: dict) -> torch.nn.Module:
         # a fresh compile cache per run: experiments train many models in one process, and past dynamo's
         # recompile limit a compiled forward would fall back to eager without a word
         torch._dynamo.reset()
-        model = torch.compile(model)
+        model = torch.compile(model, mode=args.compile_mode)
     if run["ddp"]:
         model = DDP(model, device_ids=[run["device"].index] if run["device"].type == "cuda" else None)
     return model
@@ -557,7 +559,19 @@ def describe(args, run: dict, raw: GPT) -> str:
             f"{run['accum']} micro-steps = {args.batch_size} x {run['T']} = {args.batch_size * run['T']:,} "
             f"tokens/step | {run['device']}{' | DDP over ' + dist.get_backend() if run['ddp'] else ''}"
             f"{' autocast ' + str(run['autocast_dtype']).replace('torch.', '') if amp else ''}"
-            f"{' compiled' if args.compile else ''}")
+            f"{f' compiled ({args.compile_mode})' if args.compile else ''}")
+
+
+def first_step(step: int, args, run: dict, t0: float) -> dict:
+    """The time of this process's first step (its compiling with --compile, the device's set-up), waited for once
+    and reported apart, so that a compile is not read as throughput; the records' clock still counts it."""
+    if run["device"].type == "cuda":
+        torch.cuda.synchronize(run["device"])
+    seconds = time.time() - t0
+    if run["rank"] == 0:
+        print(f"step {step:>6} | first step of this process: {seconds:.1f} s"
+              + (f", compiling the model ({args.compile_mode})" if args.compile else ""))
+    return dict(step=step, seconds=seconds, compile_mode=args.compile_mode if args.compile else None)
 
 
 def eval_and_save(step: int, args, run: dict, raw: GPT, optimizer, log: dict, first_bad: torch.Tensor) -> None:
@@ -601,6 +615,8 @@ def _train(args: TrainConfig, run: dict) -> dict:
         done = step + 1
         lr = lr_at(step, args.lr, args.min_lr, args.warmup, args.max_steps)
         interval.add(train_step(model, raw, optimizer, lr, islice(batches, run["accum"]), args, run), done)
+        if step == start:
+            log["first_step"] = first_step(done, args, run, interval.t0)
         if flight is not None:         # read a step late: by now this step is queued behind it on the device
             interval.t0 = log_train(log, flight, args, run)
         flight = interval.send(done, lr, ddp) if due(done, args.log_every, args.max_steps) else None

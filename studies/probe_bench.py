@@ -15,8 +15,8 @@ import os
 import time
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, DTYPES, add_device_flags, check_dtype_runs, check_output, flag_type, lock_dir,
-                    parse_bool, resolve_device, run_script, seed_int, update_results)
+from common import (ArgumentParser, DTYPES, add_compile_flags, add_device_flags, check_compile_mode, check_dtype_runs,
+                    check_output, flag_type, lock_dir, resolve_device, run_script, seed_int, update_results)
 from model import GPT
 import torch
 
@@ -71,13 +71,14 @@ def main(argv=None):
     p.add_argument("--seq_len", type=flag_type("int>=1"), default=64)
     p.add_argument("--batch_size", type=flag_type("int>=1"), default=32)
     p.add_argument("--data_seed", type=seed_int, default=1234, help="seed of the random inputs")
-    p.add_argument("--compile", type=parse_bool, default=False, metavar="on|off", help="torch.compile the pass")
+    add_compile_flags(p, "the pass (compiled before its clock starts)")
     add_device_flags(p, "dtype of the weights", dtype_default="float32")
     p.add_argument("--out", default="out/probe_bench")
     args = p.parse_args(argv)
     config = config_from_flags(args)
     if args.seq_len > config.block_size:
         p.error(f"--seq_len {args.seq_len} exceeds the model's block_size {config.block_size}")
+    check_compile_mode(args.compile, args.compile_mode)
     check_output(args.out)
     device = resolve_device(args.device)
     check_dtype_runs(device, DTYPES[args.dtype])
@@ -86,7 +87,7 @@ def main(argv=None):
         batches = math.ceil(args.sequences / args.batch_size)
         n = batches * args.batch_size                       # whole batches, as the bare matmuls run them
         options = dict(seq_len=args.seq_len, batch_size=args.batch_size, data_seed=args.data_seed, log=True,
-                       compile=args.compile)
+                       compile=args.compile, compile_mode=args.compile_mode)
         probe(model, sequences=args.batch_size, **options)                    # warm-up pass
         r = probe(model, sequences=n, **options)
         bare = bare_matmul_seconds(model, args.batch_size, args.seq_len, batches)
@@ -94,7 +95,7 @@ def main(argv=None):
               f"{r['seconds'] / bare:.2f} ({r['tokens_per_s']:,.0f} tok/s, {r['tflops']:.2f} TFLOP/s)")
         res = dict(seconds=r["seconds"], bare_matmul_seconds=bare, ratio=r["seconds"] / bare,
                    tokens_per_s=r["tokens_per_s"], tflops=r["tflops"], mfu=r["mfu"], sequences=n,
-                   seq_len=args.seq_len)
+                   seq_len=args.seq_len, compile_seconds=r["compile_seconds"])
         update_results(os.path.join(args.out, "results.json"), {"bench": res}, str(device), args.dtype)
 
 

@@ -47,6 +47,22 @@ def cli_error(main, name: str, argv: list, code: int = 2) -> str:
     return lines[0]
 
 
+def host_syncs(fn) -> int:
+    """How often fn() reads a value of a tensor back to the host (.item(), bool(), int(): aten._local_scalar_dense,
+    what waits for a GPU)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    reads = []
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._local_scalar_dense.default:
+                reads.append(func)
+            return func(*args, **(kwargs or {}))
+    with Count():
+        fn()
+    return len(reads)
+
+
 def forge_fingerprint(good, out, edit_arrays=None, edit_meta=None) -> str:
     """The fingerprint file `good` with its arrays and its meta edited in place (edit_arrays, edit_meta: each given
     the dict to edit, or None) and its sha256 computed again, written to `out` (returned as a str): whole, so only

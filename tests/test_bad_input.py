@@ -283,6 +283,13 @@ CASES = [
     ("studies.lineage_fpr", ["--k", "1"], "--k: must be an integer >= 2, got 1"),
     # a flag that would do nothing is refused, never recorded as if it had done something
     ("probe", ["--model", "{ckpt}", "--seeds", "1", "2"], "--seeds (fresh inits' seeds) would do nothing"),
+    ("probe", ["--model", "tiny", "--compile_mode", "max-autotune"], "--compile_mode max-autotune goes with --compile on"),
+    ("probe", ["--model", "tiny", "--compile", "on", "--compile_mode", "fast"], "invalid choice: 'fast'"),
+    ("train", ["--data", "{data}", "--out_dir", "OUT", "--compile_mode", "reduce-overhead"],
+     "--compile_mode reduce-overhead goes with --compile on"),
+    ("studies.probe_bench", ["--compile_mode", "max-autotune"], "--compile_mode max-autotune goes with --compile on"),
+    ("studies.fingerprint_speed", ["--compile_mode", "max-autotune-no-cudagraphs"],
+     "--compile_mode max-autotune-no-cudagraphs goes with --compile on"),
     ("probe", ["--model", "{hf}", "--embed_seed", "3"], "--embed_seed (fresh inits' seeds) would do nothing"),
     ("studies.seed_preference", ["--model", "tiny", "--exp", "seed_dependence", "--models", "3"],
      "--models counts the seeds of --exp direction"),

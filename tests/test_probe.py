@@ -7,6 +7,7 @@ import torch
 from scipy.stats import binom
 
 from init import build
+from conftest import host_syncs
 from model import GPTConfig, get_config
 import theory
 from data import random_inputs
@@ -245,22 +246,6 @@ def test_the_pass_equals_a_per_batch_loop_to_the_last_digit(knobs, kind, sequenc
     counts, dims, cosine, top = per_batch_probe(model, kind, sequences, seq_len, batch_size, 3)
     assert np.array_equal(r["counts"], counts) and np.array_equal(r["dim_counts"], dims)
     assert r["cosine"] == cosine and r["direction_top1"] == top and r["compile_seconds"] is None
-
-
-def host_syncs(fn) -> int:
-    """How often fn() reads a value of a tensor back to the host (.item(), bool(), int(): aten._local_scalar_dense,
-    what waits for a GPU)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-    reads = []
-
-    class Count(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if func is torch.ops.aten._local_scalar_dense.default:
-                reads.append(func)
-            return func(*args, **(kwargs or {}))
-    with Count():
-        fn()
-    return len(reads)
 
 
 def test_the_pass_waits_for_the_device_as_often_for_one_batch_as_for_eight():

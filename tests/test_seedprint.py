@@ -179,6 +179,56 @@ def test_a_nan_fingerprint_row_is_an_error_naming_the_model_and_the_count():
         seedprint.fingerprint(states, sequences=40, seq_len=8, vocab=16, name="mymodel")
 
 
+def test_a_fingerprint_equals_a_checked_pass_per_batch_and_waits_once(monkeypatch):
+    """A GPT's fingerprint, bit for bit, as a loop that draws each batch and checks each pass (the ids on the device
+    at once are the same ids), token and Gaussian inputs, an uneven last batch; its host reads as many for 8
+    batches as for one; its compile mode as torch.compile receives it (a stand-in that compiles nothing: the
+    compiled pass itself is tests/test_probe.py's)."""
+    from conftest import host_syncs
+    from data import random_batches
+    model = build(get_config("tiny", n_layer=2), 3).eval()
+    for kind, opts in (("tokens", dict(low=100)), ("gaussian", dict(std=0.5))):
+        H = seedprint.fingerprint(model, sequences=30, seq_len=8, batch_size=7, inputs=kind, seed=2, vocab=400, **opts)
+        with torch.no_grad():
+            rows = [model.trace(x, hidden="last")["hidden"][-1] if kind == "tokens" else
+                    model.trace(embeds=x, hidden="last")["hidden"][-1]
+                    for x in random_batches(kind, 30, 8, 7, 2, vocab=400, width=64, **opts)]
+        assert np.array_equal(H, torch.cat(rows).numpy()), kind
+    reads = lambda b: host_syncs(lambda: seedprint.fingerprint(model, sequences=16, seq_len=8, batch_size=b))
+    assert reads(16) == reads(2)
+    modes = []
+    monkeypatch.setattr(torch, "compile", lambda fn, mode=None, **kw: modes.append(mode) or fn)
+    compiled = seedprint.fingerprint(model, sequences=30, seq_len=8, compile_mode="max-autotune-no-cudagraphs")
+    assert modes == ["max-autotune-no-cudagraphs"]
+    assert np.array_equal(compiled, seedprint.fingerprint(model, sequences=30, seq_len=8))
+
+
+def test_fingerprint_speed_times_the_largest_batch_that_fits_and_its_compile_apart(tmp_path, monkeypatch):
+    """studies.fingerprint_speed --fit_batch: the batch doubled from --batch_size while a pass fits (here a pass of
+    more than 100 sequences runs out of memory), capped at --sequences; a try that runs out is no failure. With
+    --compile on, every batch shape of the timed run compiled before its clock (a stand-in compile that records)."""
+    from studies import fingerprint_speed
+    assert fingerprint_speed.largest_batch(None, 8, 25, 2000, fits=lambda b: b <= 100) == 100
+    assert fingerprint_speed.largest_batch(None, 8, 25, 2000, fits=lambda b: b <= 99) == 50
+    assert fingerprint_speed.largest_batch(None, 8, 25, 70, fits=lambda b: True) == 70
+    real = seedprint.fingerprint
+
+    def fingerprint(model, sequences, seq_len, batch_size=32, **kw):
+        calls.append((sequences, batch_size, kw.get("compile_mode")))
+        if batch_size > 100:
+            raise torch.OutOfMemoryError("CUDA out of memory (a stand-in)")
+        return real(model, sequences, seq_len, batch_size=batch_size, **kw)
+    calls = []
+    monkeypatch.setattr(seedprint, "fingerprint", fingerprint)
+    monkeypatch.setattr(torch, "compile", lambda fn, mode=None, **kw: fn)
+    fingerprint_speed.main(["--model", "tiny", "--n_layer", "1", "--sequences", "300", "--seq_len", "8", "--batch_size",
+                            "30", "--fit_batch", "on", "--compile", "on", "--device", "cpu", "--out", str(tmp_path)])
+    row = json.loads((tmp_path / "results.json").read_text())["speed"]
+    assert (row["batch_size"], row["batch_asked"], row["compile_mode"]) == (60, 30, "default")
+    assert row["fit_seconds"] > 0 and row["compile_seconds"] > 0
+    assert calls == [(60, 60, None), (120, 120, None), (60, 60, "default"), (300, 60, "default")]
+
+
 def test_a_callable_fingerprints_like_the_model_it_wraps():
     """The escape hatch for families model.py cannot load: any ids -> final-norm last-token states."""
     model = build(get_config("tiny", n_layer=2), 0).eval()

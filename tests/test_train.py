@@ -436,3 +436,25 @@ def test_the_embedding_seed_follows_the_init_seed_unless_given(data_dir, tmp_pat
     run(data_dir, old, "--max_steps", "2", "--ckpt_every", "1", "--eval_every", "0", "--init_seed", "3",
         "--embed_seed", "0", "--resume")
     assert train.list_checkpoints(str(old))[-1][0] == 2
+
+
+def test_the_compile_mode_reaches_torch_compile_and_the_first_step_is_timed_apart(data_dir, tmp_path, monkeypatch):
+    """--compile_mode as torch.compile receives it (a stand-in that compiles nothing: compiling on a CPU takes
+    seconds a kernel; tests/test_probe.py runs the one real compile), recorded with the run; the first step's time
+    (the compile's) reported apart in log.json, once, and no later than the first record's wall; the losses those of
+    an uncompiled run. A mode without --compile on would do nothing: refused."""
+    modes = []
+    monkeypatch.setattr(torch, "compile", lambda model, mode=None, **kw: modes.append(mode) or model)
+    log = run(data_dir, tmp_path / "c", "--max_steps", "3", "--eval_every", "0", "--compile", "on",
+              "--compile_mode", "max-autotune-no-cudagraphs")
+    plain = run(data_dir, tmp_path / "p", "--max_steps", "3", "--eval_every", "0")
+    assert modes == ["max-autotune-no-cudagraphs"]
+    saved = json.loads((tmp_path / "c" / "log.json").read_text())
+    assert saved["args"]["compile_mode"] == "max-autotune-no-cudagraphs" and saved["first_step"] == log["first_step"]
+    first = log["first_step"]
+    assert (first["step"], first["compile_mode"]) == (1, "max-autotune-no-cudagraphs")
+    assert 0 < first["seconds"] <= log["train"][0]["wall"]
+    assert plain["first_step"]["compile_mode"] is None
+    assert [r["loss"] for r in log["train"]] == [r["loss"] for r in plain["train"]]
+    with pytest.raises(ValueError, match="--compile_mode reduce-overhead goes with --compile on"):
+        train.TrainConfig(compile_mode="reduce-overhead")
