@@ -332,16 +332,24 @@ class Fields:
                           f"from (it fails on it, refuses it, or reads it two ways): {fix}")
 
 
-# ----- what transformers 4.x and 5.x spell two ways: one table
-# 5.x reads RoPE from one object, rope_parameters, where 4.x reads top-level fields beside rope_scaling (the object of
-# 4.x: the kind, as rope_type or by its older key type, and the kind's factors). A file may hold either spelling, or
-# both: 5.x writes back the 4.x fields it was given, and reads one where rope_parameters lacks the value. SPELLINGS:
-# per family, each 4.x field, its place in 5.x's rope_parameters ("": the object itself) and how it is read here
-# (its Field: the class default where absent, a null). A value given both ways must be the same, or 4.x and 5.x build
-# two models: refused. A null RoPE base or rotary fraction fails in 4.x (None ** x, int(head_dim * None)) and is moot
-# to 5.x where rope_parameters gives the value: None here (null=None), refused where nothing gives the value (_rope).
+# ----- what transformers 4.x and 5.x spell, or read, two ways: one table
+# 5.x reads RoPE from one object, rope_parameters, where 4.x reads top-level fields beside rope_scaling (4.x's object:
+# the kind, as rope_type or by its older key type, and the kind's factors). A file may hold either spelling, or both:
+# 5.x writes back the 4.x fields it was given, and reads one where rope_parameters lacks the value. A value given both
+# ways must be the same, or 4.x and 5.x build two models: refused. A null RoPE base or rotary fraction fails in 4.x
+# (None ** x, int(head_dim * None)) and is moot to 5.x where rope_parameters gives the value: None here (null=None),
+# refused where nothing gives it (_rope). SPELLINGS, per family: {4.x field: (where 5.x reads it, a key of
+# rope_parameters ("": the object itself), and the Field it is read by here: the class default, what a null means)}.
 ROPE_OBJECT = Field(OBJ, None, null=None)         # absent or null: no scaling, in both versions
 ECHO = Field(NUM, None, null=None)    # a copy 4.57 writes beside the field it reads; read by neither: it must agree
+
+
+def flag(default: bool) -> Field:
+    """A true/false field spelled alike, whose null the two read apart: 4.x hands None on, which its code reads as
+    false (nn.Linear(bias=None): no bias; `if config.tie_word_embeddings`: untied), where 5.x refuses it: false."""
+    return Field(BOOL, default, null=False)
+
+
 SPELLINGS = {
     "LLaMA lineage": dict(
         rope_theta=("rope_theta", Field(NUM, 10000.0, null=None)),
@@ -361,9 +369,9 @@ SPELLINGS = {
         rope_theta=("full_attention.rope_theta", Field(NUM, 1e6, null=None)),
         rope_scaling=("full_attention", ROPE_OBJECT),
         rope_local_base_freq=("sliding_attention.rope_theta", Field(NUM, 10000.0, null=None))),
-    # its multimodal config: 4.x ties the LM head by text_config's field, 5.x by the top level's (absent: true)
-    "Gemma3ForConditionalGeneration": {"text_config.tie_word_embeddings": ("tie_word_embeddings",
-                                                                            Field(BOOL, True, null=False))},
+    # its multimodal config: 4.x ties the LM head by text_config's field, 5.x by the top level's (both true where
+    # absent, a null false): they must say the same
+    "Gemma3ForConditionalGeneration": {"text_config.tie_word_embeddings": ("tie_word_embeddings", flag(True))},
 }
 LLAMA = SPELLINGS["LLaMA lineage"]
 
@@ -380,7 +388,6 @@ DERIVED = Field(INT, None, null=None)   # num_key_value_heads, head_dim absent o
                                         # hidden_size // num_attention_heads (both versions)
 HEAD_DIM_GETATTR = Field(INT, None)   # no config field: the attention reads getattr(config, "head_dim", derived), a
                                       # null reaches nn.Linear and fails
-NO_BIAS = Field(BOOL, False, null=False)       # 4.x: nn.Linear(bias=None) has none; 5.x refuses a null
 SILU, GELU_TANH = Field(STR, "silu"), Field(STR, "gelu_pytorch_tanh")
 LAYER_TYPES = Field(NAME_LIST, None, null=None)    # absent or null: derived from the family's other window fields
 
@@ -390,35 +397,35 @@ def decoder_fields(max_pos: int, kv: Field, head_dim: Field, eps: float = 1e-6, 
     """The fields every class of the LLaMA lineage reads, at the family's defaults (its RoPE's: SPELLINGS), and
     the family's own (`more`)."""
     return dict(SIZES, num_key_value_heads=kv, head_dim=head_dim, max_position_embeddings=Field(INT, max_pos),
-                rms_norm_eps=Field(NUM, eps), tie_word_embeddings=Field(BOOL, tie, null=False),   # null: untied (4.x)
+                rms_norm_eps=Field(NUM, eps), tie_word_embeddings=flag(tie),
                 rope_parameters=ROPE_OBJECT, **{key: field for key, (_, field) in rope.items()}, **more)
 
 
-QWEN_WINDOWS = dict(use_sliding_window=Field(BOOL, False, null=False), sliding_window=Field(INT, 4096, null=None),
+QWEN_WINDOWS = dict(use_sliding_window=flag(False), sliding_window=Field(INT, 4096, null=None),
                     max_window_layers=Field(COUNT, 28, null=None),   # null: refused where the window needs it
                     layer_types=LAYER_TYPES)
 GEMMA_SCALE = dict(query_pre_attn_scalar=Field(NUM, 256), sliding_window=Field(INT, 4096),  # a null window fails:
                    layer_types=LAYER_TYPES)                   # Gemma 2 and 3 build a sliding mask unconditionally
 FIELDS = {
-    "LlamaForCausalLM": decoder_fields(2048, DERIVED, DERIVED, hidden_act=SILU, attention_bias=NO_BIAS,
-                                       mlp_bias=NO_BIAS),
+    "LlamaForCausalLM": decoder_fields(2048, DERIVED, DERIVED, hidden_act=SILU, attention_bias=flag(False),
+                                       mlp_bias=flag(False)),
     "MistralForCausalLM": decoder_fields(131072, Field(INT, 8, null=None), DERIVED, hidden_act=SILU,
                                          sliding_window=Field(INT, 4096, null=None)),   # null: no window
     "Qwen2ForCausalLM": decoder_fields(32768, Field(INT, 32, null=None), HEAD_DIM_GETATTR, hidden_act=SILU,
                                        **QWEN_WINDOWS),
     "Qwen3ForCausalLM": decoder_fields(32768, Field(INT, 32, null=None), Field(INT, 128), hidden_act=SILU,
-                                       attention_bias=NO_BIAS, **QWEN_WINDOWS),
+                                       attention_bias=flag(False), **QWEN_WINDOWS),
     "Olmo2ForCausalLM": decoder_fields(2048, DERIVED, HEAD_DIM_GETATTR, eps=1e-5, hidden_act=SILU,
-                                       attention_bias=NO_BIAS),
+                                       attention_bias=flag(False)),
     "GemmaForCausalLM": decoder_fields(8192, Field(INT, 16), Field(INT, 256), tie=True, hidden_act=GELU_TANH,
-                                       attention_bias=NO_BIAS),
+                                       attention_bias=flag(False)),
     "Gemma2ForCausalLM": decoder_fields(8192, Field(INT, 4), Field(INT, 256), tie=True, hidden_activation=GELU_TANH,
-                                        attention_bias=NO_BIAS, **GEMMA_SCALE,
+                                        attention_bias=flag(False), **GEMMA_SCALE,
                                         attn_logit_softcapping=Field(NUM, 50.0, null=None),   # null: no softcap
                                         final_logit_softcapping=Field(NUM, 30.0, null=None)),
     "Gemma3ForCausalLM": dict(decoder_fields(131072, Field(INT, 4), Field(INT, 256), tie=True,
                                              rope=dict(LLAMA, **SPELLINGS["Gemma3ForCausalLM"]),
-                                             hidden_activation=GELU_TANH, attention_bias=NO_BIAS, **GEMMA_SCALE,
+                                             hidden_activation=GELU_TANH, attention_bias=flag(False), **GEMMA_SCALE,
                                              final_logit_softcapping=Field(NUM, None, null=None),
                                              sliding_window_pattern=Field(INT, 6, null=None)),  # used without
                               # layer_types only; published multimodal configs leave out every text field at its
@@ -434,12 +441,10 @@ FIELDS = {
                             activation_function=Field(STR, "gelu_new"), layer_norm_epsilon=Field(NUM, 1e-5),
                             # null: 4.x's eager attention leaves the scores unscaled, its sdpa scales them
                             scale_attn_weights=Field(BOOL, True),
-                            scale_attn_by_inverse_layer_idx=Field(BOOL, False, null=False),
-                            tie_word_embeddings=Field(BOOL, True, null=False)),
+                            scale_attn_by_inverse_layer_idx=flag(False), tie_word_embeddings=flag(True)),
     "GPTNeoXForCausalLM": dict(SIZES, hidden_act=Field(STR, "gelu"), max_position_embeddings=Field(INT, 2048),
-                               layer_norm_eps=Field(NUM, 1e-5), use_parallel_residual=Field(BOOL, True, null=False),
-                               attention_bias=Field(BOOL, True, null=False),
-                               tie_word_embeddings=Field(BOOL, False, null=False), rope_parameters=ROPE_OBJECT,
+                               layer_norm_eps=Field(NUM, 1e-5), use_parallel_residual=flag(True),
+                               attention_bias=flag(True), tie_word_embeddings=flag(False), rope_parameters=ROPE_OBJECT,
                                **{key: field for key, (_, field) in SPELLINGS["GPTNeoXForCausalLM"].items()}),
 }
 # fields a family's transformers class stores but never applies, found in the configs transformers itself writes:
@@ -537,9 +542,9 @@ def _gemma3_multimodal_config(hf: dict) -> GPTConfig:
     (v4, (v5, tie)), = SPELLINGS["Gemma3ForConditionalGeneration"].items()   # the LM head's tie, both spellings
     inner = v4.removeprefix("text_config.")
     if Fields(hf, {v5: tie}, "")(v5) != Fields(text, {inner: tie}, "", "text_config.")(inner):
-        raise ValueError(f"fields {v5} ({json.dumps(hf.get(v5, True))}, read by transformers 5.x) and {v4} "
-                         f"({json.dumps(text.get(inner, True))}, read by 4.x) differ: one version would tie the LM "
-                         f"head, the other not; make them agree")
+        raise ValueError(f"fields {v5} ({json.dumps(hf.get(v5, tie.default))}, read by transformers 5.x) and "
+                         f"{v4} ({json.dumps(text.get(inner, tie.default))}, read by 4.x) differ: one version would "
+                         f"tie the LM head, the other not; make them agree")
     try:
         return config_from_json(dict(text, architectures=["Gemma3ForCausalLM"]))
     except ValueError as e:
@@ -842,14 +847,13 @@ def _gemma3_rope(f: Fields, max_pos: int, head_dim: int, sliding: bool) -> dict:
             raise ValueError(f"config.json has both rope_parameters and {key}: which one holds is unclear")
         f.left.pop(key, None)
     partial = f("partial_rotary_factor")        # whole heads: anything else is refused below
-    default = {v5: field.default for v5, field in row.values()}
-    full = Fields(params.get("full_attention") or {},
-                  dict(ROPE_FIELDS, rope_theta=Field(NUM, default["full_attention.rope_theta"])), f.family,
-                  "rope_parameters.full_attention.")
+    base = {v5: Field(NUM, field.default) for v5, field in row.values()}    # each layer type's, as in 4.x
+    full = Fields(params.get("full_attention") or {}, dict(ROPE_FIELDS, rope_theta=base["full_attention.rope_theta"]),
+                  f.family, "rope_parameters.full_attention.")
     rope = _rope_parameters(full, max_pos, head_dim, full("rope_theta"), full("partial_rotary_factor") or partial,
                             ROPE_KINDS)
     local = Fields(params.get("sliding_attention") or {},
-                   dict(rope_type=Field(STR, "default"), rope_theta=Field(NUM, default["sliding_attention.rope_theta"])),
+                   dict(rope_type=Field(STR, "default"), rope_theta=base["sliding_attention.rope_theta"]),
                    f.family, "rope_parameters.sliding_attention.")
     if local("rope_type") != "default" or local.left.keys() - {"rope_theta"}:
         raise ValueError(f"Gemma 3's sliding layers use plain RoPE; got sliding_attention "
