@@ -1065,6 +1065,84 @@ def test_a_model_type_of_another_family_is_refused(tmp_path, name):
             hf.config_from_json(dict(cfg, text_config=dict(cfg["text_config"], model_type="gemma2")))
 
 
+# ----- the table of transformers' two spellings
+
+SPELLING_ROWS = {   # a row of hf.SPELLINGS: the families above that read it
+    "LLaMA lineage": ["llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma", "gemma2"],
+    "Phi3ForCausalLM": ["phi3", "phi4-longrope"], "GPTNeoXForCausalLM": ["pythia"], "Gemma3ForCausalLM": ["gemma3"],
+    "Gemma3ForConditionalGeneration": ["gemma3-multimodal"]}
+
+
+def spelled_config(name: str) -> dict:
+    """The 5.x config.json of CLASS_FAMILIES[name]'s checkpoint, no RoPE field of either spelling left in it."""
+    kind, case = CLASS_FAMILIES[name]
+    cfg = llama_family(spelling="5.x", **case)[1] if kind == "llama_family" else hf_families.checkpoint(case, "5.x")[1]
+    rope = {v4 for row in hf.SPELLINGS.values() for v4 in row} | {"rope_parameters"}
+    return {k: v for k, v in cfg.items() if k not in rope}
+
+
+def in_rope_parameters(cfg: dict, path: str, value) -> dict:
+    """`cfg` with rope_parameters holding `value` at the dotted `path` ("": rope_parameters itself)."""
+    if not path:
+        return dict(cfg, rope_parameters=value)
+    *parents, leaf = path.split(".")
+    params = json.loads(json.dumps(cfg.get("rope_parameters") or {}))
+    holder = params
+    for key in parents:
+        holder = holder.setdefault(key, {})
+    holder[leaf] = value
+    return dict(cfg, rope_parameters=params)
+
+
+def read_as(cfg: dict) -> str:
+    """What the loader makes of a config.json: its GPTConfig, or its refusal."""
+    try:
+        return repr(hf.config_from_json(cfg))
+    except ValueError as e:
+        return f"refused: {e}"
+
+
+@pytest.mark.parametrize("row", list(SPELLING_ROWS))
+def test_each_field_of_the_spellings_table_is_read_by_its_families_as_the_other_spelling(row):
+    """hf.SPELLINGS names, per family, each 4.x field and where 5.x reads the same value: given in either spelling,
+    a value is the same model (or the same refusal), another than the class default's; given both ways and different,
+    the file is refused, naming the 4.x field and rope_parameters; an echo, which neither version reads, must agree
+    with the value read. Independent of hf.py's readers: each side is a config.json written here."""
+    assert set(hf.SPELLINGS) == set(SPELLING_ROWS)
+    two_values = {"rope_theta": (12345.0, 23456.0), "partial_rotary_factor": (0.5, 1.0),
+                  "": ({"rope_type": "linear", "factor": 2.0}, {"rope_type": "linear", "factor": 4.0}),
+                  "full_attention": ({"rope_type": "linear", "factor": 2.0}, {"rope_type": "linear", "factor": 4.0})}
+    for name in SPELLING_ROWS[row]:
+        base = spelled_config(name)
+        if row == "Gemma3ForConditionalGeneration":      # the LM head's tie: 4.x reads text_config's, 5.x the top's
+            (v4, (v5, _)), = hf.SPELLINGS[row].items()
+            inner = v4.removeprefix("text_config.")
+            for top, text, tied in ((False, False, False), (True, True, True), (False, None, None), (None, False, None)):
+                cfg = dict(base, text_config={k: v for k, v in base["text_config"].items() if k != inner})
+                cfg.update({v5: top} if top is not None else {})
+                cfg["text_config"].update({inner: text} if text is not None else {})
+                got = read_as(cfg)
+                if tied is None:        # the two spellings say two models: refused, naming both
+                    assert got.startswith("refused") and v4 in got and f"fields {v5}" in got, (top, text, got)
+                else:
+                    assert f"tie_embeddings={tied}" in got, (top, text, got)
+            continue
+        assert set(hf.SPELLINGS[row]) <= set(hf.FIELDS[base["architectures"][0]]), name   # fields the family reads
+        for v4, (v5, field) in hf.SPELLINGS[row].items():
+            x, y = two_values[v5.split(".")[-1]]
+            if field is hf.ECHO:
+                read = next(k for k, (key, f) in hf.SPELLINGS[row].items() if key == v5 and f is not hf.ECHO)
+                assert read_as(dict(base, **{read: x, v4: x})) == read_as(dict(base, **{read: x})), (name, v4)
+                refusal = read_as(dict(base, **{read: x, v4: y}))
+                assert refusal.startswith("refused") and v4 in refusal, (name, v4, refusal)
+                continue
+            four, five = dict(base, **{v4: x}), in_rope_parameters(base, v5, x)
+            assert read_as(four) == read_as(five) != read_as(base), (name, v4, v5)
+            refusal = read_as(in_rope_parameters(four, v5, y))
+            assert refusal.startswith("refused") and v4 in refusal and "rope_parameters" in refusal, \
+                (name, v4, refusal)
+
+
 def test_load_cost_counts_the_shards_the_index_names_only(tmp_path):
     """studies.load_cost sets the peak memory against the files the loader reads: a stray shard is not counted."""
     from studies.load_cost import weight_files
