@@ -25,13 +25,15 @@ within float32 rounding, without transformers:
 
   - each family reads exactly the fields its transformers class reads (FIELDS), in both spellings transformers
     writes (SPELLINGS: 4.x rope_theta + rope_scaling, 5.x rope_parameters); a field left out takes the class
-    default, the sizes excepted (a file without them is refused, not read as the class's default model); an
-    explicit null means what it means to that class (a softcap: off, a bias: none), or is refused by name where
-    transformers builds no one model from it (4.57 and 5.x both fail on it, or build two different models);
-  - a field the class does not read is refused by name unless it is null or says what the class builds anyway;
+    default, the sizes excepted (a file without them is refused, not read as the class's default model; Gemma 3's
+    may be left out, as its published multimodal configs do); an explicit null means what it means to that class
+    (a softcap: off, a bias: none), or is refused by name where transformers builds no one model from it (4.57 and
+    5.x both fail on it, or build two different models);
+  - a field the class does not read is refused by name unless it is null or says what the class builds anyway; so
+    is a model_type naming another family than architectures, and a value 4.x and 5.x read as two models;
   - a field not understood, a tensor missing, unknown, misshapen or stored twice, an architecture not carried: each
-    is one error naming it (and the config.json fields behind a tensor), before any weight is read. Nothing is
-    approximated in silence.
+    is one error naming it (and the config.json fields behind a tensor), before any weight is read. A tied LM head
+    stored apart from its embedding must hold the same values. Nothing is approximated in silence.
 
 A model here is a path: a Hugging Face directory, or a train.py checkpoint file (model.py's format). Every script
 reads it through these, config.json once and each weight file once:
