@@ -1117,7 +1117,8 @@ def test_each_field_of_the_spellings_table_is_read_by_its_families_as_the_other_
         if row == "Gemma3ForConditionalGeneration":      # the LM head's tie: 4.x reads text_config's, 5.x the top's
             (v4, (v5, _)), = hf.SPELLINGS[row].items()
             inner = v4.removeprefix("text_config.")
-            for top, text, tied in ((False, False, False), (True, True, True), (False, None, None), (None, False, None)):
+            for top, text, tied in ((False, False, False), (True, True, True), (False, None, None),
+                                    (None, False, None)):      # None: the field absent; tied None: refused
                 cfg = dict(base, text_config={k: v for k, v in base["text_config"].items() if k != inner})
                 cfg.update({v5: top} if top is not None else {})
                 cfg["text_config"].update({inner: text} if text is not None else {})
