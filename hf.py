@@ -383,6 +383,23 @@ def spelled(row: dict, v5: str) -> str:
     return next(v4 for v4, (key, field) in row.items() if key == v5 and field is not ECHO)
 
 
+# RoPE's parameters, as rope_scaling (4.x) and rope_parameters (5.x) hold them: those of every kind, then each kind's,
+# read as 5.x reads them where 4.x fails (llama3's original context absent: max_position_embeddings; a null LongRoPE
+# factor: derived). A top-level original_max_position_embeddings 5.x reads over llama3's, 4.x never: they must agree
+# (UNREAD_AGREES).
+ROPE_FIELDS = dict(rope_type=Field(STR, None), type=Field(STR, None),   # "type": the older spelling
+                   rope_theta=Field(NUM, None), partial_rotary_factor=Field(NUM, None))   # None: the top level's
+ROPE_KIND_FIELDS = {
+    "default": {},
+    "linear": dict(factor=Field(NUM)),
+    "llama3": dict(factor=Field(NUM), low_freq_factor=Field(NUM), high_freq_factor=Field(NUM),
+                   original_max_position_embeddings=Field(INT, None)),
+    "longrope": dict(short_factor=Field(NUMBER_LIST), long_factor=Field(NUMBER_LIST),
+                     factor=Field(NUM, None, null=None), attention_factor=Field(NUM, None, null=None),
+                     original_max_position_embeddings=Field(INT, None, null=None)),
+}
+
+
 # The fields of each family, as its transformers class reads them (4.57 and 5.x, eager attention).
 SIZES = dict(vocab_size=Field(INT), hidden_size=Field(INT), num_hidden_layers=Field(INT),
              num_attention_heads=Field(INT), intermediate_size=Field(INT))   # no default taken: a model has its sizes
@@ -580,7 +597,7 @@ UNREAD_AGREES = {
     "rope_local_base_freq": (NUM, lambda v, c: v == c.rope_local_theta),
     "use_parallel_residual": (BOOL, lambda v, c: v == c.parallel_residual),
     "head_dim": (INT, lambda v, c: v == c.head_dim),
-    # 5.x overrides the original context of llama3 RoPE with it, 4.x does not read it
+    # 5.x reads it over llama3's original context, 4.x never (ROPE_KIND_FIELDS)
     "original_max_position_embeddings": (INT, lambda v, c: c.rope_type not in ("llama3", "longrope") or
                                          v == c.rope_original_context),
     # written beside transformers' fields by other code (nanotron for SmolLM2, Microsoft's remote code for
@@ -730,20 +747,6 @@ def _windows(f: Fields, n_layer: int) -> tuple:
     if "full_attention" not in layers:
         return window, None
     return window, "".join("s" if kind == "sliding_attention" else "f" for kind in layers)
-
-
-# RoPE's parameters, as rope_scaling (4.x) or rope_parameters (5.x) hold them: those of every kind, then each kind's
-ROPE_FIELDS = dict(rope_type=Field(STR, None), type=Field(STR, None),   # "type": the older spelling
-                   rope_theta=Field(NUM, None), partial_rotary_factor=Field(NUM, None))   # None: the top level's
-ROPE_KIND_FIELDS = {
-    "default": {},
-    "linear": dict(factor=Field(NUM)),
-    "llama3": dict(factor=Field(NUM), low_freq_factor=Field(NUM), high_freq_factor=Field(NUM),
-                   original_max_position_embeddings=Field(INT, None)),       # absent: max_position_embeddings (5.x)
-    "longrope": dict(short_factor=Field(NUMBER_LIST), long_factor=Field(NUMBER_LIST),
-                     factor=Field(NUM, None, null=None), attention_factor=Field(NUM, None, null=None),   # null:
-                     original_max_position_embeddings=Field(INT, None, null=None)),   # derived (5.x; 4.x refuses)
-}
 
 
 def _rope(f: Fields, max_pos: int, head_dim: int, kinds: tuple, row: dict, partial_ok: bool = False,
