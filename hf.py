@@ -827,6 +827,9 @@ def _longrope(p: Fields, max_pos: int, dims: int, original: int) -> dict:
                          f"{len(short)} and {len(long)}")
     factor = p("factor") or max_pos / original
     attention = p("attention_factor")
+    if attention is None and factor > 1 and original < 2:     # ln(1) = 0: transformers divides by zero there too
+        raise ValueError(f"original_max_position_embeddings {original} gives longrope no scale (ln of it is 0); "
+                         f"give attention_factor, or an original context of 2 or more")
     if attention is None:
         attention = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
     return dict(rope_type="longrope", rope_factors=tuple(float(s) for s in short), rope_attention_factor=attention,

@@ -626,6 +626,18 @@ def test_phi3_reads_longrope_by_its_older_names(tmp_path):
         assert_matches(hf.load(str(tmp_path / name)).eval(), *reference, ids)
 
 
+def test_a_longrope_original_context_of_one_is_refused_in_one_line():
+    """LongRoPE scales cos and sin by sqrt(1 + ln(factor) / ln(original)): an original context of 1 divides by ln(1) =
+    0 (transformers too). Refused naming the field where no attention_factor is given; with one, it loads."""
+    spec, cfg, t = hf_families.checkpoint("phi3.5-longrope", "4.x")
+    bad = dict(cfg, original_max_position_embeddings=1)
+    bad["rope_scaling"] = {k: v for k, v in cfg["rope_scaling"].items() if k != "original_max_position_embeddings"}
+    with pytest.raises(ValueError, match="original_max_position_embeddings 1 gives longrope no scale"):
+        hf.config_from_json(bad)
+    assert hf.config_from_json(dict(bad, rope_scaling=dict(bad["rope_scaling"], attention_factor=1.2))) \
+        .rope_attention_factor == 1.2
+
+
 # ----------------------------------------------------------------------------- nothing in silence, class by class
 # A tiny checkpoint of each family, its config.json edited by class of bad input: every field the family's
 # transformers class reads (and every field of the file) set to null; a field the class does not read, at a value
