@@ -22,9 +22,10 @@ from studies import gpu_check
 TINY = gpu_check.SIZES["tiny"]
 
 # nanoGPT's train.py at NANOGPT_COMMIT, as far as the study reads it: its configurator (every --key=value must name
-# one of these globals, its value of the default's type) and the lines it prints. It trains nothing.
+# one of these globals, its value of the default's type) and the lines it prints, an iteration every 20 ms (so that
+# the compare stage can pause it between stretches). It trains nothing.
 STAND_IN = '''
-import ast, os, sys
+import ast, os, sys, time
 DEFAULTS = dict(out_dir="out", eval_interval=2000, log_interval=1, eval_iters=200, eval_only=False,
                 always_save_checkpoint=True, init_from="scratch", wandb_log=False, wandb_project="owt",
                 wandb_run_name="gpt2", dataset="openwebtext", gradient_accumulation_steps=40, batch_size=12,
@@ -49,7 +50,40 @@ L, d, V = cfg["n_layer"], cfg["n_embd"], 50304
 print(f"tokens per iteration will be: {cfg['gradient_accumulation_steps'] * cfg['batch_size'] * cfg['block_size']:,}")
 print("number of parameters: %.2fM" % ((V * d + L * (12 * d * d + 13 * d) + 2 * d) / 1e6,))
 for i in range(cfg["max_iters"] + 1):
-    print(f"iter {i}: loss {10 - 0.25 * i:.4f}, time {100 + 10 * i:.2f}ms, mfu {-100.0 if i < 5 else 1.5:.2f}%")
+    time.sleep(0.02)
+    print(f"iter {i}: loss {10 - 0.25 * i:.4f}, time {100 + 10 * i:.2f}ms, mfu {-100.0 if i < 5 else 1.5:.2f}%",
+          flush=True)
+'''
+
+# nanoGPT's model.py as far as the profile stage reads it: GPTConfig, GPT(config) with its forward and
+# configure_optimizers; here on this project's GPT-2 blocks.
+STAND_IN_MODEL = '''
+import dataclasses
+import torch
+from model import GPT as Ours, get_config
+
+@dataclasses.dataclass
+class GPTConfig:
+    block_size: int = 1024
+    vocab_size: int = 50304
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = True
+
+class GPT(torch.nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.inner = Ours(get_config("gpt2-nano", position="learned", block_size=config.block_size,
+                                     vocab_size=config.vocab_size, n_layer=config.n_layer, n_head=config.n_head,
+                                     n_embd=config.n_embd))
+
+    def forward(self, idx, targets=None):
+        return self.inner(idx, targets)
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        return torch.optim.AdamW(self.parameters(), lr=learning_rate, betas=betas, weight_decay=weight_decay)
 '''
 
 A_TEST_FILE = '''
@@ -71,6 +105,7 @@ def gpu_dir(tmp_path_factory):
     nano = root / "nanogpt"
     nano.mkdir()
     (nano / "train.py").write_text(STAND_IN)
+    (nano / "model.py").write_text(STAND_IN_MODEL)
     (root / "text.txt").write_text("Whan that Aprille with his shoures soote the droghte of March hath perced.\n" * 90)
     data.prepare([str(root / "text.txt")], str(nano / "data" / gpu_check.DATASET), tokenizer="bytes")
     return root
@@ -151,47 +186,103 @@ def test_table1_and_the_fingerprint_report_mfu_against_the_peak_given(tiny_run):
     assert files["card seed 0 vs card seed 1"] == files["cpu seed 0 vs cpu seed 1"]
 
 
-def test_train_py_and_nanogpt_are_timed_the_same_way(tiny_run):
-    """Both: the steps after the warm-up, tokens per step x steps / the wall time from the end of the warm-up to the
-    end of the last step; train.py's from its log's wall stamps (not its own ms_per_step, which leaves out printing
-    and the log's writing), nanoGPT's from the times the stand-in printed (100 + 10 i ms at iteration i)."""
+def test_train_py_and_nanogpt_take_turns_and_are_timed_the_same_way(tiny_run):
+    """A B A B A B: each stretch ran with the other trainer paused (its lines said no step meanwhile), A's and B's
+    stretches alternate, each begins SETTLE steps after its side resumed and covers `timed` steps. Both timed alike:
+    tokens per step x steps / the wall time between the ends of a stretch's first and last steps; train.py's from its
+    log's wall stamps (not its own ms_per_step, which leaves out printing and the log's writing), nanoGPT's from the
+    times the stand-in printed (100 + 10 i ms at iteration i). The ratios, their median and spread recomputed here."""
     tmp, res = tiny_run
     t = TINY["trainer"]
     cfg = dict(gpu_check.get_config(t["model"], **t["knobs"]).__dict__)
     per_step = t["micro"] * t["accum"] * cfg["block_size"]
     fpt = trainer_flops_per_token(cfg)
-    log = json.loads((tmp / "work" / gpu_check.SCRATCH / "train" / "log.json").read_text())["train"]
-    timed = [r for r in log if r["step"] > t["warm"]]
-    last_warm = [r for r in log if r["step"] == t["warm"]][0]
-    tok_s = per_step * len(timed) / (timed[-1]["wall"] - last_warm["wall"])
-    r = res["train"]
-    assert (r["tokens_per_step"], r["timed_steps"]) == (per_step, t["timed"])
-    assert r["tokens_per_s"] == pytest.approx(tok_s, rel=1e-9)
-    # the wall between step ends holds the steps' own clock and what it leaves out, within the stage's own time
-    assert sum(x["ms_per_step"] for x in timed) / 1000 <= r["timed_seconds"] < res["stages"]["train"]["seconds"]
-    assert r["mfu"] == pytest.approx(tok_s * fpt / 1e12, rel=1e-9)
-    assert r["losses"] == [x["loss"] for x in log] and r["loss_last_step"] == log[-1]["loss"]
-    n = res["nanogpt"]
-    steps = t["warm"] + t["timed"]
-    nano_tok_s = per_step * t["timed"] / (sum(100 + 10 * i for i in range(t["warm"], steps)) / 1000)
-    assert n["tokens_per_s"] == pytest.approx(nano_tok_s, rel=1e-9)
-    assert n["mfu"] == pytest.approx(nano_tok_s * fpt / 1e12, rel=1e-9)
-    assert n["loss_last_step"] == 10 - 0.25 * (steps - 1) and n["printed_mfu_a100"] == 0.015
-    assert n["same_parameters"] and n["files_match_commit"] is False          # a stand-in is no nanoGPT
+    log = json.loads((tmp / "work" / gpu_check.SCRATCH / "compare_train" / "log.json").read_text())["train"]
+    wall = {r["step"]: r["wall"] for r in log}
+    c = res["compare"]
+    assert len(c["pairs"]) == t["pairs"] and c["order"].startswith("A B A B A B")
+    ratios, ends = [], []
+    for p in c["pairs"]:
+        assert p["paused_side_steps"] == [0, 0]
+        (a0, a1), (b0, b1) = p["train_steps"], p["nanogpt_steps"]
+        assert a1 - a0 + 1 == t["timed"] == b1 - b0 + 1 and a0 > t["warm"] + gpu_check.SETTLE - 1
+        ends.append((a0, a1, b0, b1))
+        train_s = wall[a1] - wall[a0 - 1]
+        nano_s = sum(100 + 10 * (step - 1) for step in range(b0, b1 + 1)) / 1000    # step s: iteration s - 1
+        assert p["train_seconds"] == pytest.approx(train_s, rel=1e-9)
+        assert p["nanogpt_seconds"] == pytest.approx(nano_s, rel=1e-9)
+        assert p["train_tokens_per_s"] == pytest.approx(per_step * t["timed"] / train_s, rel=1e-9)
+        assert p["nanogpt_tokens_per_s"] == pytest.approx(per_step * t["timed"] / nano_s, rel=1e-9)
+        # the wall between step ends holds the steps' own clock and what it leaves out
+        assert sum(r["ms_per_step"] for r in log if a0 <= r["step"] <= a1) / 1000 <= train_s
+        ratios.append(train_s and (per_step * t["timed"] / train_s) / (per_step * t["timed"] / nano_s))
+    for (_, a1, _, b1), (a0, _, b0, _) in zip(ends, ends[1:]):      # each side's stretches in order, apart
+        assert a0 > a1 + gpu_check.SETTLE - 1 and b0 > b1 + gpu_check.SETTLE - 1
+    assert c["ratio_median"] == pytest.approx(float(np.median(ratios)))
+    assert (c["ratio_min"], c["ratio_max"]) == pytest.approx((min(ratios), max(ratios)))
+    tr, nano = c["train"], c["nanogpt"]
+    assert tr["tokens_per_s"] == pytest.approx(np.median([p["train_tokens_per_s"] for p in c["pairs"]]))
+    assert tr["mfu"] == pytest.approx(tr["tokens_per_s"] * fpt / 1e12, rel=1e-9)
+    assert nano["mfu"] == pytest.approx(nano["tokens_per_s"] * fpt / 1e12, rel=1e-9)
+    assert tr["losses"] == [x["loss"] for x in log] and tr["loss_last_step"] == log[-1]["loss"]
+    assert nano["losses"] == [10 - 0.25 * i for i in range(len(nano["losses"]))]
+    assert nano["printed_mfu_a100"] == 0.015 and nano["same_parameters"] and nano["files_match_commit"] is False
     target = {x["target"]: x for x in res["targets"]}["train_vs_nanogpt"]
-    assert target["value"] == pytest.approx(tok_s / nano_tok_s) and target["met"] == (tok_s >= nano_tok_s)
+    assert target["value"] == c["ratio_median"] and target["kind"] == "pairs"
 
 
-def test_train_py_is_timed_by_the_wall_between_step_ends_not_by_its_own_step_clock(gpu_dir, tmp_path):
-    """A log.json whose steps each take 100 ms on train.py's own clock (ms_per_step) with host work between them
-    (printing, the log's writing) that grows by 10 ms a step: the timed steps' seconds are their 100 ms each plus
-    those gaps, as nanoGPT's printed times hold its own; the step clock alone would make train.py look faster."""
-    t = TINY["trainer"]
-    steps = t["warm"] + t["timed"]
+def test_take_turns_pauses_each_side_while_the_other_runs():
+    """take_turns on two stand-in followers that count a step whenever they are running: each warms up to `warm`
+    (paused as it gets there), then the stretches alternate, A first, each SETTLE steps after its resume, and no step
+    of the paused side is counted during the other's stretch."""
+    events = []
+
+    class Side:
+        def __init__(self, name):
+            self.name, self.done, self.running = name, 0, True
+
+        def reached(self, steps, deadline):
+            self.tick()
+            return self.done >= steps
+
+        def wait_for(self, steps, deadline):
+            while not self.reached(steps, deadline):
+                pass
+
+        def tick(self):
+            for side in sides:          # the processes that run make progress, whoever is being watched
+                side.done += side.running
+
+        def pause(self):
+            self.running = False
+            events.append(("pause", self.name, self.done))
+
+        def resume(self):
+            self.running = True
+            events.append(("resume", self.name, self.done))
+    sides = [Side("A"), Side("B")]
+    stretches = gpu_check.take_turns(*sides, warm=3, timed=4, pairs=2, drain=0.0, deadline=time.time() + 10)
+    assert [e[:2] for e in events] == [("pause", "A"), ("pause", "B")] + [
+        (what, name) for name in "ABAB" for what in ("resume", "pause")]
+    assert all(done >= 3 for _, _, done in events[:2])
+    resumed, paused = events[2::2], events[3::2]
+    for (side, first, last, moved), (_, name, at_resume), (_, _, at_pause) in zip(stretches, resumed, paused):
+        assert side.name == name and moved == 0
+        assert (first, last) == (at_resume + gpu_check.SETTLE, at_resume + gpu_check.SETTLE + 4) and at_pause >= last
+
+
+def test_train_py_with_rope_is_timed_by_the_wall_between_step_ends_not_by_its_own_step_clock(gpu_dir, tmp_path):
+    """train_rope: a log.json whose steps each take 100 ms on train.py's own clock (ms_per_step) with host work between
+    them (printing, the log's writing) that grows by 10 ms a step: the timed steps' seconds are their 100 ms each
+    plus those gaps, as nanoGPT's printed times hold its own; the step clock alone would make train.py look faster.
+    Its MFU on the RoPE model's own flops (GPT-2's blocks and tied head, vocabulary 50,257)."""
+    r = TINY["rope"]
+    steps = r["warm"] + r["timed"]
     gap = lambda step: 0.010 * step                  # seconds of host work after step `step`'s sync
     run = a_run(gpu_dir, tmp_path)
 
     def command(cmd, **kw):                          # train.py's log, as it would write it
+        assert cmd[cmd.index("--model") + 1] == r["model"] and "--position" not in cmd
         out = cmd[cmd.index("--out_dir") + 1]
         os.makedirs(out)
         wall, records = 0.0, []
@@ -199,48 +290,51 @@ def test_train_py_is_timed_by_the_wall_between_step_ends_not_by_its_own_step_clo
             wall += 0.100 + (gap(step - 1) if step > 1 else 0.0)
             records.append(dict(step=step, loss=10.0 - step / 10, ms_per_step=100.0, wall=wall))
         with open(os.path.join(out, "log.json"), "w") as fh:
-            json.dump(dict(train=records), fh)
+            json.dump(dict(train=records, first_step=dict(step=1, seconds=0.1)), fh)
         return "ok", 0, ""
     run.command = command
-    run.begin("train", 60)
-    r = gpu_check.stage_train(run)
-    seconds = sum(0.100 + gap(step - 1) for step in range(t["warm"] + 1, steps + 1))
-    per_step = t["micro"] * t["accum"] * gpu_check.get_config(t["model"], **t["knobs"]).block_size
-    assert r["timed_seconds"] == pytest.approx(seconds, rel=1e-9) and seconds > 0.100 * t["timed"]
-    assert r["tokens_per_s"] == pytest.approx(per_step * t["timed"] / seconds, rel=1e-9)
+    run.begin("train_rope", 60)
+    e = gpu_check.stage_train_rope(run)
+    seconds = sum(0.100 + gap(step - 1) for step in range(r["warm"] + 1, steps + 1))
+    cfg = dict(gpu_check.get_config(r["model"], **r["knobs"]).__dict__)
+    per_step = TINY["trainer"]["micro"] * TINY["trainer"]["accum"] * cfg["block_size"]
+    assert e["timed_seconds"] == pytest.approx(seconds, rel=1e-9) and seconds > 0.100 * r["timed"]
+    assert e["tokens_per_s"] == pytest.approx(per_step * r["timed"] / seconds, rel=1e-9)
+    assert e["mfu"] == pytest.approx(e["tokens_per_s"] * trainer_flops_per_token(cfg) / 1e12, rel=1e-9)
+    assert (e["position"], e["vocab_size"], e["first_step_seconds"]) == ("rope", 50257, 0.1)
 
 
 def test_torchrun_takes_the_plain_runs_steps(tiny_run):
     _, res = tiny_run
     d = res["ddp"]
     n = TINY["trainer"]["ddp_steps"]
-    assert d["backend"] == "gloo" and d["steps"] == n and d["plain_from"] == "the train stage's run"
-    assert d["plain"] == res["train"]["losses"][:n] and len(d["ddp"]) == n
+    assert d["backend"] == "gloo" and d["steps"] == n and d["plain_from"] == "the compare stage's train.py run"
+    assert d["plain"] == res["compare"]["train"]["losses"][:n] and len(d["ddp"]) == n
     assert d["same"] and d["max_abs_diff"] <= 1e-5 * max(d["plain"])
 
 
 def test_the_targets_are_read_against_the_issues_thresholds():
     rows = lambda *x: [dict(seq_len=T, mfu=m, x_top_uniform=x_) for T, m, x_ in x]
+    pairs = lambda *r: dict(ratio_median=float(np.median(r)), ratio_min=min(r), ratio_max=max(r), train=dict(mfu=0.39),
+                            nanogpt=dict(size="tiny"))
     res = dict(table1=dict(rows=rows((64, 0.2, 6.0), (1024, 0.55, 500.0), (1024, 0.51, 100.0))),
-               train=dict(tokens_per_s=450e3, mfu=0.39), nanogpt=dict(tokens_per_s=500e3),
-               fingerprint=dict(seconds=91.5))
+               compare=pairs(1.02, 0.9, 1.1), fingerprint=dict(seconds=46.5))
     t = {x["target"]: x for x in gpu_check.targets(res)}
-    assert t["train_vs_nanogpt"]["value"] == 0.9 and t["train_vs_nanogpt"]["short_by"] == pytest.approx(0.1)
+    assert t["train_vs_nanogpt"]["value"] == 1.02 and t["train_vs_nanogpt"]["short_by"] == pytest.approx(0.1)
     assert not t["train_mfu"]["met"] and t["train_mfu"]["short_by"] == pytest.approx(0.01)
     assert t["probe_mfu"]["value"] == 0.51 and t["probe_mfu"]["met"]             # the longest length, either seed
     assert not t["fingerprint_seconds"]["met"] and t["fingerprint_seconds"]["short_by"] == pytest.approx(1.5)
     assert t["top1_x_top_uniform"]["met"]                        # 6 and 500: within a factor 10 of 58.5
+    for ratios, met in (((1.06, 1.07, 1.2), True), ((1.06, 0.99, 1.2), False), ((1.04, 1.01, 1.2), False)):
+        res["compare"] = pairs(*ratios)             # the median at 1.05 or more, and no pair below 1
+        assert {x["target"]: x for x in gpu_check.targets(res)}["train_vs_nanogpt"]["met"] is met, ratios
     res["table1"]["rows"][0]["x_top_uniform"] = 5.0
     t = {x["target"]: x for x in gpu_check.targets(res)}
     assert not t["top1_x_top_uniform"]["met"] and t["top1_x_top_uniform"]["short_by"] == pytest.approx(1.17)
     assert all(x["met"] is None for x in gpu_check.targets({}))
-    cards = lambda a, b: dict(train=dict(device_name=a), nanogpt=dict(device_name=b))     # two runs' entries
-    assert {x["target"]: x for x in gpu_check.targets(res, cards("H100", "H100"))}["train_vs_nanogpt"]["value"] == 0.9
-    other = {x["target"]: x for x in gpu_check.targets(res, cards("H100", "H200"))}["train_vs_nanogpt"]
-    assert other["met"] is None and other["not_read"] == "train.py ran on H100, nanoGPT on H200"
     for status, said in (("failed", "it failed"), ("timed out", "it timed out"), ("skipped", "it did not run")):
-        # a full-size nanogpt stage that measured nothing: said so, not taken for files or a model unlike nanoGPT's
-        res["nanogpt"] = dict(size="full", stage=dict(status=status, error="..."))
+        # a full-size compare stage that measured nothing: said so, not taken for files or a model unlike nanoGPT's
+        res["compare"] = dict(size="full", stage=dict(status=status, error="..."))
         t = {x["target"]: x for x in gpu_check.targets(res)}["train_vs_nanogpt"]
         assert t["value"] is None and t["met"] is None and t["not_read"] == f"nanoGPT not compared: {said}", status
 
@@ -249,7 +343,7 @@ def a_run(gpu_dir, tmp_path, size="tiny"):
     """gpu_check's Run of the tiny size's stages, as main makes it, with a scratch folder; `size` is the size it
     records (--size)."""
     args = argparse.Namespace(size=size, peak_tflops=1.0, gpu_dir=str(gpu_dir), out=str(tmp_path / "out"),
-                              budget=570, tests=None)
+                              budget=540, tests=None, compile_mode="default")
     os.makedirs(args.out, exist_ok=True)
     run = gpu_check.Run(args, TINY)
     run.work = str(tmp_path / "work")
@@ -257,29 +351,26 @@ def a_run(gpu_dir, tmp_path, size="tiny"):
     return run
 
 
-def test_a_full_size_nanogpt_that_is_not_nanogpt_is_measured_but_not_compared(gpu_dir, tmp_path):
-    """At full size the stage fails where nanoGPT's files are not those of the pinned commit (here: the stand-in)
-    or its model has other parameters, keeping what it measured; the target is not read off such an entry. At the
-    tiny size the stand-in is compared, by design (test_train_py_and_nanogpt_are_timed_the_same_way)."""
-    run = a_run(gpu_dir, tmp_path, size="full")
-    run.begin("nanogpt", 60)
-    with pytest.raises(gpu_check.StageFailed, match="its files are not nanoGPT's at 3adf61e") as failed:
-        gpu_check.stage_nanogpt(run)
-    assert failed.value.entry["tokens_per_s"] > 0 and failed.value.entry["same_parameters"]
-    nano = dict(tokens_per_s=500e3, size="full", files_match_commit=True, same_parameters=True,
-                parameters_printed_millions=124.44)
-    res = dict(train=dict(tokens_per_s=550e3), nanogpt=nano)
+def test_a_full_size_nanogpt_that_is_not_nanogpt_is_measured_but_not_compared():
+    """At full size a compare entry whose nanoGPT files are not those of the pinned commit, or whose model has other
+    parameters, is kept but no target is read off it; at the tiny size the stand-in is compared, by design
+    (test_train_py_and_nanogpt_take_turns_and_are_timed_the_same_way)."""
+    nano = dict(tokens_per_s=500e3, files_match_commit=True, same_parameters=True, parameters_printed_millions=124.44)
+    res = dict(compare=dict(ratio_median=1.1, ratio_min=1.05, ratio_max=1.2, size="full", nanogpt=nano,
+                            train=dict(mfu=0.4)))
     read = lambda: {x["target"]: x for x in gpu_check.targets(res)}["train_vs_nanogpt"]
     assert read()["value"] == pytest.approx(1.1) and read()["met"] and read()["not_read"] is None
-    for flag, said in (("files_match_commit", "its files are not nanoGPT's"), ("same_parameters", "124.44M")):
-        res["nanogpt"] = dict(nano, **{flag: False})
+    for flag, said in (("files_match_commit", "its files are not nanoGPT's at 3adf61e"), ("same_parameters",
+                                                                                         "124.44M")):
+        res["compare"]["nanogpt"] = dict(nano, **{flag: False})
         assert read()["value"] is None and read()["met"] is None and said in read()["not_read"], flag
-    res["nanogpt"] = dict(nano, files_match_commit=False, size="tiny")        # the stand-in
-    assert read()["met"]
+        assert said in gpu_check.unlike_nanogpt(dict(res["compare"]["nanogpt"], size="full"))
+    res["compare"]["size"] = "tiny"                                             # the stand-in
+    assert read()["met"] and gpu_check.unlike_nanogpt(dict(nano, files_match_commit=False, size="tiny")) is None
 
 
 def test_torchrun_reuses_train_losses_only_from_the_same_commit_card_and_size(gpu_dir, tmp_path, monkeypatch):
-    """An earlier run's train entry in --out stands for the plain run only where its provenance names this commit
+    """An earlier run's compare entry in --out stands for the plain run only where its provenance names this commit
     (with no tracked file changed), this card and this size; else the ddp stage trains a plain run first."""
     now = dict(gpu_check.provenance("cpu"), git=dict(commit="a" * 40, dirty=False))
     monkeypatch.setattr(gpu_check, "provenance", lambda *a, **k: dict(now))
@@ -290,8 +381,8 @@ def test_torchrun_reuses_train_losses_only_from_the_same_commit_card_and_size(gp
         out = tmp / "out"
         out.mkdir(parents=True)
         (out / "results.json").write_text(json.dumps(dict(
-            train=dict(losses=[10.0 - i for i in range(n + 2)], size=size, stage=dict(status="ok")),
-            provenance=dict(train=how))))
+            compare=dict(train=dict(losses=[10.0 - i for i in range(n + 2)]), size=size, stage=dict(status="ok")),
+            provenance=dict(compare=how))))
         run, seen = a_run(gpu_dir, tmp), []
 
         def command(cmd, **kw):
@@ -366,20 +457,19 @@ def test_the_loss_comparison_fails_where_the_losses_differ():
         gpu_check.compare_losses(plain[:2], plain, "float32")
 
 
-def test_the_tests_run_right_after_env_and_a_next_run_makes_train_beside_what_is_read_against_it():
+def test_the_tests_run_right_after_env_and_a_next_run_makes_the_stages_left_in_order():
     """The suite with CUDA visible runs second, so a short run leaves benchmarks, not the tests, for later; a next
-    run that makes nanogpt or train makes both (each is read against the other on one card); ddp goes alone."""
+    run makes what is left in the stages' order (train.py and nanoGPT are one stage, compare)."""
     assert gpu_check.STAGES[:2] == ("env", "tests") and sorted(gpu_check.STAGES) == sorted(set(gpu_check.STAGES))
     assert gpu_check.next_stages(["ddp", "fingerprint"]) == ["ddp", "fingerprint"]
-    assert gpu_check.next_stages(["fingerprint", "nanogpt", "tests"]) == ["tests", "train", "nanogpt", "fingerprint"]
-    assert gpu_check.next_stages(["train"]) == ["train", "nanogpt"]
-    assert gpu_check.next_stages(["table1"]) == ["table1"]
+    assert gpu_check.next_stages(["fingerprint", "compare", "tests"]) == ["tests", "compare", "fingerprint"]
+    assert gpu_check.next_stages(["profile", "train_rope"]) == ["train_rope", "profile"]
 
 
 def test_stages_past_the_budget_are_not_started_and_the_next_run_is_printed(gpu_dir, tmp_path, capsys,
                                                                               monkeypatch):
     """With less than MIN_STAGE_SECONDS of --budget left a stage is not started: here env runs and the others are
-    left (none begun), the command of the next run is printed with this run's flags, train beside nanogpt; an earlier
+    left (none begun), the command of the next run is printed with this run's flags, in the stages' order; an earlier
     run's entry of a stage not run is kept."""
     env = gpu_check.STAGE_RUNS["env"]
 
@@ -390,30 +480,31 @@ def test_stages_past_the_budget_are_not_started_and_the_next_run_is_printed(gpu_
     monkeypatch.setattr(gpu_check, "MIN_STAGE_SECONDS", 95)     # env starts, nothing after it
     out = tmp_path / "out"
     argv = ["--gpu_dir", str(gpu_dir), "--work", str(tmp_path / "work"), "--out", str(out), "--budget", "100",
-            "--stages", "env", "nanogpt", "table1"]
+            "--stages", "env", "compare", "table1"]
     with pytest.raises(SystemExit) as stopped:
         gpu_check.main(argv)
     assert stopped.value.code == 1
     res = json.loads((out / "results.json").read_text())
     assert res["stages"]["env"]["status"] == "ok"
-    for name in ("nanogpt", "table1"):
+    for name in ("compare", "table1"):
         assert res["stages"][name]["status"] == "skipped" and "of --budget left" in res["stages"][name]["error"]
-    assert not (tmp_path / "work" / gpu_check.SCRATCH / "nanogpt").exists()
+    assert not (tmp_path / "work" / gpu_check.SCRATCH / "compare_train").exists()
     said = capsys.readouterr().out
-    assert (f"--size tiny --stages table1 train nanogpt --gpu_dir {gpu_dir} --budget 100 --work {tmp_path / 'work'} "
+    assert (f"--size tiny --stages table1 compare --gpu_dir {gpu_dir} --budget 100 --work {tmp_path / 'work'} "
             f"--out {out}") in said
-    res["nanogpt"] = dict(size="tiny", stage=dict(status="ok"))               # as if an earlier run made it
+    res["compare"] = dict(size="tiny", stage=dict(status="ok"))               # as if an earlier run made it
     (out / "results.json").write_text(json.dumps(res))
     with pytest.raises(SystemExit):
         gpu_check.main(argv)
-    assert json.loads((out / "results.json").read_text())["nanogpt"] == res["nanogpt"]
+    assert json.loads((out / "results.json").read_text())["compare"] == res["compare"]
 
 
 def test_work_keeps_the_users_own_folders_and_a_second_run_on_it_is_refused(gpu_dir, tmp_path, monkeypatch):
     """--work DIR holding the user's folders named as the stages' outputs: the stages write in a folder of the
     study's own inside it, and the user's files stay. While a run holds --work, a second run with it is refused in
     one line before any work (here another process holds the lock)."""
-    work, names = tmp_path / "work", ("probe", "train", "nanogpt", "plain", "ddp", "fingerprint")
+    work, names = tmp_path / "work", ("probe", "compare_train", "compare_nanogpt", "train_rope", "plain", "ddp",
+                                      "fingerprint")
     for name in names:
         (work / name).mkdir(parents=True)
         (work / name / "keep.txt").write_text("the user's own")
@@ -492,7 +583,7 @@ def test_a_stopped_command_leaves_no_process_that_outlived_sigterm(tmp_path):
 
 def test_a_profile_window_reads_only_what_ran_inside_it_for_as_long_as_it_lasted():
     """profile_rows(window=...) against a second count: a large product before a record_function range and three
-    small ones inside it. The window reads the three alone (the whole profile all four), and its wall is the
+    small ones inside it. The window reads the three alone (the whole profile all four), and its profiled wall is the
     range's length, which a clock inside the range brackets (the profiler adds its own microseconds)."""
     big, small = torch.randn(300, 300), torch.randn(40, 40)
     inner = []
@@ -505,39 +596,83 @@ def test_a_profile_window_reads_only_what_ran_inside_it_for_as_long_as_it_lasted
                 torch.mm(small, small)
             inner.append(time.perf_counter() - t0)
 
-    windowed = gpu_check.profiled(fn, cuda=False, window="timed")
+    windowed = gpu_check.profiled(fn, cuda=False, window="timed", wall=1.0)
     whole = gpu_check.profiled(fn, cuda=False)
     calls = lambda out: {r["op"]: r["calls"] for r in out["top"]}["aten::mm"]
     assert calls(windowed) == 3 and calls(whole) == 4
-    assert inner[0] <= windowed["wall_seconds"] < inner[0] + 0.05
-    assert windowed["busy_seconds"] <= windowed["wall_seconds"]
+    assert inner[0] <= windowed["profiled_wall_seconds"] < inner[0] + 0.05
+    assert windowed["busy_seconds"] <= windowed["profiled_wall_seconds"] and windowed["wall_seconds"] == 1.0
+    assert windowed["busy_share"] == pytest.approx(windowed["busy_seconds"])          # against the wall given
     with pytest.raises(gpu_check.StageFailed, match="no 'timed' range"):
         gpu_check.profiled(lambda: torch.mm(small, small), cuda=False, window="timed")
 
 
-def test_the_profile_stage_reads_the_probes_timed_loop_at_the_tiny_size(gpu_dir, tmp_path):
-    """--stages profile at the tiny size, as a GPU runs it: each benchmark's top ops and busy share, the probe's
-    read inside probe.py's timed loop (the window probe.py names; a renamed range would fail the stage)."""
+def test_the_busy_share_counts_overlapping_kernels_once_on_the_devices_clock_against_the_unprofiled_wall():
+    """A synthetic GPU profile (microseconds): the timed range on the host from 0 to 10,000, its annotation on the
+    device's timeline from 500 to 10,500 (the device's clock, or its queue, runs behind the host's), a kernel of the
+    compile before it, two matrix products that overlap by 1,000 and a GELU that ends after the host's range. Read
+    on the device's clock all three count, their union (9,500) is the busy time where their sum (10,500) would count
+    the overlap twice, and the share is read against the same pass timed without the profiler (9,800); the rate the
+    flops imply while busy stays under the peak unless the flops need more kernels than the profile holds. The
+    reading before issue 58 (kernels placed by the host's range, their times summed over the profiled wall) gave 80%
+    here: a matrix product's time then has to carry more flops than the card can do."""
+    from types import SimpleNamespace
+    from torch.autograd import DeviceType
+
+    def event(name, device, start, end, annotation=False):
+        return SimpleNamespace(name=name, device_type=device, is_user_annotation=annotation,
+                               time_range=SimpleNamespace(start=start, end=end), self_device_time_total=end - start,
+                               self_cpu_time_total=end - start)
+    cuda = DeviceType.CUDA
+    events = [event("timed", DeviceType.CPU, 0, 10_000), event("timed", cuda, 500, 10_500, annotation=True),
+              event("compile_kernel", cuda, -2_000, -1_000), event("gemm", cuda, 500, 4_500),
+              event("gemm", cuda, 3_500, 7_500), event("gelu", cuda, 8_000, 10_500)]
+    prof = SimpleNamespace(events=lambda: events)
+    r = gpu_check.profile_rows(prof, cuda=True, window="timed", wall=9.8e-3, flops=5e12, peak=989e12)
+    assert r["busy_seconds"] == pytest.approx(9.5e-3) and r["kernel_seconds"] == pytest.approx(10.5e-3)
+    assert r["profiled_wall_seconds"] == pytest.approx(10e-3) and r["wall_seconds"] == 9.8e-3
+    assert r["busy_share"] == pytest.approx(9.5 / 9.8) and r["busy_share_profiled"] == pytest.approx(0.95)
+    assert r["summed_share_profiled"] == pytest.approx(1.05) and r["profiler_slowdown"] == pytest.approx(10 / 9.8)
+    assert r["device_tflops"] == pytest.approx(5e12 / 9.5e-3 / 1e12) and r["over_peak"] is False
+    assert [(t["op"], t["calls"]) for t in r["top"]] == [("gemm", 2), ("gelu", 1)]
+    assert r["top"][0]["share"] == pytest.approx(8 / 10.5)
+    assert gpu_check.profile_rows(prof, cuda=True, window="timed", wall=9.8e-3, flops=1e13, peak=989e12)["over_peak"]
+    host_only = [e for e in events if not e.is_user_annotation]     # no annotation on the device: the host's range
+    r = gpu_check.profile_rows(SimpleNamespace(events=lambda: host_only), cuda=True, window="timed")
+    assert [(t["op"], t["calls"]) for t in r["top"]] == [("gemm", 2)] and r["busy_share"] == pytest.approx(0.7)
+    assert gpu_check.union_length([(0, 2), (1, 3), (5, 6), (5.5, 5.7), (3, 4)]) == 5
+
+
+def test_the_profile_stage_reads_each_benchmark_at_the_tiny_size(gpu_dir, tmp_path):
+    """--stages profile at the tiny size, as a GPU runs it: train.py's step, nanoGPT's (its model.py, here the
+    stand-in), the probe's timed loop (the window probe.py names; a renamed range would fail the stage) and the
+    fingerprint, each with its top ops, its busy time against the unprofiled wall and the rate its flops imply."""
     out = tmp_path / "out"
     gpu_check.main(["--stages", "profile", "--gpu_dir", str(gpu_dir), "--out", str(out)])
     prof = json.loads((out / "results.json").read_text())["profile"]
-    assert {"train", "table1", "fingerprint"} <= set(prof)
-    assert prof["table1"]["window"] == "probe.timed_pass"
-    assert all(0 < prof[name]["busy_share"] <= 1 and prof[name]["top"] for name in ("train", "table1", "fingerprint"))
+    names = ("train", "nanogpt", "table1", "fingerprint")
+    assert set(names) <= set(prof) and prof["table1"]["window"] == "probe.timed_pass"
+    for name in names:
+        p = prof[name]
+        assert p["top"] and 0 < p["busy_seconds"] and 0 < p["wall_seconds"] and p["device_tflops"] > 0, name
+        assert p["busy_share"] == pytest.approx(p["busy_seconds"] / p["wall_seconds"]), name
 
 
-def test_the_probes_profile_runs_one_pass(gpu_dir, tmp_path, monkeypatch):
-    """probe() compiles and warms before its own clock, and the profile reads only that clock's window: the pass
-    under the profiler is the only one (a pass before it would compile the probe a second time at full size)."""
+def test_the_probes_profile_reads_its_pass_against_the_same_pass_unprofiled(gpu_dir, tmp_path, monkeypatch):
+    """probe() compiles and warms before its own clock, and the profile reads only that clock's window: one pass
+    timed by its own clock without the profiler, then the same pass under it, that clock the wall its busy time is
+    read against."""
     import probe
     passes, real = [], probe.probe
 
     def counted(*a, **k):
-        passes.append(k["sequences"])
-        return real(*a, **k)
+        passes.append(real(*a, **k))
+        return passes[-1]
     monkeypatch.setattr(probe, "probe", counted)
     prof = gpu_check.profile_probe(a_run(gpu_dir, tmp_path))
-    assert passes == [2 * TINY["probe"]["batch_size"]] and prof["window"] == "probe.timed_pass"
+    n = TINY["profile"]["probe_batches"] * TINY["probe"]["batch_size"]
+    assert [int(p["counts"].sum()) for p in passes] == [n, n] and prof["window"] == "probe.timed_pass"
+    assert prof["wall_seconds"] == passes[0]["seconds"] and prof["profiled_wall_seconds"] >= 0.5 * passes[1]["seconds"]
 
 
 def test_pytests_summary_is_read_with_and_without_workers():
@@ -614,7 +749,8 @@ def test_bad_input_is_refused_in_one_line_before_any_work(gpu_dir, tmp_path):
     assert "--budget: must be an integer >= 20" in run("--budget", "0")
     # too little for any stage to start (MIN_STAGE_SECONDS): a run that could do nothing is refused
     assert gpu_check.MIN_STAGE_SECONDS == 20 and "--budget: must be an integer >= 20, got 19" in run("--budget", "19")
-    assert "--prepare first" in run("--stages", "train", "--gpu_dir", str(tmp_path / "none"))
+    assert "--prepare first" in run("--stages", "compare", "--gpu_dir", str(tmp_path / "none"))
+    assert "--compile_mode max-autotune goes with --size full" in run("--compile_mode", "max-autotune")
     prepare = lambda *argv: cli_error(gpu_check.main, "studies.gpu_check", ["--prepare", *argv])
     assert "--prepare runs alone: --stages would do nothing beside it; drop it" in prepare("--stages", "env")
     # flags with a default are refused too, when given at another value
