@@ -608,30 +608,31 @@ class GPT(nn.Module):
             out["logits"] = last_logits
         return out
 
-    def trace_passes(self, batches, compile_mode: Optional[str] = None, **options):
+    def trace_passes(self, batches, trace=None, **options):
         """self.trace(**batch, **options) for each batch (a pass's inputs, on the model's device), yielding each
         pass's output, with no host sync between passes (the device is never left waiting for the host): RoPE's
         tables are made once (_ropes), and each pass's finiteness flags stay on the device, to be refused once
         after the last pass, naming the first pass's first non-finite state as a check after each pass would
-        (raise_if_nonfinite). compile_mode: the passes through torch.compile in that mode ("default",
-        "max-autotune-no-cudagraphs", ...), static shapes; its compiled graphs are kept for the next call in the
-        same mode, and past dynamo's recompile limit it raises rather than run eagerly without a word."""
-        trace = self.trace
-        if compile_mode:
-            from torch._dynamo import config      # here: importing the compiler costs a second at every start-up
-            loud = config.patch(fail_on_recompile_limit_hit=True)
-            trace = loud(torch.compile(self.trace, mode=compile_mode, dynamic=False))
+        (raise_if_nonfinite). trace: the pass to run instead of self.trace, a compiled_trace()."""
         flags = []
         for batch in batches:
-            if compile_mode == "reduce-overhead":     # CUDA graphs: each pass a new replay, over the last one's outputs
+            if trace is not None:     # CUDA graphs (reduce-overhead): each pass a new replay, over the last one's outputs
                 torch.compiler.cudagraph_mark_step_begin()
-            out = trace(**batch, **options, check_finite=False)
+            out = (trace or self.trace)(**batch, **options, check_finite=False)
             flags.append(out.pop("finite").clone())     # a copy: a replay of CUDA graphs reuses its outputs' memory
             yield out
         if flags:
             last_only = last_position_only(options.get("hidden"), options.get("logits"), options.get("attn_probs"),
                                            options.get("head_out"))
             raise_if_nonfinite(torch.stack(flags), self.config.n_layer, last_only)
+
+    def compiled_trace(self, mode: str = "default"):
+        """self.trace through torch.compile in `mode` ("default", "max-autotune-no-cudagraphs", ...), for
+        trace_passes: static shapes, and past dynamo's recompile limit an error rather than eager passes without a
+        word. Made once and handed to each trace_passes call that should share its graphs (a compile of the same
+        mode made again shares them too, until torch._dynamo.reset())."""
+        from torch._dynamo import config      # here: importing the compiler costs a second at every start-up
+        return config.patch(fail_on_recompile_limit_hit=True)(torch.compile(self.trace, mode=mode, dynamic=False))
 
     def unembed(self, x):
         """The LM head: final-norm states -> logits (soft-capped where the config says)."""

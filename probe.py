@@ -70,17 +70,17 @@ def probe(model: GPT, kind: str = "tokens", sequences: int = 512, seq_len: int =
     device, cfg = next(model.parameters()).device, model.config
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    mode = compile_mode if compile else None
-    compile_seconds = None
+    trace, compile_seconds = None, None
     if compile:
         # Compile time is not throughput: a batch of each shape the pass will see (full batches and the
         # smaller last one) runs once before the clock, discarded. A fresh compile cache per call, so no shape is
         # compiled in the timed loop and dynamo's recompile limit is never reached.
         t0 = time.time()
         torch._dynamo.reset()
+        trace = model.compiled_trace(compile_mode)
         for n in {min(batch_size, sequences), sequences % batch_size} - {0}:
             with autocast:
-                for _ in model.trace_passes(pass_inputs(model, kind, n, seq_len, n, data_seed), mode, hidden="last",
+                for _ in model.trace_passes(pass_inputs(model, kind, n, seq_len, n, data_seed), trace, hidden="last",
                                             logits=True):
                     pass
         sync()
@@ -92,7 +92,7 @@ def probe(model: GPT, kind: str = "tokens", sequences: int = 512, seq_len: int =
     # named for a profiler, which can then read this loop apart from the compiling before it (negligible without one)
     with torch.profiler.record_function(TIMED_PASS):
         with autocast:
-            for out in model.trace_passes(batches, mode, hidden="last", logits=True):
+            for out in model.trace_passes(batches, trace, hidden="last", logits=True):
                 stats.update(out)
         sync()
     seconds = time.time() - t0

@@ -91,7 +91,8 @@ def fingerprint(model, sequences: int = 2000, seq_len: int = 64, inputs: str = "
         else:
             batches = (dict(embeds=x.to(param.device, param.dtype)) for x in draw(batch_size))
         if is_gpt:
-            states = (o["hidden"][-1] for o in model.trace_passes(batches, compile_mode, hidden="last"))
+            trace = model.compiled_trace(compile_mode) if compile_mode else None
+            states = (o["hidden"][-1] for o in model.trace_passes(batches, trace, hidden="last"))
         for h, n in zip(states, [min(batch_size, sequences - i) for i in range(0, sequences, batch_size)]):
             if h.dim() != 2 or h.shape[0] != n:
                 raise ValueError(f"{name}: the model must map ids {(n, seq_len)} to last-token states (B, d), got "

@@ -97,10 +97,10 @@ def test_compiled_probe_pass_sees_what_the_eager_pass_sees(monkeypatch):
     kernels round differently, so an argmax on a near-tie may move, but at most 5% of the sequences' argmaxes
     do (bf16 against float32 moves 0.8% of them, measured on the CPU), and the pairwise cosines agree to 0.01.
     250 sequences in batches of 64 end with a batch of 58: both shapes compile before the clock, none after.
-    The graphs are counted by their ops: model.trace breaks its graph on purpose twice (the RoPE tables are made
-    eagerly before the blocks, the finite check runs eagerly after them), and the op or so on the far side of a
-    break makes a small graph of its own (measured with inductor on the CPU, a 2-layer model, two shapes: graphs of
-    2, 125, 1, 2 and 125 ops), which is no forward pass."""
+    The graphs are counted by their ops: model.trace breaks its graph on purpose once, where the RoPE tables are
+    looked up eagerly before the blocks (probe's passes return their finiteness flags instead of checking them inside
+    the graph: model.trace_passes), and the op or so before the break makes a small graph of its own, which is no
+    forward pass."""
     from torch._inductor.compile_fx import compile_fx
     graphs, compile_ = [], torch.compile
 

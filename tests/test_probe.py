@@ -332,3 +332,22 @@ def test_the_compile_mode_reaches_torch_compile_and_the_compiled_pass_counts_ali
     assert compiled["compile_seconds"] > 0 and np.array_equal(compiled["counts"], eager["counts"])
     for c, e in zip(compiled["cosine"], eager["cosine"]):
         assert c["mean"] == pytest.approx(e["mean"], abs=1e-5)
+
+
+def test_a_compiled_pass_compiles_each_batch_shape_once_before_its_clock(monkeypatch):
+    """probe(compile=True) with a backend that counts the graphs it is given and runs them as they are (no kernels
+    built): the full batches' shape and the last batch's, each compiled once, all in the warm-up (a compile made
+    anew for the timed loop would compile both again there); the counts those of the eager pass."""
+    graphs, real = [], torch.compile
+
+    def compile_(fn, mode=None, **kw):
+        def backend(gm, example_inputs):
+            graphs.append(sum(n.op in ("call_function", "call_method", "call_module") for n in gm.graph.nodes))
+            return gm.forward
+        return real(fn, backend=backend, **kw)
+    monkeypatch.setattr(torch, "compile", compile_)
+    model = build(get_config("tiny", n_layer=2), seed=4).eval()
+    eager = probe(model, sequences=50, seq_len=8, batch_size=16)
+    compiled = probe(model, sequences=50, seq_len=8, batch_size=16, compile=True)
+    assert len([n for n in graphs if n > 10]) == 2, graphs            # the blocks' graph, for 16 and for 2 sequences
+    assert np.array_equal(compiled["counts"], eager["counts"])
