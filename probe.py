@@ -65,7 +65,7 @@ def probe(model: GPT, kind: str = "tokens", sequences: int = 512, seq_len: int =
       dim_counts     how often each final-norm dimension is the largest (Fig 10)
     and the throughput. bf16 autocast on CUDA; the LM head runs on the last position only. compile: the pass
     through torch.compile in compile_mode (common.COMPILE_MODES), compiled on each batch shape before the clock
-    starts (compile_seconds). Nothing in the timed loop waits for the device: the inputs are there before it
+    starts (compile_seconds). Nothing in the timed loop waits for the device: token ids are there before it
     (pass_inputs), and model.trace_passes checks finiteness once, after the last batch."""
     device, cfg = next(model.parameters()).device, model.config
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
