@@ -12,7 +12,7 @@ the tokens of one sequence, and to the first position (paper Section 4.4).
 Makes docs/reproduce.md's numbers for Figs 8 and 9 (gpt2-nano, block seed 42, embedding seed 0; 512 sequences of
 64 for Fig 9); the closed forms alone, against Monte Carlo, are studies/theory_tables.py's:
 
-    python -m studies.attention_averaging                   # both sections: 40 s on 2 cores
+    python -m studies.attention_averaging                   # both sections: 22 s on 2 cores
     python -m studies.attention_averaging --exp variance --seq_len 1024    # Fig 9 over 1,024 positions
 
 Figures fig8_intra_sequence.png and fig9_position_variance.png, and results.json, under --out.

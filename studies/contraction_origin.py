@@ -18,8 +18,8 @@ probe.py's pass (paper Sections 4.1-4.3).
 Makes docs/reproduce.md's numbers for Figs 3-7, Table 2 and Table 3 (gpt2-nano, block seed 42, embedding seed 0,
 512 sequences of 64), and the README's Table 2 rows:
 
-    python -m studies.contraction_origin                    # every section: 5 min on 2 cores
-    python -m studies.contraction_origin --exp ablation     # 90 s on 2 cores
+    python -m studies.contraction_origin                    # every section: 3 min 36 s on 2 cores
+    python -m studies.contraction_origin --exp ablation     # 68 s on 2 cores
 
 Figures fig3_ablation_preference.png, fig7_ablation_layers.png and fig5_mlp0.png, and results.json, under --out.
 """

@@ -13,8 +13,8 @@ direction (Finding 2.2), and moved by the block seed alone (Section 3), on probe
 Makes docs/reproduce.md's Finding 2.2 and seed-dependence numbers (gpt2-nano, embedding seed 0, 512 sequences of
 64; direction over seeds 42-49):
 
-    python -m studies.seed_preference                        # both sections: 6 min on 2 cores
-    python -m studies.seed_preference --exp seed_dependence  # 2 min on 2 cores
+    python -m studies.seed_preference                        # both sections: 5 min 49 s on 2 cores
+    python -m studies.seed_preference --exp seed_dependence  # 99 s on 2 cores
     torchrun --nproc_per_node 8 -m studies.seed_preference --exp direction --models 100 --sequences 2000 --seq_len 1024
 
 Under torchrun each process probes every world-th seed of direction on its own GPU and rank 0 gathers the rows;
