@@ -511,6 +511,20 @@ def update_results(path: str, results: dict, device=None, dtype=None) -> None:
     print(f"wrote {path}")
 
 
+@contextlib.contextmanager
+def results_of(args, head: dict, write: bool = True):
+    """The results of a run, {name: result} after `head` (what made them: a config) and the flags, written to
+    --out/results.json at its end with --out locked meanwhile. write=False: nothing locked or written (a torchrun rank
+    other than 0)."""
+    results = dict(head, args=vars(args))
+    t0 = time.time()
+    with lock_dir(args.out) if write else contextlib.nullcontext():
+        yield results
+        if write:
+            update_results(os.path.join(args.out, "results.json"), results, args.device, args.dtype)
+            print(f"results and figures in {args.out}/ ({time.time() - t0:.0f} s)")
+
+
 def jsonable(obj):
     """numpy scalars and arrays, tuples and non-string keys -> plain JSON values."""
     if isinstance(obj, dict):
@@ -629,6 +643,17 @@ def rank_device(device: torch.device) -> torch.device:
                          f"CUDA device(s): one process per GPU, so lower --nproc_per_node")
     torch.cuda.set_device(local)         # before any CUDA work, so no rank makes a context on GPU 0
     return torch.device("cuda", local)
+
+
+def prepare_device(args) -> torch.device:
+    """--device resolved (under torchrun: this rank's GPU) and checked against --dtype, args.device set to it; TF32
+    matmuls on CUDA."""
+    device = rank_device(resolve_device(args.device))
+    check_dtype_runs(device, DTYPES[args.dtype])
+    args.device = str(device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    return device
 
 
 def join_process_group(device: torch.device) -> bool:

@@ -26,7 +26,6 @@ studies/contraction_origin.py (the sublayer ablation, MLP0, LayerNorm, Table 3: 
 Imports model.py, init.py (fresh inits), data.py (the random inputs), theory.py (the closed forms beside each
 probe), hf.py (a model given by path) and common.py.
 """
-import contextlib
 import dataclasses
 import math
 import os
@@ -34,9 +33,9 @@ import time
 from typing import Optional
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, DTYPES, Distinct, add_compile_flags, add_device_flags, check_compile_mode,
-                    check_dtype_runs, check_output, figure, flag_type, lock_dir, peak_flops, print_table, rank_device,
-                    refuse_unused, resolve_device, run_script, save_figure, seed_int, torchrun_rank, update_results)
+from common import (ArgumentParser, Distinct, add_compile_flags, add_device_flags, check_compile_mode, check_output,
+                    figure, flag_type, peak_flops, prepare_device, print_table, refuse_unused, results_of, run_script,
+                    save_figure, seed_int, torchrun_rank)
 from model import GPT, PRESETS, GPTConfig, forward_flops
 import numpy as np
 import torch
@@ -227,30 +226,6 @@ class PairwiseCosine:
         return self.sum / self.n
 
 
-@torch.no_grad()
-def position_variance(model: GPT, inputs: torch.Tensor, batch_size: int = 32) -> np.ndarray:
-    """Variance of each head's aggregated output (what W_O sees, after calibration and head_norm), per
-    layer and 1-indexed position: (L, T), pooled over heads and head dimensions around the
-    per-(position, head, dim) mean across sequences (unbiased). inputs: token ids (N, T) or input
-    embeddings (N, T, n_embd)."""
-    if model.config.sublayers == "mlp":
-        raise ValueError("the model has no attention layers (sublayers=mlp): no aggregated attention output")
-    if len(inputs) < 2:
-        raise ValueError(f"position_variance needs two or more sequences (a variance across them), got {len(inputs)}")
-    s1 = s2 = None
-    n = 0
-    device = next(model.parameters()).device
-    key = "embeds" if inputs.is_floating_point() else "idx"
-    for i in range(0, len(inputs), batch_size):
-        h = torch.stack(model.trace(**{key: inputs[i:i + batch_size].to(device)},
-                                    head_out=True)["head_out"], 1).double()
-        s1 = h.sum(0) if s1 is None else s1 + h.sum(0)
-        s2 = (h ** 2).sum(0) if s2 is None else s2 + (h ** 2).sum(0)
-        n += h.shape[0]
-    var = (s2 - s1 ** 2 / n) / (n - 1)                                # (L, H, T, hd)
-    return var.mean(dim=(1, 3)).cpu().numpy()
-
-
 # ----------------------------------------------------------------------------- a probe on the command line
 # What probe.py shares with the studies built on it (studies/fresh_probes.py lists them): the flags of a run, the
 # architecture and its fresh inits, the device, the results, the tables and figures.
@@ -302,29 +277,6 @@ def check_lengths(args, config: GPTConfig) -> None:
     bad = [T for T in lengths if not 1 <= T <= config.block_size]
     if bad:
         raise ValueError(f"--seq_len {bad[0]} is outside [1, the model's block_size {config.block_size}]")
-
-
-def prepare_device(args) -> torch.device:
-    """--device resolved (under torchrun: this rank's GPU) and checked against --dtype; TF32 matmuls on CUDA."""
-    device = rank_device(resolve_device(args.device))
-    check_dtype_runs(device, DTYPES[args.dtype])
-    args.device = str(device)
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-    return device
-
-
-@contextlib.contextmanager
-def results_of(args, config: GPTConfig, write: bool = True):
-    """The results of a run, {name: result} beside its config and flags, written to --out/results.json at its end
-    with --out locked meanwhile. write=False: nothing locked or written (a torchrun rank other than 0)."""
-    results = dict(config=dataclasses.asdict(config), args=vars(args))
-    t0 = time.time()
-    with lock_dir(args.out) if write else contextlib.nullcontext():
-        yield results
-        if write:
-            update_results(os.path.join(args.out, "results.json"), results, args.device, args.dtype)
-            print(f"results and figures in {args.out}/ ({time.time() - t0:.0f} s)")
 
 
 def fresh_model(args, config: GPTConfig, seed: int, **knobs) -> GPT:
@@ -479,7 +431,7 @@ def main(argv=None):
         args.embed_seed = EMBED_SEED if args.embed_seed is None else args.embed_seed
     prepare_device(args)
     given = hf.load(stored, args.device, getattr(torch, args.dtype)).eval() if stored else None    # one pass
-    with results_of(args, config) as results:
+    with results_of(args, dict(config=dataclasses.asdict(config))) as results:
         for name in EXPERIMENTS if "all" in args.exp else args.exp:
             results[name] = EXPERIMENTS[name](args, config, given)
         if "table1" in results:

@@ -21,7 +21,7 @@ triples that are sink heads. Uniform attention gives alpha_1 = H_T / T (0.074 at
 
 Models trained to see a sink form, with and without each intervention, are studies:
 studies/sink_testbed.py (a sink grown on a CPU) and studies/sink_calibration.py (Fig 12 on natural text).
-Imports model.py, hf.py (the model given), data.py (its inputs), probe.py (position_variance) and common.py.
+Imports model.py, hf.py (the model given), data.py (its inputs) and common.py.
 """
 import os
 
@@ -35,7 +35,6 @@ import torch
 
 import hf
 from data import check_token_ids, random_tokens, read_ids, tokenize_text, windows
-from probe import position_variance
 
 EPS = 0.3
 # The interventions' defaults (their flags apply to --exp interventions alone; k's default depends on T)
@@ -132,6 +131,32 @@ def attention_mass(model: GPT, tokens: torch.Tensor) -> list:
         f = (sums[layer] / count).tolist()
         rows.append(dict(layer=layer + 1, first=f[0], self=f[1], previous=f[2], rest=f[3], none=f[4]))
     return rows
+
+
+# ----------------------------------------------------------------------------- the first position's variance (Eq. 2)
+
+@torch.no_grad()
+def position_variance(model: GPT, inputs: torch.Tensor, batch_size: int = 32) -> np.ndarray:
+    """Variance of each head's aggregated output (what W_O sees, after calibration and head_norm), per
+    layer and 1-indexed position: (L, T), pooled over heads and head dimensions around the
+    per-(position, head, dim) mean across sequences (unbiased). inputs: token ids (N, T) or input
+    embeddings (N, T, n_embd)."""
+    if model.config.sublayers == "mlp":
+        raise ValueError("the model has no attention layers (sublayers=mlp): no aggregated attention output")
+    if len(inputs) < 2:
+        raise ValueError(f"position_variance needs two or more sequences (a variance across them), got {len(inputs)}")
+    s1 = s2 = None
+    n = 0
+    device = next(model.parameters()).device
+    key = "embeds" if inputs.is_floating_point() else "idx"
+    for i in range(0, len(inputs), batch_size):
+        h = torch.stack(model.trace(**{key: inputs[i:i + batch_size].to(device)},
+                                    head_out=True)["head_out"], 1).double()
+        s1 = h.sum(0) if s1 is None else s1 + h.sum(0)
+        s2 = (h ** 2).sum(0) if s2 is None else s2 + (h ** 2).sum(0)
+        n += h.shape[0]
+    var = (s2 - s1 ** 2 / n) / (n - 1)                                # (L, H, T, hd)
+    return var.mean(dim=(1, 3)).cpu().numpy()
 
 
 # ----------------------------------------------------------------------------- where the first token differs

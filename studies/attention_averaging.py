@@ -27,7 +27,8 @@ import torch
 
 import theory
 from data import random_batches, random_inputs
-from probe import fresh_model, position_variance, unit
+from probe import fresh_model, unit
+from sink import position_variance
 from studies.fresh_probes import add_study_flags, run_sections, study_config
 
 # The architectures each section derives from the preset (the knobs it overrides), checked before any runs.

@@ -7,10 +7,9 @@ sections asked for.
 """
 import dataclasses
 
-from common import seed_int
+from common import prepare_device, results_of, seed_int
 from init import add_config_flags
-from probe import (EMBED_SEED, add_probe_flags, architecture, check_lengths, given_model, prepare_device,
-                   results_of)
+from probe import EMBED_SEED, add_probe_flags, architecture, check_lengths, given_model
 
 
 def add_study_flags(parser, sections, out: str, compile: bool = True) -> None:
@@ -44,8 +43,8 @@ def study_config(args, sections, variants: dict = None) -> tuple:
 
 def run_sections(args, config, sections: dict, asked: list) -> None:
     """The sections asked for, in the study's order, on --device: sections[name](args, config) is stored under name
-    in --out/results.json (probe.results_of)."""
+    in --out/results.json (common.results_of)."""
     prepare_device(args)
-    with results_of(args, config) as results:
+    with results_of(args, dict(config=dataclasses.asdict(config))) as results:
         for name in asked:
             results[name] = sections[name](args, config)

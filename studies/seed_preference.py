@@ -20,13 +20,15 @@ Makes docs/reproduce.md's Finding 2.2 and seed-dependence numbers (gpt2-nano, em
 Under torchrun each process probes every world-th seed of direction on its own GPU and rank 0 gathers the rows;
 seed_dependence runs on rank 0. results.json under --out.
 """
+import dataclasses
+
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, Distinct, flag_type, join_process_group, leave_process_group, print_table,
-                    run_script, seed_int, seed_range, torchrun_rank)
+from common import (ArgumentParser, Distinct, flag_type, join_process_group, leave_process_group, prepare_device,
+                    print_table, results_of, run_script, seed_int, seed_range, torchrun_rank)
 import numpy as np
 import torch.distributed as dist
 
-from probe import SEEDS, fresh_model, prepare_device, results_of, run_probe, token_preference
+from probe import SEEDS, fresh_model, run_probe, token_preference
 from studies.fresh_probes import add_study_flags, study_config
 
 EXPERIMENTS = ("direction", "seed_dependence")
@@ -98,7 +100,7 @@ def main(argv=None):
     device = prepare_device(args)
     rank, world, _ = torchrun_rank()
     join_process_group(device)
-    with results_of(args, config, write=rank == 0) as results:          # rank 0 alone writes
+    with results_of(args, dict(config=dataclasses.asdict(config)), write=rank == 0) as results:   # rank 0 writes
         if "direction" in exps:
             rows = direction_rows(args, config, seeds[rank::world])      # each rank: every world-th seed
             if world > 1:

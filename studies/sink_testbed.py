@@ -44,7 +44,7 @@ import hf
 import train
 from data import windows
 from init import add_config_flags, config_overrides
-from probe import position_variance
+from sink import position_variance
 from sink import EPS, add_measure_flags, attention_mass, key_scores, massive_activations, sink_rate, sink_rates
 from studies.sink_variants import VARIANTS, add_variant_flags, training, variant_configs
 

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-import probe
 import sink
 import theory
 from init import build
@@ -113,7 +112,7 @@ def test_calibration_flattens_position_variance(calibration):
                      norm="none", position="none", calibration=calibration)
     model = build(cfg, 3)
     x = torch.randint(0, 4096, (512, T), generator=torch.Generator().manual_seed(0))
-    var = probe.position_variance(model, x, batch_size=128)[0]
+    var = sink.position_variance(model, x, batch_size=128)[0]
     rel = 4 * math.sqrt(2 / (512 * 64))          # ~4 standard errors of a variance from 512 x 64 values
     t = np.arange(1, T + 1)
     factor = {"none": np.ones(T), "amplify": t, "attenuate": t / T}[calibration]     # scale of the variance
@@ -125,7 +124,7 @@ def test_position_variance_refuses_one_sequence():
     """A variance across one sequence is undefined: refused, never reported as zero."""
     model = build(get_config("tiny", n_layer=1, n_head=2, n_embd=32, vocab_size=64, block_size=8), 0)
     with pytest.raises(ValueError, match="two or more sequences"):
-        probe.position_variance(model, torch.randint(0, 64, (1, 8)))
+        sink.position_variance(model, torch.randint(0, 64, (1, 8)))
 
 
 def planted_sink_model(beta=60.0):
