@@ -209,8 +209,8 @@ def test_random_inputs_are_identical_on_cpu_and_cuda():
 
 
 def test_the_command_line_prepares_a_corpus_and_refuses_bad_input_in_one_line(tmp_path):
-    """python data.py: a text file tokenized into a directory; a missing file, a directory given as text and an
-    old `train.py prepare` are one line each, exit 2, and write nothing."""
+    """python data.py: a text file tokenized into a directory; a missing file and a directory given as text are one
+    line each, exit 2, and write nothing."""
     (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
     data.main([str(tmp_path / "t.txt"), "--tokenizer", "bytes", "--out", str(tmp_path / "d"), "--val_fraction", "0.2"])
     assert json.loads((tmp_path / "d" / "meta.json").read_text())["train_tokens"] > 0
@@ -218,8 +218,6 @@ def test_the_command_line_prepares_a_corpus_and_refuses_bad_input_in_one_line(tm
                                                                                   "--out", str(tmp_path / "e")])
     assert "is a directory, not a text file" in cli_error(data.main, "data.py", [str(tmp_path), "--out",
                                                                                 str(tmp_path / "e")])
-    import train
-    assert "train.py prepare moved: run python data.py" in cli_error(train.main, "train.py", ["prepare", "x.txt"])
     assert not (tmp_path / "e").exists()
 
 
