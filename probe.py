@@ -15,7 +15,7 @@ with the embedding's mean and std, Section 4.1) and look at the last position:
 - hidden-dimension preference (Fig 10): a few final-norm dimensions are the largest for most inputs.
 All of it comes from one pass per model, accumulated batch by batch in memory independent of N.
 
-    python probe.py                      # Table 1 protocol, gpt2-nano, seeds 42 43, ~80 s on 2 CPU cores
+    python probe.py                      # Table 1 protocol, gpt2-nano, seeds 42 43, ~65 s on 2 CPU cores
     python probe.py --model DIR --exp contraction dims   # a given model: Fig 2 and Fig 10
     python probe.py --sequences 10000 --seq_len 64 256 1024 --batch_size 250 --device cuda   # the paper's size
 

@@ -55,7 +55,7 @@ to what is left of --budget; one with under MIN_STAGE_SECONDS left is not starte
 process, and neither their limit nor --budget can stop them; one that runs long is recorded with its seconds and
 leaves the stages after it less of --budget, one that hangs hangs the run. A run that leaves stages unfinished or not
 started prints the command of the next run (the same OUT, the same flags), so a second run completes it.
-docs/reproduce.md gives the command that settles issue 58's targets within 9 minutes, and what each stage took.
+docs/reproduce.md gives the command that settles the speed targets within 9 minutes, and what each stage took.
 
 --prepare writes nanoGPT's four files at NANOGPT_COMMIT (downloaded from GitHub, or copied from a clone or a
 directory; each checked against its sha256) and GPT-2 tokens of tiny-shakespeare, WikiText-2 (test) and Brown
@@ -929,7 +929,7 @@ def profile_rows(prof, cuda: bool, window: str = None, wall: float = None, profi
                              every launch, so a loop that waits on its host runs longer under it, and its busy share
                              read against that profiled wall comes out low. busy_share is busy_seconds / wall_seconds
       profiled_wall_seconds  the wall under the profiler, for comparison: busy_share_profiled reads against it, and
-                             summed_share_profiled (kernel_seconds / profiled wall) is the reading before issue 58
+                             summed_share_profiled (kernel_seconds / profiled wall) is the old reading (kernel times summed)
       device_tflops          flops (given) / busy_seconds, the rate while busy: above the card's peak (over_peak),
                              the profile misses some of the work's kernels and no share read off it holds
     window: the name of a torch.profiler.record_function range; where given, only what ran inside it is read and the
