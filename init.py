@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import math
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
@@ -42,7 +43,9 @@ def param_seed(seed: int, name: str) -> int:
 
 
 def target_std(name: str, n_layer: int) -> float:
-    """The GPT-2 std of a weight matrix or embedding, by parameter name."""
+    """The GPT-2 std of a weight matrix or embedding, by parameter name. Each expert of a mixture of experts, and
+    its shared expert, is an MLP: its down projection is a residual projection too."""
+    name = re.sub(r"\.mlp\.(experts\.\d+|shared_expert)\.", ".mlp.", name)
     if name.endswith(RESIDUAL_PROJECTIONS):
         return STD / math.sqrt(2 * n_layer)
     return STD
@@ -53,11 +56,13 @@ def init_weights(model: GPT, seed: int, embed_seed: int = 0, threads: Optional[i
     """Initialize `model` in place, GPT-2 style, and return it. Every choice:
 
     1. Weight matrices (q/k/v, MLP up and gate) and embeddings (token, position, untied LM head):
-       N(0, 0.02^2).
+       N(0, 0.02^2). A mixture of experts' router (`mlp.router`) and its shared expert's gate are plain
+       linear maps: N(0, 0.02^2) too.
     2. Residual projections (attention output W_O `attn.c_proj`, MLP down `mlp.c_proj`):
        N(0, (0.02 / sqrt(2 n_layer))^2), so the residual stream's variance does not grow with
        depth. The factor is 2 n_layer whatever `sublayers` is, so an MLP-only model has the same
-       MLP weights as the full model with the same seed.
+       MLP weights as the full model with the same seed. Each expert (`mlp.experts.3.c_fc`, ...) and a
+       shared expert is drawn as the dense MLP's matrices are, its own draw for each (item 4).
     3. Biases 0; norm gains 1 (LayerNorm, RMSNorm, head-wise RMSNorm, q/k norms; for norm="rmsnorm_1p", whose
        norms multiply by 1 + w, w = 0: a gain of 1 all the same); LayerNorm biases 0; learned sink
        logits (attn_sink) 0, so that at birth such a head is softmax + 1. The gate of gated attention

@@ -6,12 +6,13 @@ One GPTConfig and one GPT module express, by config alone, each architecture the
 (Sections 2.1, 3, 4.1, 6.2): GPT-2 / LLaMA / Qwen-style blocks, the full / attention-only / MLP-only
 ablation, residual-free MLP0-like stacks, uniform ("Attn0"-like) attention, and the positional
 variance calibration and head-wise RMSNorm that act on attention sinks. The same knobs describe the
-released families people probe and fingerprint (Pythia, OLMo-2, Gemma, Phi-3, ...): hf.py maps each
+released families people probe and fingerprint (Pythia, OLMo-2, Gemma, Phi-3, Mixtral, ...): hf.py maps each
 family's Hugging Face checkpoint onto them, and any of them can be built from scratch and probed at birth.
 
 A block is pre-norm:  x <- x + Attn(Norm(x));  x <- x + MLP(Norm(x)).
 Knobs move its norms after the sublayer (OLMo-2) or on both sides (Gemma 2 and 3), or run the two
-sublayers side by side on the same x (GPT-NeoX's parallel residual).
+sublayers side by side on the same x (GPT-NeoX's parallel residual). The MLP may be a mixture of experts
+(n_experts, experts_per_token): a router sends each token through k of n MLPs (Mixtral, Qwen2-MoE, OLMoE).
 Inside attention, after the values are aggregated and before W_O, each head's output at 1-indexed
 position t can be rescaled (calibration, Section 6.2.1) and/or RMS-normalized (head_norm).
 Weights are NOT initialized here: init.py owns that (GPT-2 scheme, seeded).
@@ -46,6 +47,7 @@ CHOICES = {
     "sublayers": ("both", "attn", "mlp"),
     "attention": ("softmax", "uniform", "softmax1", "softpick"),
     "calibration": ("none", "amplify", "attenuate"),
+    "router_norm": ("topk", "none"),
 }
 
 
@@ -59,6 +61,13 @@ class GPTConfig:
     n_embd: int = 768
     head_size: Optional[int] = None   # width of one head; None = n_embd / n_head (Qwen3, Gemma set it apart)
     mlp_hidden: Optional[int] = None  # MLP hidden width; None = 4 * n_embd
+    n_experts: Optional[int] = None   # a mixture-of-experts MLP of this many experts (Mixtral, OLMoE); None: dense
+    experts_per_token: Optional[int] = None   # k: each token goes through its k top-routed experts
+    expert_hidden: Optional[int] = None   # one expert's hidden width; None = the MLP's (mlp_hidden)
+    router_norm: str = "topk"         # topk: the k routing weights renormalized to sum to 1 (Mixtral); none: the
+                                      # softmax's own probabilities (Qwen2-MoE, OLMoE: norm_topk_prob false)
+    shared_expert: Optional[int] = None   # hidden width of an MLP every token goes through, sigmoid-gated (Qwen2-MoE)
+    moe_layers: Optional[str] = None  # per layer "m" (experts) or "d" (the dense MLP); None: every layer has experts
     norm: str = "layernorm"           # every norm of the model; rmsnorm_1p: RMSNorm times (1 + w), w stored (Gemma)
     norm_eps: float = 1e-5
     norm_position: str = "pre"        # pre: x + f(N(x)); post: x + N(f(x)) (OLMo-2); sandwich: x + N(f(N(x))) (Gemma 2)
@@ -115,7 +124,8 @@ class GPTConfig:
             raise ValueError(f"attn_sink adds a learned logit to softmax attention; attention={self.attention!r} "
                              f"has {'its own fixed one' if self.attention == 'softmax1' else 'none to add it to'}")
         sizes = {"vocab_size": self.vocab_size, "block_size": self.block_size if self.position == "learned" else 1,
-                 "MLP width": self.mlp_width, "n_head x head_dim": self.n_head * self.head_dim}
+                 "MLP width": self.mlp_width, "n_head x head_dim": self.n_head * self.head_dim,
+                 "expert_hidden": self.expert_width, "shared_expert": self.shared_expert or 1}
         too_big = [k for k, v in sizes.items() if v * self.n_embd > MAX_TENSOR]
         if too_big:
             raise ValueError(f"{too_big[0]} = {sizes[too_big[0]]} makes a weight of more than 2^40 numbers with "
@@ -129,6 +139,7 @@ class GPTConfig:
         if self.attention == "uniform" and (self.attn_scale is not None or self.attn_softcap is not None):
             raise ValueError("attention='uniform' computes no scores to scale or soft-cap (attn_scale, attn_softcap)")
         self.check_rope()
+        self.check_experts()
         if self.sliding_layers is not None:
             if self.sliding_window is None:
                 raise ValueError("sliding_layers says which layers use sliding_window, which is not set")
@@ -164,6 +175,29 @@ class GPTConfig:
         if self.rope_local_theta is not None and self.sliding_window is None:
             raise ValueError("rope_local_theta is the RoPE base of the sliding-window layers; set sliding_window")
 
+    def check_experts(self):
+        """The mixture-of-experts knobs: each only with n_experts, k experts of them per token."""
+        experts_only = {"experts_per_token": self.experts_per_token, "expert_hidden": self.expert_hidden,
+                        "shared_expert": self.shared_expert, "moe_layers": self.moe_layers,
+                        "router_norm": None if self.router_norm == "topk" else self.router_norm}
+        if self.n_experts is None:
+            given = [k for k, v in experts_only.items() if v is not None]
+            if given:
+                raise ValueError(f"{given[0]} is a mixture-of-experts knob; set n_experts (the dense MLP has none)")
+            return
+        if self.sublayers == "attn":
+            raise ValueError("n_experts makes each MLP a mixture of experts; sublayers='attn' has no MLP")
+        if self.experts_per_token is None:
+            raise ValueError(f"n_experts={self.n_experts} needs experts_per_token, the number of experts each token "
+                             f"goes through (k)")
+        if self.experts_per_token > self.n_experts:
+            raise ValueError(f"experts_per_token={self.experts_per_token} exceeds n_experts={self.n_experts}: each "
+                             f"token goes through k different experts")
+        layers = self.moe_layers
+        if layers is not None and (len(layers) != self.n_layer or set(layers) - {"m", "d"} or "m" not in layers):
+            raise ValueError(f"moe_layers must give each of the {self.n_layer} layers an 'm' (experts) or a 'd' (the "
+                             f"dense MLP), at least one 'm', got {layers!r}")
+
     @property
     def rows_sum_to_one(self) -> bool:
         """False for the sink controls whose attention rows may sum to less than 1 (softmax1, attn_sink, softpick)."""
@@ -182,6 +216,10 @@ class GPTConfig:
         return self.mlp_hidden or 4 * self.n_embd
 
     @property
+    def expert_width(self) -> int:
+        return self.expert_hidden or self.mlp_width
+
+    @property
     def rotary_dims(self) -> int:
         """The dims of each head that RoPE rotates (the first ones); the rest pass through."""
         return self.rope_dims or self.head_dim
@@ -189,6 +227,10 @@ class GPTConfig:
     def slides(self, layer: int) -> bool:
         """Whether layer `layer` (0-indexed) uses sliding_window."""
         return self.sliding_window is not None and (self.sliding_layers is None or self.sliding_layers[layer] == "s")
+
+    def has_experts(self, layer: int) -> bool:
+        """Whether layer `layer` (0-indexed) has a mixture of experts for its MLP."""
+        return self.n_experts is not None and (self.moe_layers is None or self.moe_layers[layer] == "m")
 
 
 MAX_TENSOR = 2 ** 40      # numbers in one weight matrix: 4 TiB in float32, far beyond any machine here
@@ -475,20 +517,55 @@ GATED = {"swiglu": "silu", "geglu": "gelu", "geglu_tanh": "gelu_tanh"}    # act(
 
 
 class MLP(nn.Module):
-    def __init__(self, config: GPTConfig):
+    """The MLP of hidden width `width` (None: config.mlp_width); an expert and a shared expert are MLPs too."""
+
+    def __init__(self, config: GPTConfig, width: Optional[int] = None):
         super().__init__()
+        width = width or config.mlp_width
         self.gated = config.activation in GATED
         self.act = ACTIVATIONS[GATED.get(config.activation, config.activation)]
         bias = config.bias or config.mlp_bias
-        self.c_fc = nn.Linear(config.n_embd, config.mlp_width, bias=bias)        # up
+        self.c_fc = nn.Linear(config.n_embd, width, bias=bias)        # up
         if self.gated:
-            self.c_gate = nn.Linear(config.n_embd, config.mlp_width, bias=bias)  # gate
-        self.c_proj = nn.Linear(config.mlp_width, config.n_embd, bias=bias)      # down (residual projection)
+            self.c_gate = nn.Linear(config.n_embd, width, bias=bias)  # gate
+        self.c_proj = nn.Linear(width, config.n_embd, bias=bias)      # down (residual projection)
 
     def forward(self, x):
         if self.gated:
             return self.c_proj(self.act(self.c_gate(x)) * self.c_fc(x))
         return self.c_proj(self.act(self.c_fc(x)))
+
+
+class MixtureOfExperts(nn.Module):
+    """The MLP as a mixture of experts (Mixtral, Qwen2-MoE, OLMoE): n_experts MLPs of width expert_width and a
+    router, a linear map to one logit per expert. Each token goes through the k = experts_per_token experts of
+    highest softmax probability, every token through all k of them (no capacity drops one), and its output is their
+    outputs weighted by those probabilities, renormalized over the k (router_norm "topk") or as they are ("none").
+    A shared expert, where there is one, is an MLP every token goes through, times sigmoid of a linear gate."""
+
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.k, self.renormalize = config.experts_per_token, config.router_norm == "topk"
+        self.router = nn.Linear(config.n_embd, config.n_experts, bias=False)
+        self.experts = nn.ModuleList([MLP(config, config.expert_width) for _ in range(config.n_experts)])
+        if config.shared_expert:
+            self.shared_expert = MLP(config, config.shared_expert)
+            self.shared_expert_gate = nn.Linear(config.n_embd, 1, bias=False)
+
+    def forward(self, x):
+        tokens = x.reshape(-1, x.shape[-1])
+        probs = F.softmax(self.router(tokens).float(), dim=-1)        # in float32, as the families route
+        weights, chosen = probs.topk(self.k, dim=-1)                   # (tokens, k): the k most probable experts
+        if self.renormalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        weights = weights.to(x.dtype)
+        out = torch.zeros_like(tokens)
+        for e, expert in enumerate(self.experts):          # each expert on exactly the tokens routed to it
+            token, slot = torch.nonzero(chosen == e, as_tuple=True)
+            out.index_add_(0, token, expert(tokens[token]) * weights[token, slot, None])
+        if hasattr(self, "shared_expert"):
+            out = out + torch.sigmoid(self.shared_expert_gate(tokens)) * self.shared_expert(tokens)
+        return out.view_as(x)
 
 
 class Block(nn.Module):
@@ -507,7 +584,7 @@ class Block(nn.Module):
             self.attn = CausalSelfAttention(config, layer)
         if config.sublayers in ("both", "mlp"):
             self.ln_2, self.ln_2_out = norm(norm_in), norm(norm_out)
-            self.mlp = MLP(config)
+            self.mlp = MixtureOfExperts(config) if config.has_experts(layer) else MLP(config)
 
     def forward(self, x, rope=None, mask=None, trace=None):
         a = self.ln_1_out(self.attn(self.ln_1(x), rope, mask, trace)) if hasattr(self, "attn") else None
@@ -746,7 +823,8 @@ def check_attn_mask(mask: torch.Tensor, T: int) -> torch.Tensor:
 def forward_flops(model: GPT, seq_len: int, logits_positions: int = 1) -> float:
     """Forward flops of one sequence of T = seq_len tokens, 2 per multiply-add, as the probes' TFLOP/s and MFU count:
       - each weight matrix once per token (embedding lookups, biases and norm gains are not matmuls; neither are
-        RoPE, soft-caps and the embedding scale, all elementwise);
+        RoPE, soft-caps and the embedding scale, all elementwise), but of a mixture of experts' experts only the
+        k = experts_per_token that each token goes through (the router's matrix and a shared expert: every token);
       - 4 H hd per attended (query, key) pair and layer: its score and its weighted value. Causal attention
         attends T (T + 1) / 2 pairs, fewer in a sliding-window layer and one fewer per query that attends only
         to itself; uniform attention is a running sum, no matmul;
@@ -756,6 +834,9 @@ def forward_flops(model: GPT, seq_len: int, logits_positions: int = 1) -> float:
     tables = [model.transformer.wte, getattr(model.transformer, "wpe", None), model.lm_head]
     tables = [t.weight for t in tables if t is not None]
     matrices = sum(p.numel() for p in model.parameters() if p.dim() == 2 and not any(p is t for t in tables))
+    if cfg.n_experts is not None:                  # every expert has the same matrices: k of n_experts run per token
+        experts = sum(p.numel() for name, p in model.named_parameters() if p.dim() == 2 and ".experts." in name)
+        matrices -= experts - experts // cfg.n_experts * cfg.experts_per_token
     attention = 0
     if cfg.sublayers != "mlp" and cfg.attention != "uniform":
         for layer in range(cfg.n_layer):

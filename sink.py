@@ -189,19 +189,19 @@ def massive_activations(model: GPT, tokens: torch.Tensor) -> list:
 def super_neurons(model: GPT, tokens: torch.Tensor, top: int = 3) -> list:
     """Per layer, the MLP hidden units whose input weights have the largest norm (||W_up row|| times
     ||W_gate row|| for a gated MLP), and whether they fire mostly on the first token: the mean |activation|
-    at position 1 over the mean at the other positions."""
+    at position 1 over the mean at the other positions. A mixture of experts' layers are left out: an expert's
+    units see only the tokens routed to it."""
     acts, hooks = [], []
-    for block in model.transformer.h:
-        if hasattr(block, "mlp"):
-            hooks.append(block.mlp.c_proj.register_forward_pre_hook(lambda m, i: acts.append(i[0].float().abs().cpu())))
+    mlps = {layer: b.mlp for layer, b in enumerate(model.transformer.h) if hasattr(getattr(b, "mlp", None), "c_proj")}
+    for mlp in mlps.values():
+        hooks.append(mlp.c_proj.register_forward_pre_hook(lambda m, i: acts.append(i[0].float().abs().cpu())))
     try:
         model.trace(tokens.to(next(model.parameters()).device))
     finally:
         for h in hooks:
             h.remove()
     rows = []
-    mlps = [b.mlp for b in model.transformer.h if hasattr(b, "mlp")]
-    for layer, (mlp, a) in enumerate(zip(mlps, acts)):
+    for (layer, mlp), a in zip(mlps.items(), acts):
         norm = mlp.c_fc.weight.float().norm(dim=1)
         if hasattr(mlp, "c_gate"):
             norm = norm * mlp.c_gate.weight.float().norm(dim=1)

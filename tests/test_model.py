@@ -43,7 +43,8 @@ def test_causality_every_combination_of_knobs():
     # the families' knobs, cycled across the models where they make sense (a refused combination is skipped)
     families = ({}, dict(qk_norm="all"), dict(attn_softcap=2.0, logit_softcap=3.0), dict(attn_scale=0.5),
                 dict(parallel_residual=True), dict(norm_position="post"), dict(norm_position="sandwich"),
-                dict(embed_scale=4.0), dict(rope_dims=4), dict(sliding_layers="sf", rope_local_theta=50.0))
+                dict(embed_scale=4.0), dict(rope_dims=4), dict(sliding_layers="sf", rope_local_theta=50.0),
+                dict(n_experts=3, experts_per_token=2, shared_expert=8, moe_layers="md"))
     failures, tried = [], set()
     for i, values in enumerate(itertools.product(*crossing.values())):
         knobs = dict(zip(crossing, values), **{k: v[i % len(v)] for k, v in local.items()})
@@ -415,7 +416,10 @@ FLOP_CASES = {"gpt2 (biases, tied)": ("gpt2-nano", {}), "llama (untied, GQA)": (
                                            mlp_bias=True)),
               "OLMo-2-like": ("llama2-nano", dict(norm_position="post", qk_norm="all")),
               "Gemma-like": ("llama2-nano", dict(norm="rmsnorm_1p", norm_position="sandwich", qk_norm="head",
-                                                 activation="geglu_tanh", head_size=24, embed_scale=8.0))}
+                                                 activation="geglu_tanh", head_size=24, embed_scale=8.0)),
+              "mixture of experts, k 2 of 4, shared, one dense layer": ("tiny", dict(
+                  activation="swiglu", n_experts=4, experts_per_token=2, expert_hidden=48, shared_expert=32,
+                  moe_layers="dm"))}
 
 
 @pytest.mark.parametrize("case", list(FLOP_CASES))
@@ -558,6 +562,16 @@ def test_a_gemma_norm_at_birth_is_the_plain_norm():
     (dict(attn_scale=-1.0), "attn_scale must be a finite number > 0 or unset"),
     (dict(rope_factors=[1.0, "2"]), "rope_factors must be a list of finite numbers > 0"),
     (dict(qk_norm=True), "unknown qk_norm=True"),
+    (dict(n_experts=4, experts_per_token=5), "experts_per_token=5 exceeds n_experts=4"),
+    (dict(n_experts=4), "n_experts=4 needs experts_per_token"),
+    (dict(experts_per_token=2), "experts_per_token is a mixture-of-experts knob; set n_experts"),
+    (dict(router_norm="none"), "router_norm is a mixture-of-experts knob"),
+    (dict(shared_expert=8), "shared_expert is a mixture-of-experts knob"),
+    (dict(n_experts=4, experts_per_token=2, sublayers="attn"), "sublayers='attn' has no MLP"),
+    (dict(n_experts=4, experts_per_token=2, moe_layers="dd"), "at least one 'm'"),
+    (dict(n_experts=4, experts_per_token=2, moe_layers="m"), "each of the 2 layers"),
+    (dict(n_experts=0, experts_per_token=1), "n_experts must be an integer >= 1"),
+    (dict(n_experts=2, experts_per_token=1, router_norm="sum"), "unknown router_norm='sum'"),
 ])
 def test_the_family_knobs_are_refused_where_they_make_no_sense(bad, match):
     with pytest.raises(ValueError, match=match):
@@ -576,3 +590,82 @@ def test_longrope_divides_each_frequency_and_scales_cos_and_sin_and_stops_at_its
     model = build(cfg, 0)
     with pytest.raises(ValueError, match="exceeds rope_original_context=10"):
         model(torch.zeros(1, 11, dtype=torch.long))
+
+
+# ----------------------------------------------------------------------------- the mixture of experts
+
+MOE = dict(n_embd=16, mlp_hidden=24, n_experts=5, experts_per_token=2, expert_hidden=12, shared_expert=10)
+
+
+@pytest.mark.parametrize("activation,router_norm,shared", [("swiglu", "topk", None), ("swiglu", "none", 10),
+                                                           ("gelu", "topk", 10)])
+def test_each_token_goes_through_its_top_k_experts_as_a_naive_loop_routes_it(activation, router_norm, shared):
+    """The mixture of experts against its definition, one token at a time in float64: softmax of the router's
+    logits, the k most probable experts found by sorting, their outputs weighted by those probabilities (renormalized
+    over the k, or not), plus the shared expert times sigmoid of its gate. Every token is routed (no capacity)."""
+    cfg = tiny(**dict(MOE, activation=activation, router_norm=router_norm, shared_expert=shared))
+    mlp = build(cfg, 3).transformer.h[0].mlp.double()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in mlp.parameters():               # weights and biases well apart from 0: the routes differ by token
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5)
+    x = torch.randn(3, 7, 16, generator=g, dtype=torch.float64)
+    act = (lambda v: v / (1 + torch.exp(-v))) if activation == "swiglu" else \
+        (lambda v: 0.5 * v * (1 + torch.erf(v / math.sqrt(2))))
+    linear = lambda layer, v: layer.weight @ v + layer.bias         # tiny(): biases everywhere but the router
+
+    def naive_mlp(m, v):
+        up = linear(m.c_fc, v)
+        return linear(m.c_proj, act(linear(m.c_gate, v)) * up if activation == "swiglu" else act(up))
+
+    want, used = torch.zeros_like(x), set()
+    for b, t in itertools.product(range(3), range(7)):
+        v = x[b, t]
+        probs = torch.softmax(mlp.router.weight @ v, -1)
+        chosen = sorted(range(5), key=lambda e: -probs[e].item())[:2]
+        used.update(chosen)
+        weights = probs[chosen] / (probs[chosen].sum() if router_norm == "topk" else 1)
+        want[b, t] = sum(w * naive_mlp(mlp.experts[e], v) for w, e in zip(weights, chosen))
+        if shared:
+            want[b, t] += torch.sigmoid(mlp.shared_expert_gate.weight @ v) * naive_mlp(mlp.shared_expert, v)
+    assert len(used) == 5                         # every expert is some token's choice
+    torch.testing.assert_close(mlp(x), want, rtol=1e-5, atol=1e-5)     # the routing weights are float32 (as the
+                                                                        # families make them), the rest float64
+
+
+def test_one_expert_taken_by_every_token_is_the_dense_mlp():
+    """n_experts = experts_per_token = 1: softmax over one logit is 1, so the model is the dense one whose MLP is that
+    expert, bit for bit (logits, every hidden state, head outputs), with either router_norm."""
+    dense = build(tiny(activation="swiglu"), 0)
+    idx = torch.randint(0, 32, (2, 9), generator=torch.Generator().manual_seed(1))
+    want = dense.trace(idx, hidden="all", head_out=True, logits=True)
+    for router_norm in ("topk", "none"):
+        moe = GPT(tiny(activation="swiglu", n_experts=1, experts_per_token=1, router_norm=router_norm))
+        state = {k.replace(".mlp.", ".mlp.experts.0."): v for k, v in dense.state_dict().items()}
+        missing = moe.load_state_dict(state, strict=False).missing_keys
+        assert missing == [f"transformer.h.{i}.mlp.router.weight" for i in range(2)]
+        with torch.no_grad():
+            for block in moe.transformer.h:
+                block.mlp.router.weight.normal_()
+        got = moe.trace(idx, hidden="all", head_out=True, logits=True)
+        assert all(torch.equal(a, b) for a, b in zip(got["hidden"] + got["head_out"] + [got["logits"]],
+                                                      want["hidden"] + want["head_out"] + [want["logits"]]))
+
+
+def test_each_expert_and_the_router_are_drawn_as_the_dense_mlps_matrices(tmp_path):
+    """init.py draws each expert as the dense MLP's matrices (down projections at the residual std), each its own
+    draw, and the router and the shared expert's gate at 0.02; the checkpoint holds the config beside them."""
+    from model import load_checkpoint, write_checkpoint
+    cfg = GPTConfig(n_layer=2, n_head=4, n_embd=128, vocab_size=64, block_size=16, activation="swiglu",
+                    mlp_hidden=256, n_experts=4, experts_per_token=2, shared_expert=128, bias=False)
+    model = build(cfg, 7)
+    resid = 0.02 / math.sqrt(2 * cfg.n_layer)
+    for name, p in model.named_parameters():
+        if p.dim() == 2 and ".mlp." in name:
+            target = resid if name.endswith("c_proj.weight") else 0.02
+            assert abs(p.std().item() / target - 1) < 5 / math.sqrt(2 * p.numel()), name
+    experts = model.transformer.h[0].mlp.experts
+    assert not torch.equal(experts[0].c_fc.weight, experts[1].c_fc.weight)
+    write_checkpoint(str(tmp_path / "moe.pt"), model)
+    again = load_checkpoint(tmp_path / "moe.pt")
+    assert again.config == cfg and all(torch.equal(a, b) for a, b in zip(again.parameters(), model.parameters()))
