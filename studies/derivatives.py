@@ -33,18 +33,10 @@ import data
 import hf
 import train
 from evidence import Options
-from studies.edits import (add_noise, extend_vocab, low_rank_update, merge, permute_mlp, permute_residual, prune,
-                           quantize, rotate_residual)
+from studies.edits import (add_noise, extend_vocab, logit_change, low_rank_update, merge, permute_mlp,
+                           permute_residual, prune, quantize, rotate_residual)
 from studies.lineage import (Lineage, Recipe, add_test_flags, base_corpus, check_base, check_k, checkpoints,
                              fresh_init, released, test_options)
-
-
-def logit_change(a, b, vocab: int, seed: int = 0) -> float:
-    """max |logits_b - logits_a| / max |logits_a| on 4 random sequences, over the first `vocab` tokens."""
-    x = torch.randint(0, vocab, (4, 32), generator=torch.Generator().manual_seed(seed))
-    with torch.no_grad():
-        la, lb = a(x)[0][..., :vocab].double(), b(x)[0][..., :vocab].double()
-    return float((lb - la).abs().max() / la.abs().max())
 
 
 def short_run(args, out: str, name: str, text: str, device: str, init_from: str = None, seed: int = 0,

@@ -5,15 +5,20 @@ and the reparametrizations that keep a model's function but move its coordinates
 Each edit returns a new model and leaves its input as it is. The first group changes the function a little, as
 the post-development techniques of LeaFBench (2508.19843) do; the second keeps the logits and changes only the
 coordinates, which hides a lineage from a test that compares coordinates one by one (seedprint.py's exact
-verdict) but not from its aligned verdict:
+verdict) but not from its aligned verdict; the third keeps the logits and the residual stream, and changes
+only the weights, as one hides a lineage from a test that compares weights (MergeLock's per-head maps): the
+fingerprint stays, except where fold_norms folds the final norm, whose gain then leaves the final-norm state:
 
     changes the function a little     quantize, prune, merge, low_rank_update, add_noise, extend_vocab
     keeps the function                permute_residual (signs flipped or not), permute_mlp, rotate_residual (QuaRot)
+    keeps the residual stream         map_qk, map_vo (per-head invertible maps), permute_heads,
+                                      fold_norms (final=True: the final norm's gain moves into the head)
     makes a smaller child             prune_width (residual coordinates, by residual_importance), prune_depth
 
 Used by studies/derivatives.py on a real checkpoint, and by the calibration studies (permuted descendants).
 """
 import dataclasses
+import math
 
 import torch
 import torch.nn.functional as F
@@ -166,8 +171,8 @@ def permute_mlp(model: GPT, seed: int = 0) -> GPT:
 @torch.no_grad()
 def rotate_residual(model: GPT, seed: int = 0) -> GPT:
     """The same function in a randomly rotated residual basis, x -> x Q, as QuaRot and SpinQuant prepare a model:
-    each RMSNorm's gain is folded into the matrices that read its output (the gains become 1, so the norm
-    commutes with Q), readers become W diag(g) Q, writers Q^T W, the embedding E Q, and the head, which now
+    each RMSNorm's gain is folded into the matrices that read its output (fold_norms: the gains become 1, so the
+    norm commutes with Q), readers become W diag(g) Q, writers Q^T W, the embedding E Q, and the head, which now
     carries the final norm's gain, is untied. The final-norm states (the fingerprint) are rotated and lose
     that gain: a lineage test by coordinates cannot see through this."""
     cfg = model.config
@@ -175,30 +180,209 @@ def rotate_residual(model: GPT, seed: int = 0) -> GPT:
         raise ValueError("rotate_residual needs pre-norm RMSNorm blocks without norm biases or a position table")
     d = cfg.n_embd
     Q, _ = torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
-    src = {n: p.double() for n, p in model.state_dict().items()}
-    out = _copy(model, dataclasses.replace(cfg, tie_embeddings=False))
-    head = src["lm_head.weight"] if "lm_head.weight" in src else src["transformer.wte.weight"]
-    new = {n: p.clone() for n, p in src.items()}
-    new["transformer.wte.weight"] = src["transformer.wte.weight"] @ Q
-    new["lm_head.weight"] = (head * src["transformer.ln_f.weight"]) @ Q
-    new["transformer.ln_f.weight"] = torch.ones(d, dtype=torch.float64)
-    for i in range(cfg.n_layer):
-        h = f"transformer.h.{i}."
-        for norm, readers, writer in (("ln_1", ("attn.c_attn", "attn.c_gate"), "attn.c_proj"),
-                                      ("ln_2", ("mlp.c_fc", "mlp.c_gate"), "mlp.c_proj")):
-            if h + norm + ".weight" not in src:
-                continue
-            gain = src[h + norm + ".weight"]
-            for r in readers:
-                if h + r + ".weight" in src:
-                    new[h + r + ".weight"] = (src[h + r + ".weight"] * gain) @ Q
-            new[h + norm + ".weight"] = torch.ones(d, dtype=torch.float64)
-            new[h + writer + ".weight"] = Q.T @ src[h + writer + ".weight"]
-            if h + writer + ".bias" in src:
-                new[h + writer + ".bias"] = src[h + writer + ".bias"] @ Q
-    dtype = next(model.parameters()).dtype
-    out.load_state_dict({n: p.to(dtype) for n, p in new.items()})
+    new, config = _folded(model, final=True)
+    new["transformer.wte.weight"] = new["transformer.wte.weight"] @ Q
+    new["lm_head.weight"] = new["lm_head.weight"] @ Q
+    for _, readers, writers in _sublayers(model):
+        for r in readers:
+            new[r + ".weight"] = new[r + ".weight"] @ Q
+        for w in writers:
+            new[w + ".weight"] = Q.T @ new[w + ".weight"]
+            if w + ".bias" in new:
+                new[w + ".bias"] = new[w + ".bias"] @ Q
+    return _loaded(model, config, new)
+
+
+# ----------------------------------------------------------------------------- reparametrized attention and norms
+# Four more edits that keep the function and change the weights, as one hides a lineage from a test that compares
+# weights (MergeLock does the first two). None of them touches the residual stream, so the fingerprint (the
+# final-norm state) stays as it is -- except fold_norms on the final norm, which changes the fingerprint itself.
+
+def _invertible(n: int, g: torch.Generator, scale: float):
+    """(A, A^-1), float64 n x n: U diag(s) V^T with U, V random orthogonal and s log-uniform in [1/scale, scale]:
+    invertible, not orthogonal (scale > 1), its inverse exact by construction rather than solved for."""
+    U, _ = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64))
+    V, _ = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64))
+    s = torch.exp((2 * torch.rand(n, generator=g, dtype=torch.float64) - 1) * math.log(scale))
+    return U * s @ V.T, V / s @ U.T
+
+
+def _rope_commuting(config, g: torch.Generator, scale: float):
+    """(M, M^-T), float64 head_dim x head_dim: a map of one head's query space that commutes with every RoPE
+    rotation, and its inverse transpose for the keys. RoPE turns each pair (dim i, dim i + r/2) of the rotated dims
+    (the rotate-half layout) as a complex number z -> e^{i t w} z; what commutes with that for every angle is a
+    complex scalar c = rho e^{i phi} per pair (a 2x2 scaled rotation), whose inverse transpose is (1/rho) e^{i phi}.
+    The dims RoPE leaves alone (partial rotary; all of them without RoPE) take any invertible map."""
+    hd = config.head_dim
+    r = config.rotary_dims if config.position == "rope" else 0
+    M, N = torch.zeros(hd, hd, dtype=torch.float64), torch.zeros(hd, hd, dtype=torch.float64)
+    i = torch.arange(r // 2)
+    j = i + r // 2
+    rho = torch.exp((2 * torch.rand(r // 2, generator=g, dtype=torch.float64) - 1) * math.log(scale))
+    phi = 2 * math.pi * torch.rand(r // 2, generator=g, dtype=torch.float64)
+    for X, radius in ((M, rho), (N, 1 / rho)):
+        X[i, i], X[i, j], X[j, i], X[j, j] = (radius * phi.cos(), -radius * phi.sin(), radius * phi.sin(),
+                                              radius * phi.cos())
+    A, A_inv = _invertible(hd - r, g, scale)
+    M[r:, r:], N[r:, r:] = A, A_inv.T
+    return M, N
+
+
+def _map_qkv(attn, q, k, v) -> None:
+    """Each head's rows of the fused q/k/v projection (and bias) left-multiplied by its map: q, k, v lists of
+    float64 head_dim x head_dim maps, one per query head, key head, value head."""
+    full = torch.block_diag(*q, *k, *v)
+    for p in (attn.c_attn.weight, attn.c_attn.bias):
+        if p is not None:
+            p.copy_((full @ p.double()).to(p.dtype))
+
+
+@torch.no_grad()
+def map_qk(model: GPT, seed: int = 0, scale: float = 2.0) -> GPT:
+    """The same function with each head's query and key projections reparametrized by an invertible, non-orthogonal
+    map: W_q -> M W_q, W_k -> M^-T W_k (rows: head dims), so every score q.k = q^T M^T M^-T k is unchanged. M
+    commutes with RoPE's rotations (_rope_commuting), so the scores at every pair of positions are kept; under
+    grouped-query attention one M per kv head serves all its query heads. scale: the largest stretch of M (its
+    singular values, or each RoPE pair's modulus, lie in [1/scale, scale]). Where q and k are RMS-normalized
+    (qk_norm) a non-orthogonal M changes the RMS, so such models are refused."""
+    cfg = model.config
+    if cfg.qk_norm != "none":
+        raise ValueError(f"map_qk keeps the function only without q/k norms: qk_norm={cfg.qk_norm!r} divides q and k "
+                         f"by their RMS, which a non-orthogonal map changes")
+    out, g = _copy(model), torch.Generator().manual_seed(seed)
+    H, Hkv, hd = cfg.n_head, cfg.kv_heads, cfg.head_dim
+    for block in out.transformer.h:
+        if hasattr(block, "attn"):
+            maps = [_rope_commuting(cfg, g, scale) for _ in range(Hkv)]
+            _map_qkv(block.attn, [maps[h // (H // Hkv)][0] for h in range(H)], [N for _, N in maps],
+                     [torch.eye(hd, dtype=torch.float64)] * Hkv)
     return out
+
+
+@torch.no_grad()
+def map_vo(model: GPT, seed: int = 0, scale: float = 2.0) -> GPT:
+    """The same function with each head's value and output projections reparametrized by an invertible,
+    non-orthogonal map: W_v -> B W_v (rows: head dims), W_O -> W_O B^-1 (that head's columns). A head's output
+    is a weighted average of its values, so it becomes B y, which W_O B^-1 reads as y. Under grouped-query
+    attention one B per kv head serves its query heads' columns of W_O. A head norm (head_norm) or an output
+    gate (attn_gate) acts per coordinate between the two and does not commute with B: such models are refused."""
+    cfg = model.config
+    if cfg.head_norm or cfg.attn_gate:
+        raise ValueError("map_vo keeps the function only where nothing acts per coordinate between W_v and W_O; "
+                         "head_norm and attn_gate do")
+    out, g = _copy(model), torch.Generator().manual_seed(seed)
+    H, Hkv, hd = cfg.n_head, cfg.kv_heads, cfg.head_dim
+    for block in out.transformer.h:
+        if hasattr(block, "attn"):
+            maps = [_invertible(hd, g, scale) for _ in range(Hkv)]
+            eye = torch.eye(hd, dtype=torch.float64)
+            _map_qkv(block.attn, [eye] * H, [eye] * Hkv, [B for B, _ in maps])
+            w = block.attn.c_proj.weight
+            w.copy_((w.double() @ torch.block_diag(*[maps[h // (H // Hkv)][1] for h in range(H)])).to(w.dtype))
+    return out
+
+
+@torch.no_grad()
+def permute_heads(model: GPT, seed: int = 0) -> GPT:
+    """The same function with each layer's attention heads in another order: W_O sums the heads, in any order. The
+    kv heads are permuted, each taking its group of query heads along (grouped-query attention ties a query head
+    to its kv head by index), and the query heads within each group: rows of q, k and v (and biases), columns of
+    W_O, and whatever else is per head (a sink logit, an output gate's rows, an all-heads q/k norm's gains; a
+    per-head q/k norm or head norm shares one gain across heads and stays)."""
+    cfg = model.config
+    out, g = _copy(model), torch.Generator().manual_seed(seed)
+    H, Hkv, hd = cfg.n_head, cfg.kv_heads, cfg.head_dim
+    group = H // Hkv
+    rows = lambda heads: (heads[:, None] * hd + torch.arange(hd)).flatten()    # the dims of those heads, in order
+    for block in out.transformer.h:
+        if not hasattr(block, "attn"):
+            continue
+        attn, kv = block.attn, torch.randperm(Hkv, generator=g)
+        # new query head j * group + i is old head kv[j] * group + (a permutation of the group)[i]
+        q = torch.cat([kv[j] * group + torch.randperm(group, generator=g) for j in range(Hkv)])
+        qkv = torch.cat([rows(q), H * hd + rows(kv), (H + Hkv) * hd + rows(kv)])
+        per_head = [(attn.c_attn.weight, qkv), (attn.c_attn.bias, qkv), (getattr(attn, "sink", None), q)]
+        if cfg.attn_gate:
+            per_head += [(attn.c_gate.weight, rows(q)), (attn.c_gate.bias, rows(q))]
+        if cfg.qk_norm == "all":                  # one gain per dim of every head: it moves with its head
+            per_head += [(attn.q_norm.weight, rows(q)), (attn.k_norm.weight, rows(kv))]
+        for p, index in per_head:
+            if p is not None:
+                p.copy_(p[index])
+        attn.c_proj.weight.copy_(attn.c_proj.weight[:, rows(q)])
+    return out
+
+
+def _sublayers(model: GPT) -> list:
+    """(input norm, readers, writers) of every block's sublayer, by state-dict name (without ".weight"): the norm
+    that reads the block's stream for it (absent from the state where the block is post-norm), the linears that read
+    the norm's output (every linear of the sublayer but its output projections: q/k/v and the attention gate; up
+    and gate, or a router and every expert's) and those output projections (c_proj), which write the stream."""
+    out = []
+    for i, block in enumerate(model.transformer.h):
+        for norm, name in (("ln_1", "attn"), ("ln_2", "mlp")):
+            if hasattr(block, name):
+                h = f"transformer.h.{i}."
+                linears = [f"{h}{name}.{n}" for n, m in getattr(block, name).named_modules()
+                           if isinstance(m, torch.nn.Linear)]
+                out.append((h + norm, [n for n in linears if not n.endswith("c_proj")],
+                            [n for n in linears if n.endswith("c_proj")]))
+    return out
+
+
+def _folded(model: GPT, final: bool = True):
+    """(state in float64, config) of fold_norms."""
+    cfg = model.config
+    src = {n: p.double() for n, p in model.state_dict().items()}
+    new, config = dict(src), cfg
+    unit = 0.0 if cfg.norm == "rmsnorm_1p" else 1.0          # the stored value of a gain of 1 (Gemma stores g - 1)
+    norms = [(norm, [r + ".weight" for r in readers]) for norm, readers, _ in _sublayers(model)]
+    if final:
+        new["lm_head.weight"] = src.get("lm_head.weight", src["transformer.wte.weight"])
+        config = dataclasses.replace(cfg, tie_embeddings=False)
+        norms.append(("transformer.ln_f", ["lm_head.weight"]))
+    norms = [(n, readers) for n, readers in norms if n + ".weight" in src]       # post-norm blocks have no input norm
+    if not norms:
+        raise ValueError(f"fold_norms: no norm of this model is read by a linear (norm={cfg.norm!r}, "
+                         f"norm_position={cfg.norm_position!r}, final={final})")
+    for norm, readers in norms:
+        gain = src[norm + ".weight"] + (1.0 - unit)
+        if norm + ".bias" in src and not gain.all():
+            raise ValueError(f"fold_norms: {norm} has a gain of 0 beside its bias, which cannot move past it")
+        for r in readers:
+            new[r] = new[r] * gain               # W N(x) = W (g * n(x)) = (W diag g) n(x)
+        new[norm + ".weight"] = torch.full_like(gain, unit)
+        if norm + ".bias" in src:                    # g * n + b = g * (n + b / g): the bias stays in the norm
+            new[norm + ".bias"] = src[norm + ".bias"] / gain
+    return new, config
+
+
+def _loaded(model: GPT, config, state: dict) -> GPT:
+    """A new model of `config` holding `state` (float64), in model's dtype."""
+    out, dtype = _copy(model, config), next(model.parameters()).dtype
+    out.load_state_dict({n: p.to(dtype) for n, p in state.items()})
+    return out
+
+
+@torch.no_grad()
+def fold_norms(model: GPT, final: bool = True) -> GPT:
+    """The same function with each norm's gain folded into the linears that read its output, the gain set to 1 (a
+    LayerNorm's bias divided by it): W (g * n(x)) = (W diag g) n(x). A block's input norms (ln_1: q, k, v and the
+    attention gate; ln_2: the MLP's up and gate) fold into their sublayer; norms whose output is added to the
+    residual stream (post-norm, sandwich's output norms) are read by no linear and stay. final: the final norm
+    too, into the LM head (untied where tied, as QuaRot does): the logits are kept, but the final-norm state, which
+    is the fingerprint, is divided by the gain coordinate by coordinate. final=False keeps every residual state."""
+    state, config = _folded(model, final)
+    return _loaded(model, config, state)
+
+
+def logit_change(a: GPT, b: GPT, vocab: int, seed: int = 0) -> float:
+    """How far b's function is from a's, for an edit meant to keep it: max |logits_b - logits_a| / max |logits_a| on
+    4 random sequences, over the first `vocab` tokens."""
+    x = torch.randint(0, vocab, (4, 32), generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        la, lb = a(x)[0][..., :vocab].double(), b(x)[0][..., :vocab].double()
+    return float((lb - la).abs().max() / la.abs().max())
 
 
 # ----------------------------------------------------------------------------- smaller children: width and depth

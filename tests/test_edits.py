@@ -1,0 +1,144 @@
+"""The reparametrizations of attention and the norms (studies/edits.py: map_qk, map_vo, permute_heads, fold_norms) on a
+small trained LLaMA-style model with grouped-query attention and partial RoPE: each against its definition (what it
+must keep, computed apart from the model: q.k and OV products, a head's rows, a gain times a column), the logits
+kept and the weights changed, and SeedPrint's exact and aligned verdicts against the unedited model as that model's
+own against itself. Folding the final norm keeps the logits but divides the fingerprint by the final gain."""
+import copy
+
+import pytest
+import torch
+
+import seedprint
+import train
+from hf import load
+from init import build
+from model import LLAMA_KNOBS, get_config
+from studies.edits import fold_norms, map_qk, map_vo, permute_heads
+
+H, HKV, HD = 4, 2, 16                   # 4 query heads on 2 kv heads of 16 dims, RoPE on the first 8 of them
+KNOBS = dict(LLAMA_KNOBS, n_layer=2, n_embd=64, n_head=H, n_kv_head=HKV, rope_dims=8, block_size=32)
+
+
+@pytest.fixture(scope="module")
+def trained(data_dir, tmp_path_factory):
+    run = str(tmp_path_factory.mktemp("edits"))
+    train.train(train.TrainConfig(data=data_dir, out_dir=run, device="cpu", knobs=KNOBS, max_steps=40, ckpt_every=40,
+                                  eval_every=0, log_every=0, lr=3e-3, batch_size=8))
+    return load(train.checkpoint_path(run, 40)).eval()
+
+
+EDITS = {"map_qk": lambda m: map_qk(m, seed=1), "map_vo": lambda m: map_vo(m, seed=1),
+         "permute_heads": lambda m: permute_heads(m, seed=1),
+         "fold_norms, final=False": lambda m: fold_norms(m, final=False), "fold_norms": fold_norms}
+
+
+def heads(w: torch.Tensor, first: int, n: int) -> list:
+    """Rows first.. of a (rows, d) matrix as n blocks of HD rows: one per head."""
+    return list(w[first * HD:(first + n) * HD].split(HD))
+
+
+def qkv(m, layer: int = 0) -> tuple:
+    """(q heads, k heads, v heads, W_O's column blocks) of a layer, float64."""
+    a = m.transformer.h[layer].attn
+    w = a.c_attn.weight.detach().double()
+    return heads(w, 0, H), heads(w, H, HKV), heads(w, H + HKV, HKV), heads(a.c_proj.weight.detach().double().T, 0, H)
+
+
+def run(m, x):
+    """(the residual stream's states before the final norm, the final-norm state, the logits), float64."""
+    with torch.no_grad():
+        hidden = m.trace(x, hidden="all")["hidden"]
+        return [h.double() for h in hidden[:-1]], hidden[-1].double(), m(x, x)[0].double()
+
+
+def test_each_edit_keeps_the_function_and_changes_the_weights_as_defined(trained):
+    m = copy.deepcopy(trained).double()      # float64: what is kept is kept to rounding
+    x = torch.randint(0, 256, (3, 24), generator=torch.Generator().manual_seed(0))
+    states, final, logits = run(m, x)
+    q, k, v, o = qkv(m)
+    group = lambda h: h // (H // HKV)
+    for name, edit in EDITS.items():
+        e = edit(m)
+        e_states, e_final, e_logits = run(e, x)
+        # the norms compute in float32 even in a float64 model: the logits agree to float32's rounding
+        assert (e_logits - logits).abs().max() <= 1e-6 * logits.abs().max(), name
+        assert max((a - b).abs().max() for a, b in zip(e_states, states)) <= 1e-10, name
+        eq, ek, ev, eo = qkv(e)
+        if name == "map_qk":                 # every q.k form kept, but q and k changed, not by a rotation
+            for h in range(H):
+                assert torch.allclose(eq[h].T @ ek[group(h)], q[h].T @ k[group(h)], atol=1e-12)
+                assert abs(eq[h].norm() / q[h].norm() - 1) > 0.01, h       # an orthogonal map keeps the norm
+            assert all(torch.equal(a, b) for a, b in zip(ev, v))
+        if name == "map_vo":                 # every head's OV circuit W_O,h W_v,g kept, W_v changed
+            for h in range(H):
+                assert torch.allclose(eo[h].T @ ev[group(h)], o[h].T @ v[group(h)], atol=1e-12)
+                assert abs(ev[group(h)].norm() / v[group(h)].norm() - 1) > 0.01, h
+            assert all(torch.equal(a, b) for a, b in zip(eq + ek, q + k))
+        if name == "permute_heads":          # every head is an old one, and each query head kept its kv head
+            was = lambda new, old: next(i for i, b in enumerate(old) if torch.equal(new, b))
+            old_q, old_kv = [was(b, q) for b in eq], [was(b, k) for b in ek]
+            assert sorted(old_q) == list(range(H)) and old_q != list(range(H))
+            assert [was(b, v) for b in ev] == old_kv
+            assert all(group(old_q[h]) == old_kv[group(h)] and torch.equal(eo[h], o[old_q[h]]) for h in range(H))
+        if name.startswith("fold_norms"):    # each gain is 1, and the columns of its readers carry it
+            for a, b in zip(m.transformer.h, e.transformer.h):
+                assert torch.all(b.ln_1.weight == 1) and torch.all(b.ln_2.weight == 1)
+                for ra, rb, g in ((a.attn.c_attn, b.attn.c_attn, a.ln_1.weight), (a.mlp.c_fc, b.mlp.c_fc, a.ln_2.weight),
+                                  (a.mlp.c_gate, b.mlp.c_gate, a.ln_2.weight)):
+                    assert torch.allclose(rb.weight, ra.weight * g, atol=1e-15)
+        if name == "fold_norms, final=False":
+            assert torch.equal(e.transformer.ln_f.weight, m.transformer.ln_f.weight)
+            assert (e_final - final).abs().max() <= 1e-6
+        if name == "fold_norms":             # the fingerprint's state loses the final gain, coordinate by coordinate
+            g = m.transformer.ln_f.weight.detach()
+            assert torch.allclose(e.lm_head.weight, m.lm_head.weight * g, atol=1e-15)
+            assert torch.allclose(e_final * g, final, atol=1e-6) and not torch.allclose(e_final, final, atol=1e-3)
+
+
+def test_a_query_key_map_that_does_not_commute_with_rope_changes_the_function(trained):
+    """The RoPE constraint is real: W_q -> A W_q, W_k -> A^-T W_k with a general invertible A keeps every q.k form
+    of the weights, as map_qk does, yet changes the scores, since A does not commute with the rotations."""
+    m = copy.deepcopy(trained).double()
+    x = torch.randint(0, 256, (3, 24), generator=torch.Generator().manual_seed(0))
+    _, _, logits = run(m, x)
+    A = torch.randn(HD, HD, generator=torch.Generator().manual_seed(0), dtype=torch.float64) + 3 * torch.eye(HD)
+    w = m.transformer.h[0].attn.c_attn.weight
+    with torch.no_grad():
+        for h in range(H // HKV):            # kv head 0 and its query heads
+            w[h * HD:(h + 1) * HD] = A @ w[h * HD:(h + 1) * HD]
+        w[H * HD:(H + 1) * HD] = torch.linalg.inv(A).T @ w[H * HD:(H + 1) * HD]
+    assert (run(m, x)[2] - logits).abs().max() > 1e-3 * logits.abs().max()
+
+
+def test_both_verdicts_call_each_edit_related_as_the_model_itself(trained):
+    """The exact and the aligned verdict of the model against each edit of it, beside its verdict against itself:
+    related, the same identity set and mean tau within rounding (the residual stream is kept, so is the
+    fingerprint), the final norm's fold included at this model's gains. Each model fingerprinted once: every pair
+    of one compare_many, each pair's p before the Holm adjustment across pairs."""
+    for aligned in (False, True):
+        run = seedprint.compare_many([trained, trained, *(edit(trained) for edit in EDITS.values())], align=aligned,
+                                     sequences=200, seq_len=16, k=16)["results"]
+        own = run[0, 1]
+        assert own.related and own.mean_tau == pytest.approx(1.0)
+        for j, name in enumerate(EDITS, start=2):
+            r = run[0, j]
+            assert r.related and r.p_raw <= 10 * own.p_raw, (name, aligned, r)
+            assert r.n_identity == own.n_identity and r.mean_tau >= own.mean_tau - 0.01, (name, aligned, r)
+
+
+def test_each_edit_refuses_a_model_whose_function_it_would_change():
+    tiny = lambda **knobs: build(get_config("tiny", n_layer=1, vocab_size=64, **{**LLAMA_KNOBS, **knobs}), 0)
+    with pytest.raises(ValueError, match="map_qk keeps the function only without q/k norms: qk_norm='head'"):
+        map_qk(tiny(qk_norm="head"))
+    for knob in ("head_norm", "attn_gate"):
+        with pytest.raises(ValueError, match=f"map_vo .* {'head_norm and attn_gate'}"):
+            map_vo(tiny(**{knob: True}))
+    with pytest.raises(ValueError, match="no norm of this model is read by a linear"):
+        fold_norms(tiny(norm="none", norm_position="pre"))
+    with pytest.raises(ValueError, match="no norm of this model is read by a linear"):
+        fold_norms(tiny(norm_position="post"), final=False)
+    ln = tiny(norm="layernorm", bias=True)
+    with torch.no_grad():
+        ln.transformer.h[0].ln_1.weight[3] = 0
+    with pytest.raises(ValueError, match="ln_1 has a gain of 0 beside its bias"):
+        fold_norms(ln)
