@@ -378,10 +378,10 @@ def fold_norms(model: GPT, final: bool = True) -> GPT:
 
 def logit_change(a: GPT, b: GPT, vocab: int, seed: int = 0) -> float:
     """How far b's function is from a's, for an edit meant to keep it: max |logits_b - logits_a| / max |logits_a| on
-    4 random sequences, over the first `vocab` tokens."""
+    4 random sequences, at every position (not the last alone), over the first `vocab` tokens."""
     x = torch.randint(0, vocab, (4, 32), generator=torch.Generator().manual_seed(seed))
-    with torch.no_grad():
-        la, lb = a(x)[0][..., :vocab].double(), b(x)[0][..., :vocab].double()
+    with torch.no_grad():           # with targets (any), the model returns the logits of every position
+        la, lb = a(x, x)[0][..., :vocab].double(), b(x, x)[0][..., :vocab].double()
     return float((lb - la).abs().max() / la.abs().max())
 
 

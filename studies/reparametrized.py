@@ -14,11 +14,11 @@ edits that keep the function and the residual stream:
     ... and final    the final norm's gain folded into the (untied) head too: the logits stay, the fingerprint
                      (the final-norm state) is divided by that gain coordinate by coordinate
 
-Each is checked to keep the logits (max |diff| / max |logit| on 4 random sequences, the run refused above 1e-4)
-and tested against its base with the exact and the aligned verdicts, beside the base against itself. Makes
-docs/seedprint.md's "Reparametrized attention and norms":
+Each is checked to keep the logits (max |diff| / max |logit| over every position of 4 random sequences, the run
+refused above 1e-4) and tested against its base with the exact and the aligned verdicts, beside the base against
+itself. Makes docs/seedprint.md's "Reparametrized attention and norms":
 
-    python -m studies.reparametrized                                  # 5 tiny byte-level bases: 5 min on 2 cores
+    python -m studies.reparametrized                                  # 5 tiny byte-level bases: 2.5 min on 2 cores
     python -m studies.reparametrized --base DIR --sequences 300       # SmolLM2-135M
 """
 import dataclasses
