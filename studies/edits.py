@@ -14,15 +14,18 @@ fingerprint stays, except where fold_norms folds the final norm, whose gain then
     keeps the residual stream         map_qk, map_vo (per-head invertible maps), permute_heads,
                                       fold_norms (final=True: the final norm's gain moves into the head)
     makes a smaller child             prune_width (residual coordinates, by residual_importance), prune_depth
+    makes a mixture of experts        upcycle (every expert a copy of the dense MLP, a new router)
 
 Used by studies/derivatives.py on a real checkpoint, and by the calibration studies (permuted descendants).
 """
 import dataclasses
 import math
+import re
 
 import torch
 import torch.nn.functional as F
 
+from init import param_seed, target_std
 from model import GPT
 
 def _copy(model: GPT, config=None) -> GPT:
@@ -452,4 +455,41 @@ def prune_depth(model: GPT, fraction: float, tokens: torch.Tensor) -> GPT:
         else:
             state[n] = source[n]
     out.load_state_dict(state)
+    return out
+
+
+# ----------------------------------------------------------------------------- upcycling into a mixture of experts
+
+@torch.no_grad()
+def upcycle(model: GPT, n_experts: int, experts_per_token: int, noise: float = 0.0, seed: int = 0,
+            router_norm: str = "topk") -> GPT:
+    """A dense model upcycled into a mixture of experts (Komatsuzaki et al. 2022, "Sparse Upcycling"): every MLP
+    becomes n_experts copies of itself, each token routed to k = experts_per_token of them by a new router, drawn
+    as init.py draws a router (N(0, 0.02^2), from `seed` and its name); attention, norms, embeddings and head are
+    copied. noise > 0: each expert's matrices get Gaussian noise of std noise x that matrix's std, a draw of its
+    own, so that the experts can part ways in training.
+    At noise 0 with router_norm "topk" the function is the dense model's whatever the router: the k weights sum
+    to 1 and every expert computes the same MLP. With "none" the MLP's output is scaled by the sum of the k
+    largest router probabilities, at most 1: another function."""
+    cfg = model.config
+    if cfg.n_experts is not None:
+        raise ValueError(f"upcycle takes a dense model; this one is already a mixture of {cfg.n_experts} experts")
+    if not noise >= 0:
+        raise ValueError(f"noise is a std relative to each expert matrix's own, >= 0; got {noise}")
+    config = dataclasses.replace(cfg, n_experts=n_experts, experts_per_token=experts_per_token,
+                                 router_norm=router_norm)          # GPTConfig refuses k > n, an unknown norm, ...
+    out, dtype, source = _copy(model, config), next(model.parameters()).dtype, model.state_dict()
+    state = {}
+    for name, p in out.state_dict().items():
+        if ".mlp.router." in name:
+            g = torch.Generator().manual_seed(param_seed(seed, name))
+            state[name] = torch.randn(p.shape, generator=g) * target_std(name, cfg.n_layer)
+            continue
+        dense = re.sub(r"\.mlp\.experts\.\d+\.", ".mlp.", name)      # expert e's c_fc is the dense MLP's c_fc
+        w = source[dense]
+        if noise and dense != name and w.dim() == 2:
+            g = torch.Generator().manual_seed(param_seed(seed, "noise|" + name))
+            w = w + (torch.randn(w.shape, generator=g) * noise * w.float().std()).to(w.dtype)
+        state[name] = w
+    out.load_state_dict({n: w.to(dtype) for n, w in state.items()})     # a router drawn in float32, as init.py's
     return out

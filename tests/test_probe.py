@@ -201,6 +201,36 @@ def test_the_experiments_run_through_the_command_line_and_point_the_papers_way(t
         assert (row["seed"], row["top1_id"], row["top1_count"]) == (seed, int(counts.argmax()), int(counts.max()))
 
 
+def test_a_mixture_of_experts_probes_through_the_command_line_and_as_its_dense_twin_where_its_experts_are_one(tmp_path):
+    """probe.py on a MoE (--n_experts 4 --experts_per_token 2): Table 1's rows are the counts of a probe() pass over
+    each seed's fresh MoE (a second path). A MoE whose experts are all one dense model's MLP (studies.edits.upcycle,
+    its k weights renormalized) computes that model's function, so its pass gives the dense model's counts and
+    dimension counts, and its cosines within float32's rounding. A fresh MoE of the same seed, routing each token
+    through 2 of 4 different MLPs, gives other counts and contracts less (docs/reproduce.md's MoE row)."""
+    import dataclasses
+    import json
+    from probe import main
+    from studies.edits import upcycle
+    size = dict(n_embd=384, n_head=6, n_layer=3)
+    main(["--model", "tiny", *[f"--{k}={v}" for k, v in size.items()], "--n_experts", "4", "--experts_per_token",
+          "2", "--sequences", "64", "--seq_len", "16", "--device", "cpu", "--out", str(tmp_path)])
+    rows = json.loads((tmp_path / "results.json").read_text())["token_preference"]
+    cfg = get_config("tiny", **size)
+    moe_cfg = dataclasses.replace(cfg, n_experts=4, experts_per_token=2)
+    fresh = {}
+    for row, seed in zip(rows, (42, 43), strict=True):
+        fresh[seed] = probe(build(moe_cfg, seed).eval(), sequences=64, seq_len=16)
+        counts = fresh[seed]["counts"]
+        assert (row["seed"], row["top1_id"], row["top1_count"]) == (seed, int(counts.argmax()), int(counts.max()))
+    dense = build(cfg, 42).eval()
+    a, b = probe(dense, sequences=64, seq_len=16), probe(upcycle(dense, 4, 2, seed=1), sequences=64, seq_len=16)
+    assert np.array_equal(a["counts"], b["counts"]) and np.array_equal(a["dim_counts"], b["dim_counts"])
+    for x, y in zip(a["cosine"], b["cosine"], strict=True):
+        assert y["mean"] == pytest.approx(x["mean"], rel=1e-4, abs=1e-6)
+    assert not np.array_equal(a["counts"], fresh[42]["counts"])
+    assert fresh[42]["cosine"][-1]["mean"] < a["cosine"][-1]["mean"] - 0.01
+
+
 def test_a_torchrun_job_of_several_processes_is_refused_before_any_work(tmp_path, monkeypatch):
     """probe.py runs one process: under torchrun each rank would run it all into one --out. The sweep that splits its
     seeds over the ranks is the study's, which the refusal names."""

@@ -276,3 +276,30 @@ def test_interventions_and_variance_run_through_the_command_line_and_point_the_p
     for row, var in zip(res["layers"], res["variance"]):
         assert row["first_is_max"] and row["first_over_rest"] > 2
         assert row["first_over_rest"] == pytest.approx(var[0] / np.median(var[1:]))
+
+
+def test_a_mixture_of_experts_is_measured_as_its_dense_twin_where_its_experts_are_one(tmp_path):
+    """sink.py on a MoE checkpoint, as a user runs it: a MoE whose experts are all one dense model's MLP
+    (studies.edits.upcycle, its k weights renormalized) computes that model's function, so its sink rates, alpha_1,
+    massive activations and Eq. 2's variances by layer are the dense checkpoint's (within float32's rounding); its
+    super neurons are left out (an expert's units see only the tokens routed to it), the dense model's are not."""
+    from model import write_checkpoint
+    from studies.edits import upcycle
+    dense = build(get_config("tiny", n_layer=3, n_embd=128, n_head=4), 0).eval()
+    results = {}
+    for name, model in (("dense", dense), ("moe", upcycle(dense, 4, 2, seed=1))):
+        path = str(tmp_path / f"{name}.pt")
+        write_checkpoint(path, model, tokenizer="bytes")
+        for exp in ("measure", "variance"):
+            out = tmp_path / f"{name}_{exp}"
+            sink.main([path, "--lengths", "32", "--sequences", "16", "--out", str(out)]
+                      + (["--exp", exp] if exp != "measure" else []))
+            results[name, exp] = json.loads((out / "results.json").read_text())
+    d, m = results["dense", "measure"]["measure"], results["moe", "measure"]["measure"]
+    assert m["rates"]["32"]["per_layer"] == d["rates"]["32"]["per_layer"]
+    assert m["rates"]["32"]["mean_alpha_1"] == pytest.approx(d["rates"]["32"]["mean_alpha_1"], rel=1e-5)
+    for a, b in zip(d["massive_activations"], m["massive_activations"], strict=True):
+        assert b["top"] == pytest.approx(a["top"], rel=1e-4) and b["top_position"] == a["top_position"]
+    assert len(d["super_neurons"]) == 3 and m["super_neurons"] == []
+    assert np.allclose(results["moe", "variance"]["variance"]["variance"],
+                       results["dense", "variance"]["variance"]["variance"], rtol=1e-4)
