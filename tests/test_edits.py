@@ -2,8 +2,11 @@
 small trained LLaMA-style model with grouped-query attention and partial RoPE: each against its definition (what it
 must keep, computed apart from the model: q.k and OV products, a head's rows, a gain times a column), the logits
 kept and the weights changed, and SeedPrint's exact and aligned verdicts against the unedited model as that model's
-own against itself. Folding the final norm keeps the logits but divides the fingerprint by the final gain."""
+own against itself. Folding the final norm keeps the logits but divides the fingerprint by the final gain: the
+verdicts hold with gains spread over [1/20, 20], two negative. The logits kept on four other architectures too, with
+random norm gains and biases, and each edit refusing the models it would change."""
 import copy
+import math
 
 import pytest
 import torch
@@ -12,7 +15,7 @@ import seedprint
 import train
 from hf import load
 from init import build
-from model import LLAMA_KNOBS, get_config
+from model import LLAMA_KNOBS, RMSNorm, get_config
 from studies.edits import fold_norms, map_qk, map_vo, permute_heads
 
 H, HKV, HD = 4, 2, 16                   # 4 query heads on 2 kv heads of 16 dims, RoPE on the first 8 of them
@@ -124,6 +127,72 @@ def test_both_verdicts_call_each_edit_related_as_the_model_itself(trained):
             r = run[0, j]
             assert r.related and r.p_raw <= 10 * own.p_raw, (name, aligned, r)
             assert r.n_identity == own.n_identity and r.mean_tau >= own.mean_tau - 0.01, (name, aligned, r)
+
+
+@pytest.mark.parametrize("aligned", [False, True], ids=["exact", "aligned"])
+def test_folding_a_final_norm_of_widely_spread_gains_keeps_the_verdict(trained, aligned):
+    """Folding the final norm divides each fingerprint coordinate by its gain. After 40 steps the gains are nearly
+    equal, which makes that a mild change; here they are first spread log-uniformly over [1/20, 20], two of them
+    negative (SmolLM2-135M's final norm holds gains from -2.1 to 3.3): the fingerprint's coordinates change scale
+    by up to 400 times against one another and two change sign, the logits stay, and the model's verdict against
+    its fold is still related."""
+    m = copy.deepcopy(trained)
+    g = torch.Generator().manual_seed(0)
+    spread = torch.exp((2 * torch.rand(m.config.n_embd, generator=g) - 1) * math.log(20))
+    spread[torch.randperm(m.config.n_embd, generator=g)[:2]] *= -1
+    with torch.no_grad():
+        m.transformer.ln_f.weight.mul_(spread)
+    folded = fold_norms(m)
+    x = torch.randint(0, 256, (3, 24), generator=g)
+    states, final, logits = run(m, x)
+    _, e_final, e_logits = run(folded, x)
+    assert (e_logits - logits).abs().max() <= 1e-5 * logits.abs().max()
+    assert torch.allclose(e_final * m.transformer.ln_f.weight.detach().double(), final, rtol=1e-4, atol=1e-5)
+    r = seedprint.compare(m, folded, align=aligned, sequences=200, seq_len=16, k=16)
+    assert r.related, r
+
+ARCHITECTURES = {      # name: (knobs, the edits that must keep its function; the others refuse it)
+    "GPT-2 (LayerNorm with biases, learned positions)": (dict(position="learned"), list(EDITS)),
+    "Gemma 2 (1 + w RMSNorm, sandwich norms, soft caps, GQA)": (
+        dict(LLAMA_KNOBS, norm="rmsnorm_1p", norm_position="sandwich", activation="geglu", n_kv_head=2,
+             attn_softcap=50.0, logit_softcap=30.0, embed_scale=8.0), list(EDITS)),
+    "Qwen2 (q/k/v biases, a sink logit per head, partial RoPE)": (
+        dict(LLAMA_KNOBS, qkv_bias=True, attn_sink=True, n_kv_head=2, rope_dims=8), list(EDITS)),
+    "GPT-NeoX (parallel residual, LayerNorm biases, partial RoPE)": (
+        dict(parallel_residual=True, rope_dims=4), list(EDITS)),
+    "OLMo-2 (post-norm, q/k norm over all heads, an output gate)": (
+        dict(LLAMA_KNOBS, norm_position="post", qk_norm="all", attn_gate=True), ["permute_heads", "fold_norms"]),
+}
+
+
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_each_edit_keeps_the_function_of_other_architectures(name):
+    """The edits on a model whose every norm gain, norm bias and linear bias is drawn at random (a fresh init's
+    gains are 1, which would make a fold do nothing): the logits at every position as they were, for each edit the
+    architecture admits; each other edit refuses it."""
+    knobs, kept = ARCHITECTURES[name]
+    m = build(get_config("tiny", n_layer=2, n_embd=64, n_head=4, vocab_size=64, block_size=32, **knobs), 0).double()
+    g = torch.Generator().manual_seed(1)
+    uniform = lambda p, lo: p.copy_(lo + torch.rand(p.shape, generator=g, dtype=p.dtype))
+    with torch.no_grad():
+        norms = [mod for mod in m.modules() if isinstance(mod, (torch.nn.LayerNorm, RMSNorm))]
+        for mod in norms:            # a gain in [0.5, 1.5]: stored as it is, or as gain - 1 (rmsnorm_1p)
+            uniform(mod.weight, -0.5 if m.config.norm == "rmsnorm_1p" else 0.5)
+        gains = {id(mod.weight) for mod in norms}
+        for p in m.parameters():     # every bias (linears', LayerNorms') and sink logit
+            if p.dim() == 1 and id(p) not in gains:
+                p.copy_(0.1 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    x = torch.randint(0, 64, (3, 24), generator=g)
+    with torch.no_grad():
+        logits = m(x, x)[0]
+    for edit, make in EDITS.items():
+        if edit not in kept:
+            with pytest.raises(ValueError):
+                make(m)
+            continue
+        with torch.no_grad():
+            e_logits = make(m)(x, x)[0]
+        assert (e_logits - logits).abs().max() <= 1e-5 * logits.abs().max(), (name, edit)
 
 
 def test_each_edit_refuses_a_model_whose_function_it_would_change():
