@@ -15,6 +15,8 @@ top what it measures, which numbers it makes, its full command and its time. Run
     python -m studies.derivatives --base DIR   # SeedPrint on a real model's derivatives
     python -m studies.pruned              # children pruned in width (the matched verdict) or depth, and strangers
     python -m studies.registry            # one suspect against a registry of fingerprint files
+    python -m studies.reparametrized      # attention and norms reparametrized, the function kept: both verdicts
+    python -m studies.distilled           # a student distilled from a teacher but initialized apart
     python -m studies.fingerprint_speed   # the time of one fingerprint
     python -m studies.load_cost DIR       # the time and memory of loading a model
     python -m studies.sink_testbed        # a first-position sink grown on a CPU, and the interventions on it
