@@ -22,6 +22,13 @@ within float32 rounding, without transformers:
     (Gemma3ForConditionalGeneration: its language model, the vision tower left unread)
     Phi3ForCausalLM (Phi-3, -4-mini) fused qkv_proj and gate_up_proj, partial RoPE, LongRoPE up to its
                                     original context
+    MixtralForCausalLM              Mistral's block, its MLP a mixture of experts: k of n per token, the k weights
+                                    renormalized
+    Qwen2MoeForCausalLM (Qwen1.5-MoE) + q/k/v biases, the k weights as the softmax gives them (or renormalized:
+                                    norm_topk_prob), a sigmoid-gated shared expert, dense layers among the MoE ones
+    OlmoeForCausalLM                OLMo's q/k RMSNorm over all heads, pre-norm, experts as Qwen2-MoE's, none shared
+    (the experts in either layout: one tensor per expert, as published, or transformers 5's fused experts.gate_up_proj
+    and experts.down_proj)
 
   - each family reads exactly the fields its transformers class reads (FIELDS), in both spellings transformers
     writes (SPELLINGS: 4.x rope_theta + rope_scaling, 5.x rope_parameters); a field left out takes the class
@@ -73,7 +80,8 @@ from model import (GPT, GPTConfig, all_finite, check_model_weights_finite, model
 MODEL_TYPES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
                "Qwen3ForCausalLM": "qwen3", "Olmo2ForCausalLM": "olmo2", "GemmaForCausalLM": "gemma",
                "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text", "Phi3ForCausalLM": "phi3",
-               "GPT2LMHeadModel": "gpt2", "GPTNeoXForCausalLM": "gpt_neox", "Gemma3ForConditionalGeneration": "gemma3"}
+               "GPT2LMHeadModel": "gpt2", "GPTNeoXForCausalLM": "gpt_neox", "Gemma3ForConditionalGeneration": "gemma3",
+               "MixtralForCausalLM": "mixtral", "Qwen2MoeForCausalLM": "qwen2_moe", "OlmoeForCausalLM": "olmoe"}
 FAMILIES = tuple(MODEL_TYPES)
 CHECKPOINT = "train.py checkpoint"      # a Stored's arch where the model is one of this project's checkpoint files
 
@@ -272,6 +280,7 @@ def token_rows(model, lo: int, hi: int):
 # what a value must be (JSON gives exact types: "12", 12.5, true or -4 never becomes a model)
 INT, COUNT, NUM, BOOL = "an integer >= 1", "an integer >= 0", "a finite number > 0", "true or false"
 STR, OBJ, NAME_LIST, NUMBER_LIST = "a string", "an object", "a list of names", "a list of numbers > 0"
+INDEX_LIST = "a list of layer indices (integers >= 0)"
 KINDS = {INT: lambda v: type(v) is int and v >= 1,
          COUNT: lambda v: type(v) is int and v >= 0,
          NUM: lambda v: type(v) in (int, float) and math.isfinite(v) and v > 0,
@@ -279,7 +288,8 @@ KINDS = {INT: lambda v: type(v) is int and v >= 1,
          STR: lambda v: type(v) is str,
          OBJ: lambda v: type(v) is dict,
          NAME_LIST: lambda v: type(v) is list and all(type(a) is str for a in v),
-         NUMBER_LIST: lambda v: type(v) is list and all(KINDS[NUM](a) for a in v)}
+         NUMBER_LIST: lambda v: type(v) is list and all(KINDS[NUM](a) for a in v),
+         INDEX_LIST: lambda v: type(v) is list and all(KINDS[COUNT](a) for a in v)}
 Mark = enum.Enum("Mark", "REQUIRED REFUSED")    # values no config.json holds: a field with no default, a null refused
 REQUIRED, REFUSED = Mark.REQUIRED, Mark.REFUSED
 
@@ -357,6 +367,10 @@ SPELLINGS = {
         rope_theta=("rope_theta", Field(NUM, 10000.0, null=None)),
         partial_rotary_factor=("partial_rotary_factor", Field(NUM, 1.0, null=1.0)),   # a null: 5.x rotates whole
         rope_scaling=("", ROPE_OBJECT)),                                               # heads (4.x fails on it)
+    "MixtralForCausalLM": dict(   # the LLaMA lineage's fields, its RoPE base 1e6 where absent (4.x's default, 5.x's
+        rope_theta=("rope_theta", Field(NUM, 1e6, null=None)),   # default_theta)
+        partial_rotary_factor=("partial_rotary_factor", Field(NUM, 1.0, null=1.0)),
+        rope_scaling=("", ROPE_OBJECT)),
     "Phi3ForCausalLM": dict(      # Phi-3's class reads the rotary fraction in both versions: a null fails in 4.x
         rope_theta=("rope_theta", Field(NUM, 10000.0, null=None)),
         partial_rotary_factor=("partial_rotary_factor", Field(NUM, 1.0, null=None)),
@@ -411,18 +425,22 @@ SILU, GELU_TANH = Field(STR, "silu"), Field(STR, "gelu_pytorch_tanh")
 LAYER_TYPES = Field(NAME_LIST, None, null=None)    # absent or null: derived from the family's other window fields
 
 
-def decoder_fields(max_pos: int, kv: Field, head_dim: Field, eps: float = 1e-6, tie: bool = False,
+def decoder_fields(max_pos: int, kv: Field, head_dim: Optional[Field], eps: float = 1e-6, tie: bool = False,
                    rope: dict = LLAMA, **more) -> dict:
     """The fields every class of the LLaMA lineage reads, at the family's defaults (its RoPE's: SPELLINGS), and
-    the family's own (`more`)."""
-    return dict(SIZES, num_key_value_heads=kv, head_dim=head_dim, max_position_embeddings=Field(INT, max_pos),
-                rms_norm_eps=Field(NUM, eps), tie_word_embeddings=flag(tie),
-                rope_parameters=ROPE_OBJECT, **{key: field for key, (_, field) in rope.items()}, **more)
+    the family's own (`more`). head_dim None: the class derives it and reads no field (OLMoE)."""
+    return dict(SIZES, num_key_value_heads=kv, **({"head_dim": head_dim} if head_dim else {}),
+                max_position_embeddings=Field(INT, max_pos), rms_norm_eps=Field(NUM, eps),
+                tie_word_embeddings=flag(tie), rope_parameters=ROPE_OBJECT,
+                **{key: field for key, (_, field) in rope.items()}, **more)
 
 
 QWEN_WINDOWS = dict(use_sliding_window=flag(False), sliding_window=Field(INT, 4096, null=None),
                     max_window_layers=Field(COUNT, 28, null=None),   # null: refused where the window needs it
                     layer_types=LAYER_TYPES)
+# Qwen2-MoE reads Qwen2's window fields, but 5.x writes sliding_window 0 where use_sliding_window is false, and 4.57
+# and 5.x slide other layers where it is true (_decoder_config refuses a window)
+QWEN_MOE_WINDOWS = dict(QWEN_WINDOWS, sliding_window=Field(COUNT, 4096, null=None))
 GEMMA_SCALE = dict(query_pre_attn_scalar=Field(NUM, 256), sliding_window=Field(INT, 4096),  # a null window fails:
                    layer_types=LAYER_TYPES)                   # Gemma 2 and 3 build a sliding mask unconditionally
 FIELDS = {
@@ -455,6 +473,23 @@ FIELDS = {
     "Phi3ForCausalLM": decoder_fields(4096, DERIVED, HEAD_DIM_GETATTR, eps=1e-5, rope=SPELLINGS["Phi3ForCausalLM"],
                                       hidden_act=SILU, sliding_window=Field(INT, None, null=None),   # null: none
                                       original_max_position_embeddings=Field(INT, 4096, null=None)),  # longrope's
+    # mixtures of experts: null counts and widths fail in both versions; a null norm_topk_prob is false (4.x's `if`),
+    # a null mlp_only_layers no layer (both)
+    "MixtralForCausalLM": decoder_fields(131072, Field(INT, 8, null=None), DERIVED, eps=1e-5,
+                                         rope=SPELLINGS["MixtralForCausalLM"], hidden_act=SILU,
+                                         sliding_window=Field(INT, None, null=None),     # null: no window
+                                         num_local_experts=Field(INT, 8), num_experts_per_tok=Field(INT, 2)),
+    "Qwen2MoeForCausalLM": decoder_fields(32768, Field(INT, 16), HEAD_DIM_GETATTR, hidden_act=SILU, qkv_bias=flag(True),
+                                          **QWEN_MOE_WINDOWS, num_experts=Field(COUNT, 60),
+                                          num_experts_per_tok=Field(INT, 4), norm_topk_prob=flag(False),
+                                          moe_intermediate_size=Field(INT, 1408),
+                                          shared_expert_intermediate_size=Field(INT, 5632),
+                                          decoder_sparse_step=Field(INT, 1),
+                                          mlp_only_layers=Field(INDEX_LIST, [], null=[])),
+    "OlmoeForCausalLM": decoder_fields(4096, DERIVED, None, eps=1e-5, hidden_act=SILU, attention_bias=flag(False),
+                                       clip_qkv=Field(NUM, None, null=None),           # null: no clamp
+                                       num_experts=Field(INT, 64), num_experts_per_tok=Field(INT, 8),
+                                       norm_topk_prob=flag(False)),
     "GPT2LMHeadModel": dict(n_positions=Field(INT), vocab_size=Field(INT), n_layer=Field(INT), n_head=Field(INT),
                             n_embd=Field(INT), n_inner=Field(INT, None, null=None),   # absent or null: 4 * n_embd
                             activation_function=Field(STR, "gelu_new"), layer_norm_epsilon=Field(NUM, 1e-5),
@@ -493,6 +528,8 @@ INERT = {
     "n_ctx",                        # GPT-2: a legacy alias of n_positions that neither version reads
     "_sliding_window_pattern",      # Gemma 3: a private echo that transformers writes and never reads
     "is_llama_config",              # nanotron (SmolLM2): which of its own config classes to build, nothing more
+    "output_router_logits", "router_aux_loss_coef",   # a mixture of experts' training: the router's loss
+    "router_jitter_noise",          # Mixtral: noise on the router's input in training mode only
 }
 # fields that are inert only at these values (or null)
 INERT_IF = {"is_encoder_decoder": False, "add_cross_attention": False, "pruned_heads": {},
@@ -597,6 +634,18 @@ UNREAD_AGREES = {
     "rope_local_base_freq": (NUM, lambda v, c: v == c.rope_local_theta),
     "use_parallel_residual": (BOOL, lambda v, c: v == c.parallel_residual),
     "head_dim": (INT, lambda v, c: v == c.head_dim),
+    "qkv_bias": (BOOL, lambda v, c: v == c.qkv_bias),           # Qwen2: q/k/v biases whatever it says
+    "clip_qkv": (NUM, lambda v, c: False),                      # a clamp the class never applies
+    # a mixture of experts' fields, unread by the family (Mixtral reads num_local_experts, where 5.x's alias
+    # num_experts is unread by 4.x; OLMoE the other way round): accepted where they say what the model is
+    "num_experts": (COUNT, lambda v, c: v == c.n_experts),
+    "num_local_experts": (INT, lambda v, c: v == c.n_experts),
+    "num_experts_per_tok": (INT, lambda v, c: v == c.experts_per_token),
+    "norm_topk_prob": (BOOL, lambda v, c: c.n_experts is not None and v == (c.router_norm == "topk")),
+    "moe_intermediate_size": (INT, lambda v, c: c.n_experts is not None and v == c.expert_width),
+    "shared_expert_intermediate_size": (INT, lambda v, c: v == c.shared_expert),
+    "decoder_sparse_step": (INT, lambda v, c: c.n_experts is not None and c.moe_layers is None and v == 1),
+    "mlp_only_layers": (INDEX_LIST, lambda v, c: c.n_experts is not None and c.moe_layers is None and v == []),
     # 5.x reads it over llama3's original context, 4.x never (ROPE_KIND_FIELDS)
     "original_max_position_embeddings": (INT, lambda v, c: c.rope_type not in ("llama3", "longrope") or
                                          v == c.rope_original_context),
@@ -673,7 +722,7 @@ def _neox_config(f: Fields, arch: str) -> GPTConfig:
 # what each family of the LLaMA lineage sets apart: its norm, where its norms sit, its q/k norm
 NORMS = {"Olmo2ForCausalLM": ("rmsnorm", "post", "all"), "Qwen3ForCausalLM": ("rmsnorm", "pre", "head"),
          "GemmaForCausalLM": ("rmsnorm_1p", "pre", "none"), "Gemma2ForCausalLM": ("rmsnorm_1p", "sandwich", "none"),
-         "Gemma3ForCausalLM": ("rmsnorm_1p", "sandwich", "head")}
+         "Gemma3ForCausalLM": ("rmsnorm_1p", "sandwich", "head"), "OlmoeForCausalLM": ("rmsnorm", "pre", "all")}
 GEMMA = ("GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM")
 ROPE_KINDS = ("default", "linear", "llama3")
 
@@ -683,13 +732,23 @@ def _decoder_config(f: Fields, arch: str) -> GPTConfig:
     biases, q/k norms, head width, windows, RoPE's variants, and Gemma's scales and soft-caps: each knob read where
     the family's fields (FIELDS) hold it."""
     H, n_embd, L = f("num_attention_heads"), f("hidden_size"), f("num_hidden_layers")
-    n_kv, head_dim = f("num_key_value_heads") or H, f("head_dim") or n_embd // H
+    n_kv = f("num_key_value_heads") or H
+    head_dim = (f("head_dim") if "head_dim" in f.table else None) or n_embd // H
     max_pos = f("max_position_embeddings")
     activation = _activation(f, arch)
-    # Qwen2 has q/k/v biases and no others whatever attention_bias says; Mistral and Phi-3 none (check_unread)
+    # Qwen2 has q/k/v biases and no others whatever attention_bias says, Qwen2-MoE where qkv_bias says; Mistral and
+    # Phi-3 none (check_unread)
     bias = {key: f(key) if key in f.table else False for key in ("attention_bias", "mlp_bias")}
+    qkv_bias = f("qkv_bias") if "qkv_bias" in f.table else arch == "Qwen2ForCausalLM"
     norm, norm_position, qk_norm = NORMS.get(arch, ("rmsnorm", "pre", "none"))
     window, sliding_layers = _windows(f, L)
+    if arch == "Qwen2MoeForCausalLM" and window is not None:
+        raise ValueError("use_sliding_window is true: transformers 4.57 slides every layer of a Qwen2-MoE (eager "
+                         "attention), 5.x every other layer below max_window_layers, two models; refused")
+    clip = f("clip_qkv") if "clip_qkv" in f.table else None
+    if clip is not None:
+        raise ValueError(f"clip_qkv={clip}: OLMoE clamps q, k and v to it, which model.py does not; refused, not "
+                         f"approximated (OLMoE's published configs have it null)")
     gemma = dict(embed_scale=math.sqrt(n_embd)) if arch in GEMMA else {}    # rounded to the model's dtype at run time
     if "query_pre_attn_scalar" in f.table:           # Gemma 2 and 3
         gemma.update(attn_scale=f("query_pre_attn_scalar") ** -0.5, logit_softcap=f("final_logit_softcapping"))
@@ -707,9 +766,35 @@ def _decoder_config(f: Fields, arch: str) -> GPTConfig:
                      n_embd=n_embd, head_size=head_dim if head_dim != n_embd // H else None,
                      mlp_hidden=f("intermediate_size"), norm=norm, norm_eps=f("rms_norm_eps"),
                      norm_position=norm_position, qk_norm=qk_norm, activation=activation, position="rope", **rope,
-                     sliding_window=window, sliding_layers=sliding_layers, **gemma, bias=False,
-                     qkv_bias=arch == "Qwen2ForCausalLM", attn_bias=bias["attention_bias"], mlp_bias=bias["mlp_bias"],
+                     sliding_window=window, sliding_layers=sliding_layers, **gemma, **_experts(f, L), bias=False,
+                     qkv_bias=qkv_bias, attn_bias=bias["attention_bias"], mlp_bias=bias["mlp_bias"],
                      tie_embeddings=f("tie_word_embeddings"))
+
+
+def _experts(f: Fields, n_layer: int) -> dict:
+    """A mixture of experts' knobs, from the router fields the family reads (FIELDS): its experts (Mixtral:
+    num_local_experts), k of them per token, their width (Qwen2-MoE: moe_intermediate_size; else intermediate_size),
+    the k weights renormalized (always in Mixtral; where norm_topk_prob says in the others), the shared expert
+    (Qwen2-MoE), and the layers that have experts (Qwen2-MoE: each decoder_sparse_step-th, but mlp_only_layers);
+    none for a dense family."""
+    key = next((key for key in ("num_local_experts", "num_experts") if key in f.table), None)
+    if key is None:
+        return {}
+    n, k = f(key), f("num_experts_per_tok")
+    renormalized = f("norm_topk_prob") if "norm_topk_prob" in f.table else True
+    width = f("moe_intermediate_size") if "moe_intermediate_size" in f.table else None
+    shared = f("shared_expert_intermediate_size") if "shared_expert_intermediate_size" in f.table else None
+    layers = ["m"] * n_layer
+    if "decoder_sparse_step" in f.table:
+        step, dense = f("decoder_sparse_step"), f("mlp_only_layers")
+        layers = ["m" if n > 0 and (i + 1) % step == 0 and i not in dense else "d" for i in range(n_layer)]
+    if "m" not in layers:            # no layer has experts: transformers builds a dense model, the router fields unused
+        return {}
+    if k > n:
+        raise ValueError(f"num_experts_per_tok={k} exceeds {key}={n}: each token goes through k different experts "
+                         f"(transformers' top-k fails on it)")
+    return dict(n_experts=n, experts_per_token=k, expert_hidden=width, router_norm="topk" if renormalized else "none",
+                shared_expert=shared, moe_layers=None if "d" not in layers else "".join(layers))
 
 
 def _windows(f: Fields, n_layer: int) -> tuple:
@@ -1012,7 +1097,8 @@ def built_dtype(shards: dict, arch: str) -> torch.dtype:
 # Each family's tensor names, relative to its decoder's prefix, for this model's parameters. A piece says which
 # rows of the checkpoint's tensor fill which rows of one parameter: LLaMA's q, k and v fill row ranges of the fused
 # c_attn, Phi-3's gate_up_proj fills two parameters, GPT-NeoX's per-head [q|k|v] rows are reordered into c_attn's
-# [all q | all k | all v]; GPT-2's Conv1D weights are stored transposed.
+# [all q | all k | all v]; GPT-2's Conv1D weights are stored transposed; transformers 5's fused experts fill each
+# expert's matrices from one slice (expert, rows) each.
 
 PREFIXES = {"GPT2LMHeadModel": ("transformer.",), "GPTNeoXForCausalLM": ("gpt_neox.",),
             "Gemma3ForConditionalGeneration": ("language_model.model.", "model.language_model.", "language_model.")}
@@ -1022,7 +1108,10 @@ NOT_READ = {"GPT2LMHeadModel": (r".*\.attn\.(masked_)?bias",),
             "Gemma3ForConditionalGeneration": (r"vision_tower\..*", r"multi_modal_projector\..*")}
 NAMES = {   # this model's module -> the family's, per layer (a norm's name depends on where it sits)
     "llama": {"attn.c_proj": "self_attn.o_proj", "attn.q_norm": "self_attn.q_norm", "attn.k_norm": "self_attn.k_norm",
-              "mlp.c_fc": "mlp.up_proj", "mlp.c_gate": "mlp.gate_proj", "mlp.c_proj": "mlp.down_proj"},
+              "mlp.c_fc": "mlp.up_proj", "mlp.c_gate": "mlp.gate_proj", "mlp.c_proj": "mlp.down_proj",
+              "mlp.shared_expert.c_fc": "mlp.shared_expert.up_proj", "mlp.shared_expert_gate": "mlp.shared_expert_gate",
+              "mlp.shared_expert.c_gate": "mlp.shared_expert.gate_proj",
+              "mlp.shared_expert.c_proj": "mlp.shared_expert.down_proj"},
     "pre": {"ln_1": "input_layernorm", "ln_2": "post_attention_layernorm"},
     "post": {"ln_1_out": "post_attention_layernorm", "ln_2_out": "post_feedforward_layernorm"},
     "sandwich": {"ln_1": "input_layernorm", "ln_1_out": "post_attention_layernorm",
@@ -1033,6 +1122,15 @@ NAMES = {   # this model's module -> the family's, per layer (a norm's name depe
 TOP_NAMES = {"llama": {"transformer.wte": "embed_tokens", "transformer.ln_f": "norm", "lm_head": "lm_head"},
              "neox": {"transformer.wte": "embed_in", "transformer.ln_f": "final_layer_norm", "lm_head": "embed_out"}}
 GPT2_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+# A mixture of experts' tensors, in two layouts. As published (and as transformers 5 writes them by default): one
+# tensor per expert, in the family's module and names, its router that module's gate.weight (n_experts, n_embd). As
+# transformers 5 holds them (save_pretrained(save_original_format=False)): every module mlp., each layer's experts
+# fused into experts.gate_up_proj (n_experts, 2 x width, n_embd), each expert's gate rows then its up rows, and
+# experts.down_proj (n_experts, n_embd, width), each expert's matrix as nn.Linear holds it (out, in).
+EXPERTS = {"MixtralForCausalLM": ("block_sparse_moe", {"c_gate": "w1", "c_fc": "w3", "c_proj": "w2"}),
+           "Qwen2MoeForCausalLM": ("mlp", {"c_gate": "gate_proj", "c_fc": "up_proj", "c_proj": "down_proj"}),
+           "OlmoeForCausalLM": ("mlp", {"c_gate": "gate_proj", "c_fc": "up_proj", "c_proj": "down_proj"})}
+FUSED = "experts.gate_up_proj"         # a tensor name ending so: the checkpoint holds transformers 5's fused experts
 
 
 def top_tensors(arch: str) -> tuple:
@@ -1043,9 +1141,10 @@ def top_tensors(arch: str) -> tuple:
     return f"{top['transformer.wte']}.weight", f"{top['lm_head']}.weight"
 
 
-def tensor_targets(model: GPT, arch: str) -> dict:
+def tensor_targets(model: GPT, arch: str, fused: bool = False) -> dict:
     """The family's tensor name (relative to its prefix) -> [(this model's parameter, its rows filled or None,
-    the checkpoint tensor's rows read or None, transpose)], for every parameter of `model`."""
+    the checkpoint tensor's rows read or None, transpose)], for every parameter of `model`. fused: a mixture of
+    experts' tensors in transformers 5's layout (EXPERTS), where each piece reads (expert, rows)."""
     cfg, targets = model.config, {}
     names = {**NAMES["llama"], **NAMES[cfg.norm_position]} if arch != "GPTNeoXForCausalLM" else NAMES["neox"]
     top = TOP_NAMES["neox" if arch == "GPTNeoXForCausalLM" else "llama"]
@@ -1069,6 +1168,19 @@ def tensor_targets(model: GPT, arch: str) -> dict:
             width = cfg.mlp_width
             rows = slice(0, width) if layer[2] == "mlp.c_gate" else slice(width, 2 * width)   # [gate | up]
             add(f"layers.{layer[1]}.mlp.gate_up_proj.{layer[3]}", name, None, rows, False)
+        elif layer[2] == "mlp.router":
+            add(f"layers.{layer[1]}.{'mlp' if fused else EXPERTS[arch][0]}.gate.{layer[3]}", name, None, None, False)
+        elif layer[2].startswith("mlp.experts."):
+            expert, part = layer[2].removeprefix("mlp.experts.").split(".")
+            module, parts = EXPERTS[arch]
+            width, e = cfg.expert_width, int(expert)
+            if not fused:
+                add(f"layers.{layer[1]}.{module}.experts.{e}.{parts[part]}.{layer[3]}", name, None, None, False)
+            elif part == "c_proj":
+                add(f"layers.{layer[1]}.mlp.experts.down_proj", name, None, (e, slice(None)), False)
+            else:
+                rows = slice(0, width) if part == "c_gate" else slice(width, 2 * width)        # [gate | up]
+                add(f"layers.{layer[1]}.mlp.{FUSED}", name, None, (e, rows), False)
         else:
             add(f"layers.{layer[1]}.{names[layer[2]]}.{layer[3]}", name, None, None, False)
     for pieces in targets.values():    # a fused tensor's pieces in the order of its rows
@@ -1096,9 +1208,11 @@ def relative_name(hf_name: str, arch: str) -> Optional[str]:
 # The config.json fields that decide whether a tensor exists, and its shape: a refusal of a tensor names them, as
 # config.json gives them (a null or an absent field stands for something: the refusal says which it was)
 SHAPE_FIELDS = ("vocab_size", "hidden_size", "n_embd", "num_attention_heads", "n_head", "num_key_value_heads",
-                "head_dim", "intermediate_size", "n_inner", "n_positions")
-BIAS_FIELDS = ("attention_bias", "mlp_bias")
+                "head_dim", "intermediate_size", "n_inner", "n_positions", "num_local_experts", "num_experts",
+                "moe_intermediate_size", "shared_expert_intermediate_size")
+BIAS_FIELDS = ("attention_bias", "mlp_bias", "qkv_bias")
 LAYER_FIELDS = ("num_hidden_layers", "n_layer")
+EXPERT_FIELDS = ("num_local_experts", "num_experts", "decoder_sparse_step", "mlp_only_layers")
 
 
 def fields_note(fields: Optional[dict], arch: str, keys) -> str:
@@ -1116,7 +1230,8 @@ def tensor_fields(name: str, head: str, n_layer: int) -> tuple:
     """The fields that decide whether the tensor `name` (relative to its prefix) is part of the model."""
     layer = re.match(r"(?:layers|h)\.(\d+)\.", name)
     return (("tie_word_embeddings",) if name == head else BIAS_FIELDS if name.endswith(".bias") else
-            LAYER_FIELDS if layer and int(layer[1]) >= n_layer else ())
+            LAYER_FIELDS if layer and int(layer[1]) >= n_layer else
+            EXPERT_FIELDS if re.search(r"\.(experts|gate|shared_expert|shared_expert_gate)\b", name) else ())
 
 
 def plan_weights(model: GPT, shards: dict, arch: str, where: str, fields: Optional[dict] = None) -> dict:
@@ -1124,7 +1239,8 @@ def plan_weights(model: GPT, shards: dict, arch: str, where: str, fields: Option
     `model` (meta) before a weight is read: a missing, unknown, misshapen or twice-stored one is an error naming it
     and the config.json `fields` behind it. A tied LM head stored apart is checked as the embedding's twin and left
     out: no parameter reads it (check_tied_head compares its values)."""
-    targets, params = tensor_targets(model, arch), dict(model.named_parameters())
+    fused = any(name.endswith(FUSED) for shard in shards.values() for name in shard.tensors)
+    targets, params = tensor_targets(model, arch, fused), dict(model.named_parameters())
     head = top_tensors(arch)[1]
     tied = model.config.tie_embeddings
     plan, seen = {}, set()
@@ -1159,9 +1275,13 @@ def plan_weights(model: GPT, shards: dict, arch: str, where: str, fields: Option
 
 def expected_shape(pieces: list, params: dict) -> tuple:
     """The shape a checkpoint tensor must have to fill its pieces: the one parameter's (transposed where stored
-    so), or the pieces' rows stacked."""
+    so), or the pieces' rows stacked, or (transformers 5's fused experts) one such stack per expert."""
     param, rows, read, transpose = pieces[0]
     dest = params[param] if rows is None else params[param][rows]
+    if isinstance(read, tuple):        # (expert, rows): each expert's pieces stack their rows
+        first = [p for p, _, (expert, _), _ in pieces if expert == read[0]]
+        return (len({expert for _, _, (expert, _), _ in pieces}), sum(params[p].shape[0] for p in first),
+                *dest.shape[1:])
     if len(pieces) == 1:
         return tuple(dest.shape[::-1] if transpose else dest.shape)
     # pieces of one fused tensor: each reads as many of its rows as it fills

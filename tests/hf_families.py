@@ -1,9 +1,12 @@
-"""Ground truth for six more Hugging Face families: tiny random checkpoints and naive float64 forwards.
+"""Ground truth for nine more Hugging Face families: tiny random checkpoints and naive float64 forwards.
 
 Pure torch + safetensors. Nothing here imports transformers, model.py, hf.py or common.py, so the forwards
-below are an implementation independent of both the loader and transformers. They were checked against
-transformers 5.24.0 and 4.57.6 (eager attention, float64) to ~1e-14 relative error; the checking script and its
-output live outside the repo (see the report that came with this file). Families and variants:
+below are an implementation independent of both the loader and transformers. The six dense families were checked
+against transformers 5.24.0 and 4.57.6 (eager attention, float64) to ~1e-14 relative error; the checking script
+and its output live outside the repo (see the report that came with this file). The three mixtures of experts
+(Mixtral, Qwen2-MoE, OLMoE) are written from transformers 4.57.6's and 5.24.0's modeling and configuration code, as
+read, token by token; tests/test_against_transformers.py compares them with transformers where it is installed.
+Families and variants:
 
     CASES[name] = dict(family=..., ids=[(B, T), ...], **variant defaults)
     spec, config, tensors = checkpoint(name, spelling="5.x" | "4.x", seed=0, **overrides)
@@ -22,7 +25,7 @@ Every `ids` shape listed in CASES has T larger than the case's sliding window, s
 longrope cases list one T <= original_max_position_embeddings (short factors) and one T above it (long factors).
 
 SPEC KEYS
-    family        "gpt_neox" | "olmo2" | "gemma" | "gemma2" | "gemma3" | "phi3"
+    family        "gpt_neox" | "olmo2" | "gemma" | "gemma2" | "gemma3" | "phi3" | "mixtral" | "qwen2_moe" | "olmoe"
     arch          architectures[0]; prefix: tensor-name prefix of the decoder ("gpt_neox.", "model.",
                   "language_model.model." for Gemma3ForConditionalGeneration); lm_head: its tensor name or None
                   when tied (tie=True: logits = final_hidden @ embed.T)
@@ -33,7 +36,7 @@ SPEC KEYS
                   | "sandwich" (Gemma2/3: x + n_post_attn(attn(n_in x)), then + n_post_ffn(mlp(n_pre_ffn h)))
     activation    "gelu" (exact erf) | "gelu_tanh" | "silu";  mlp: "plain" (NeoX, biased) | "gated" (act(gate)*up)
     qkv           "neox_fused" (per-head [q|k|v] rows) | "phi3_fused" ([all q | all k | all v] rows) | "separate"
-    attention_bias  biases on q/k/v/o (or query_key_value/dense)
+    attention_bias  biases on q/k/v/o (or query_key_value/dense); qkv_bias (Qwen2-MoE): biases on q/k/v alone
     qk_norm       None | "whole" (OLMo2: RMSNorm over the whole q (H*hd) / k (KV*hd) projection, before RoPE)
                   | "per_head_plus1" (Gemma3: x*(1+w) RMSNorm over each head's hd, before RoPE)
     attn_scale    the factor on q.k (hd**-0.5, or query_pre_attn_scalar**-0.5 for Gemma2/3)
@@ -46,7 +49,19 @@ SPEC KEYS
                   int(hd * partial_rotary_factor); inv_freq[i] = theta ** (-2i/dim) for i < ceil(dim/2); the
                   first 2*ceil(dim/2) dims of every head are rotated (rotate-half pairing i <-> i + n_freq), the
                   rest pass through. linear: inv_freq / factor. longrope: see _inv_freq.
+  a mixture of experts (absent in the dense families):
+    experts       E, the experts of an MoE layer; moe_layers: per layer, whether its MLP is the experts (else the
+                  dense gated MLP mlp.{gate,up,down}_proj of width ffn)
+    top_k         k: each token goes through its k experts of highest softmax(router x) probability
+    norm_topk     the k probabilities divided by their sum (Mixtral always; norm_topk_prob) or used as they are
+    shared_expert a gated MLP mlp.shared_expert.* of width shared_ffn that every token goes through, times
+                  sigmoid(mlp.shared_expert_gate x) (Qwen2-MoE)
+    expert_layout "per_expert": {moe_module}.gate.weight (E, d) and {moe_module}.experts.{e}.{gate,up,down}.weight
+                  under the family's names (expert_names); "fused" (transformers 5's own): mlp.gate.weight,
+                  mlp.experts.gate_up_proj (E, 2 expert_ffn, d), rows [gate | up], and mlp.experts.down_proj
+                  (E, d, expert_ffn)
 """
+import functools
 import json
 import math
 import os
@@ -91,6 +106,15 @@ CASES = {
     "phi3.5-longrope": dict(family="phi3", longrope=True, window=262144, ids=[(2, 12), (2, 20)]),
     "phi4-mini-longrope-partial": dict(family="phi3", longrope=True, d=64, kv=2, partial=0.75, tie=True,
                                        ids=[(2, 12), (2, 20)]),
+    # mixtures of experts, one tensor per expert as published, or fused as transformers 5 holds them
+    "mixtral": dict(family="mixtral", theta=1e6, ids=[(2, 12)]),
+    "mixtral-fused-window-tied": dict(family="mixtral", layout="fused", window=5, tie=True, E=3, ids=[(2, 12)]),
+    "qwen2-moe": dict(family="qwen2_moe", ids=[(2, 12)]),
+    "qwen2-moe-fused-dense-first-renormalized": dict(family="qwen2_moe", layout="fused", mlp_only=(0,), norm_topk=True,
+                                                     ids=[(2, 12)]),
+    "olmoe": dict(family="olmoe", ids=[(2, 12)]),
+    "olmoe-fused-bias-renormalized-top1": dict(family="olmoe", layout="fused", attention_bias=True, norm_topk=True,
+                                               k=1, ids=[(2, 12)]),
 }
 
 # ----------------------------------------------------------------------------- random tensors
@@ -210,17 +234,19 @@ def _rope_fields(cfg, spelling, theta, scaling, four_x_key="rope_type"):
         cfg.update(rope_parameters=rp, dtype="float32")
 
 
+def _norms_and_attention(g, p, d, H, kv, hd, plus1):
+    """A LLaMA-lineage layer's two norms and q/k/v/o projections, under the layer's prefix `p`."""
+    return {p + "input_layernorm.weight": _gain(g, d, plus1), p + "post_attention_layernorm.weight": _gain(g, d, plus1),
+            p + "self_attn.q_proj.weight": _rand(g, H * hd, d), p + "self_attn.k_proj.weight": _rand(g, kv * hd, d),
+            p + "self_attn.v_proj.weight": _rand(g, kv * hd, d), p + "self_attn.o_proj.weight": _rand(g, d, H * hd)}
+
+
 def _gemma_common_tensors(g, prefix, V, d, L, H, kv, hd, ffn, sandwich, qk_norm, attention_bias):
     t = {prefix + "embed_tokens.weight": _rand(g, V, d), prefix + "norm.weight": _gain(g, d, True)}
     for i in range(L):
         p = f"{prefix}layers.{i}."
-        t.update({p + "input_layernorm.weight": _gain(g, d, True),
-                  p + "post_attention_layernorm.weight": _gain(g, d, True),
-                  p + "self_attn.q_proj.weight": _rand(g, H * hd, d),
-                  p + "self_attn.k_proj.weight": _rand(g, kv * hd, d),
-                  p + "self_attn.v_proj.weight": _rand(g, kv * hd, d),
-                  p + "self_attn.o_proj.weight": _rand(g, d, H * hd),
-                  p + "mlp.gate_proj.weight": _rand(g, ffn, d), p + "mlp.up_proj.weight": _rand(g, ffn, d),
+        t.update(_norms_and_attention(g, p, d, H, kv, hd, True))
+        t.update({p + "mlp.gate_proj.weight": _rand(g, ffn, d), p + "mlp.up_proj.weight": _rand(g, ffn, d),
                   p + "mlp.down_proj.weight": _rand(g, d, ffn)})
         if sandwich:
             t.update({p + "pre_feedforward_layernorm.weight": _gain(g, d, True),
@@ -417,7 +443,101 @@ def _phi3(spelling, g, *, d=48, L=3, H=4, kv=4, ffn=96, V=100, P=64, theta=10000
     return spec, cfg, t
 
 
-BUILDERS = {"gpt_neox": _neox, "olmo2": _olmo2, "gemma": _gemma, "gemma2": _gemma2, "gemma3": _gemma3, "phi3": _phi3}
+def _moe(spelling, g, *, family, d=48, L=3, H=4, kv=2, ffn=40, expert_ffn=24, shared_ffn=32, E=4, k=2, V=100, P=64,
+         theta=10000.0, eps=1e-5, window=None, norm_topk=False, mlp_only=(), sparse_step=1, attention_bias=False,
+         tie=False, layout="per_expert"):
+    """Mixtral, Qwen2-MoE and OLMoE: a LLaMA-like pre-norm block whose MLP is a mixture of experts, as each family's
+    transformers class builds it (Mixtral: Mistral's attention, w1/w3/w2 experts, the k weights renormalized, its
+    experts as wide as intermediate_size; Qwen2-MoE: q/k/v biases, moe_intermediate_size experts, a shared expert,
+    dense layers by decoder_sparse_step and mlp_only_layers; OLMoE: q/k RMSNorm over all heads, biases where
+    attention_bias says)."""
+    hd = d // H
+    arch = {"mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM", "olmoe": "OlmoeForCausalLM"}[family]
+    module, names = ("block_sparse_moe", ("w1", "w3", "w2")) if family == "mixtral" else \
+        ("mlp", ("gate_proj", "up_proj", "down_proj"))
+    if family != "qwen2_moe":           # Mixtral's and OLMoE's experts are intermediate_size wide
+        expert_ffn = ffn
+    if family == "mixtral":
+        norm_topk = True
+    moe_layers = [(i + 1) % sparse_step == 0 and i not in mlp_only for i in range(L)]
+    spec = dict(family=family, arch=arch, prefix="model.", lm_head=None if tie else "lm_head.weight", tie=tie, V=V,
+                d=d, L=L, H=H, KV=kv, hd=hd, ffn=ffn, P=P, norm="rmsnorm", norm_eps=eps, block="sequential",
+                activation="silu", mlp="gated", qkv="separate", attention_bias=attention_bias,
+                qkv_bias=family == "qwen2_moe", qk_norm="whole" if family == "olmoe" else None, attn_scale=hd ** -0.5,
+                attn_softcap=None, final_softcap=None, embed_scale=None, windows=[window] * L,
+                ropes=[dict(type="default", theta=theta, dim=hd)] * L, experts=E, top_k=k, norm_topk=norm_topk,
+                expert_ffn=expert_ffn, shared_expert=family == "qwen2_moe", shared_ffn=shared_ffn,
+                moe_layers=moe_layers, expert_layout=layout, moe_module=module, expert_names=names)
+    t = {"model.embed_tokens.weight": _rand(g, V, d), "model.norm.weight": _gain(g, d, False)}
+    for i in range(L):
+        p = f"model.layers.{i}."
+        t.update(_norms_and_attention(g, p, d, H, kv, hd, False))
+        if family == "olmoe":
+            t.update({p + "self_attn.q_norm.weight": _gain(g, H * hd, False),
+                      p + "self_attn.k_norm.weight": _gain(g, kv * hd, False)})
+        if attention_bias or family == "qwen2_moe":
+            t.update({p + "self_attn.q_proj.bias": _rand(g, H * hd), p + "self_attn.k_proj.bias": _rand(g, kv * hd),
+                      p + "self_attn.v_proj.bias": _rand(g, kv * hd)})
+        if attention_bias:
+            t[p + "self_attn.o_proj.bias"] = _rand(g, d)
+        if not moe_layers[i]:
+            t.update({p + "mlp.gate_proj.weight": _rand(g, ffn, d), p + "mlp.up_proj.weight": _rand(g, ffn, d),
+                      p + "mlp.down_proj.weight": _rand(g, d, ffn)})
+            continue
+        t[f"{p}{module}.gate.weight"] = _rand(g, E, d)
+        for e in range(E):
+            gate, up, down = (f"{p}{module}.experts.{e}.{n}.weight" for n in names)
+            t.update({gate: _rand(g, expert_ffn, d), up: _rand(g, expert_ffn, d), down: _rand(g, d, expert_ffn)})
+        if family == "qwen2_moe":
+            t.update({p + "mlp.shared_expert.gate_proj.weight": _rand(g, shared_ffn, d),
+                      p + "mlp.shared_expert.up_proj.weight": _rand(g, shared_ffn, d),
+                      p + "mlp.shared_expert.down_proj.weight": _rand(g, d, shared_ffn),
+                      p + "mlp.shared_expert_gate.weight": _rand(g, 1, d)})
+    if not tie:
+        t["lm_head.weight"] = _rand(g, V, d)
+    if layout == "fused":
+        t = fused_experts(spec, t)
+    cfg = dict(architectures=[arch], model_type=family, vocab_size=V, hidden_size=d, intermediate_size=ffn,
+               num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=kv, hidden_act="silu",
+               max_position_embeddings=P, rms_norm_eps=eps, tie_word_embeddings=tie, num_experts_per_tok=k,
+               output_router_logits=False, router_aux_loss_coef=0.02, attention_dropout=0.0, initializer_range=0.02,
+               use_cache=True, bos_token_id=1, eos_token_id=2)
+    if family == "mixtral":     # as 4.57 and 5.x write it: head_dim null (derived), no window unless one is set
+        cfg.update(num_local_experts=E, sliding_window=window, head_dim=None, router_jitter_noise=0.0)
+    elif family == "qwen2_moe":
+        cfg.update(num_experts=E, norm_topk_prob=norm_topk, moe_intermediate_size=expert_ffn,
+                   shared_expert_intermediate_size=shared_ffn, decoder_sparse_step=sparse_step,
+                   mlp_only_layers=list(mlp_only), qkv_bias=True, use_sliding_window=False, max_window_layers=L)
+        if spelling == "4.x":     # 4.57 stores no window where use_sliding_window is false ...
+            cfg["sliding_window"] = None
+        else:                     # ... 5.x a window of 0, and every layer's type
+            cfg.update(sliding_window=0, layer_types=["full_attention"] * L)
+    else:
+        cfg.update(num_experts=E, norm_topk_prob=norm_topk, attention_bias=attention_bias, clip_qkv=None,
+                   pad_token_id=1)
+    _rope_fields(cfg, spelling, theta, None)
+    return spec, cfg, t
+
+
+def fused_experts(spec: dict, tensors: dict) -> dict:
+    """`tensors` (one tensor per expert) in the layout transformers 5 holds them: each layer's experts stacked, an
+    expert's gate and up matrices concatenated (its MergeModulelist(dim=0), then Concatenate(dim=1)), under mlp."""
+    t = dict(tensors)
+    module, (gate, up, down) = spec["moe_module"], spec["expert_names"]
+    for i in range(spec["L"]):
+        p = f"model.layers.{i}."
+        if not spec["moe_layers"][i]:
+            continue
+        take = lambda name: torch.stack([t.pop(f"{p}{module}.experts.{e}.{name}.weight")
+                                         for e in range(spec["experts"])])
+        t[p + "mlp.gate.weight"] = t.pop(f"{p}{module}.gate.weight")
+        t[p + "mlp.experts.gate_up_proj"] = torch.cat([take(gate), take(up)], dim=1)
+        t[p + "mlp.experts.down_proj"] = take(down)
+    return t
+
+
+BUILDERS = {"gpt_neox": _neox, "olmo2": _olmo2, "gemma": _gemma, "gemma2": _gemma2, "gemma3": _gemma3, "phi3": _phi3,
+            **{family: functools.partial(_moe, family=family) for family in ("mixtral", "qwen2_moe", "olmoe")}}
 
 
 def checkpoint(name: str, spelling: str = "5.x", seed: int = 0, **variant):
@@ -536,7 +656,8 @@ def naive_forward(spec: dict, tensors: dict, ids: torch.Tensor):
         return w[pre + name]
 
     def bias(name):
-        return w.get(pre + name) if s["attention_bias"] else None
+        qkv = s.get("qkv_bias") and not name.endswith("o_proj.bias")
+        return w.get(pre + name) if s["attention_bias"] or qkv else None
 
     def lin(x, weight, b=None):
         y = x @ weight.T
@@ -591,8 +712,43 @@ def naive_forward(spec: dict, tensors: dict, ids: torch.Tensor):
             return lin(out, W(p + "attention.dense.weight"), bias(p + "attention.dense.bias"))
         return lin(out, W(p + "self_attn.o_proj.weight"), bias(p + "self_attn.o_proj.bias"))
 
+    def experts(x, i):
+        """Each token on its own: softmax of the router's logits, its k most probable experts, their outputs
+        weighted by those probabilities (divided by their sum where norm_topk), and the gated shared expert."""
+        p, E, F = f"layers.{i}.", s["experts"], s["expert_ffn"]
+        gate_name, up_name, down_name = s["expert_names"]
+        module = s["moe_module"] if s["expert_layout"] == "per_expert" else "mlp"
+
+        def expert(e, v):
+            if s["expert_layout"] == "per_expert":
+                gate = W(f"{p}{module}.experts.{e}.{gate_name}.weight") @ v
+                up = W(f"{p}{module}.experts.{e}.{up_name}.weight") @ v
+                down = W(f"{p}{module}.experts.{e}.{down_name}.weight")
+            else:                                       # transformers 5: linear(v, gate_up_proj[e]).chunk(2)
+                gate, up = (W(p + "mlp.experts.gate_up_proj")[e] @ v).split(F)
+                down = W(p + "mlp.experts.down_proj")[e]
+            return down @ (_act("silu", gate) * up)
+
+        out = torch.zeros_like(x)
+        for b in range(x.shape[0]):
+            for pos in range(x.shape[1]):
+                v = x[b, pos]
+                probs = torch.softmax(W(f"{p}{module}.gate.weight") @ v, -1)
+                chosen = sorted(range(E), key=lambda e: -probs[e].item())[:s["top_k"]]
+                weights = probs[chosen] / (probs[chosen].sum() if s["norm_topk"] else 1.0)
+                y = sum(weight * expert(e, v) for weight, e in zip(weights, chosen))
+                if s["shared_expert"]:
+                    shared = W(p + "mlp.shared_expert.down_proj.weight") @ (
+                        _act("silu", W(p + "mlp.shared_expert.gate_proj.weight") @ v)
+                        * (W(p + "mlp.shared_expert.up_proj.weight") @ v))
+                    y = y + torch.sigmoid(W(p + "mlp.shared_expert_gate.weight") @ v) * shared
+                out[b, pos] = y
+        return out
+
     def mlp(x, i):
         p = f"layers.{i}.mlp."
+        if s.get("experts") and s["moe_layers"][i]:
+            return experts(x, i)
         if s["mlp"] == "plain":
             hmid = _act(s["activation"], lin(x, W(p + "dense_h_to_4h.weight"), W(p + "dense_h_to_4h.bias")))
             return lin(hmid, W(p + "dense_4h_to_h.weight"), W(p + "dense_4h_to_h.bias"))

@@ -302,26 +302,52 @@ def test_a_truncated_shard_is_refused(tmp_path):
         hf.load(str(tmp_path))
 
 
-def test_a_model_is_read_once_config_and_every_shard_opened_once(tmp_path, monkeypatch):
+# the model each read-once check loads, and two of its tensors as stored: (their names, the parameters they fill)
+READ_ONCE = {
+    "llama": (("model.embed_tokens.weight", None, "transformer.wte.weight"),
+              ("model.layers.1.mlp.down_proj.weight", None, "transformer.h.1.mlp.c_proj.weight")),
+    "mixtral": (("model.layers.1.block_sparse_moe.experts.2.w3.weight", None,
+                 "transformer.h.1.mlp.experts.2.c_fc.weight"),
+                ("model.layers.0.block_sparse_moe.gate.weight", None, "transformer.h.0.mlp.router.weight")),
+    "qwen2-moe-fused-dense-first-renormalized": (   # transformers 5's layout: an expert is a slice of one tensor
+        ("model.layers.1.mlp.experts.gate_up_proj", (2, slice(24, 48)), "transformer.h.1.mlp.experts.2.c_fc.weight"),
+        ("model.layers.2.mlp.experts.down_proj", (3, slice(None)), "transformer.h.2.mlp.experts.3.c_proj.weight")),
+}
+
+
+@pytest.mark.parametrize("case", list(READ_ONCE))
+def test_a_model_is_read_once_config_and_every_shard_opened_once(tmp_path, monkeypatch, case):
     """hf.read then hf.load, the way every script reads a model: config.json opened once, each shard once (its
-    header read by hf.read, its weights by hf.load on the same open file), the shard index once; the model equals
-    one loaded by the safetensors library (an independent reader)."""
+    header read by hf.read, its weights by hf.load on the same open file), the shard index once, and every byte of
+    every shard's data read once, a mixture of experts' fused tensors too (one read each, not one per expert); the
+    model equals one loaded by the safetensors library (an independent reader)."""
     import builtins
     from safetensors.torch import load_file
-    spec, cfg, t = llama_family("LlamaForCausalLM")
+    if case == "llama":
+        spec, cfg, t = llama_family("LlamaForCausalLM")
+    else:
+        spec, cfg, t = hf_families.checkpoint(case)
     write_hf(tmp_path, cfg, t, shards=3)
-    opened = []
-    real_open = builtins.open
+    opened, reads = [], []
+    real_open, real_read_bytes = builtins.open, hf.read_bytes
     monkeypatch.setattr(builtins, "open", lambda file, *a, **k: opened.append(os.fspath(file)) or real_open(file, *a,
                                                                                                            **k))
+    monkeypatch.setattr(hf, "read_bytes", lambda shard, begin, count, dtype: reads.append(
+        (shard.file, begin, count)) or real_read_bytes(shard, begin, count, dtype))
     model = hf.load(hf.read(str(tmp_path)))
     monkeypatch.undo()
     counts = {os.path.basename(f): opened.count(f) for f in set(opened) if f.startswith(str(tmp_path))}
     shards = sorted(f.name for f in tmp_path.glob("*.safetensors"))
     assert counts == {"config.json": 1, "model.safetensors.index.json": 1, **{f: 1 for f in shards}}, counts
+    for f in shards:      # the reads of a shard tile its data: each byte once, after the header
+        ranges = sorted((begin, count) for file, begin, count in reads if os.path.basename(file) == f)
+        header = 8 + int.from_bytes((tmp_path / f).read_bytes()[:8], "little")
+        assert all(begin == sum(c for _, c in ranges[:i]) for i, (begin, _) in enumerate(ranges)), (f, ranges)
+        assert sum(count for _, count in ranges) == os.path.getsize(tmp_path / f) - header, f
     stored = {k: v for f in shards for k, v in load_file(str(tmp_path / f)).items()}
-    assert torch.equal(model.transformer.wte.weight, stored["model.embed_tokens.weight"])
-    assert torch.equal(model.transformer.h[1].mlp.c_proj.weight, stored["model.layers.1.mlp.down_proj.weight"])
+    params = dict(model.named_parameters())
+    for name, rows, param in READ_ONCE[case]:
+        assert torch.equal(params[param], stored[name] if rows is None else stored[name][rows]), (name, param)
 
 
 def test_the_digests_of_a_load_are_each_files_sha256_unread_tensors_included(tmp_path):
@@ -566,6 +592,56 @@ def test_family_fields_that_cannot_be_honoured_are_refused(tmp_path, case, chang
         hf.read_config(str(tmp_path))
 
 
+def without(*names):
+    """A tensor change: the tensors `names` removed."""
+    return lambda t: [t.pop(name) for name in names]
+
+
+def resized(name, *shape):
+    """A tensor change: the tensor `name` cut to `shape` (its leading slices)."""
+    return lambda t: t.update({name: t[name][tuple(slice(n) for n in shape)].clone()})
+
+
+@pytest.mark.parametrize("case,cfg_change,tensor_change,match", [
+    # more experts per token than experts: transformers' top-k fails on it
+    ("olmoe", dict(num_experts_per_tok=5), None, r"num_experts_per_tok=5 exceeds num_experts=4"),
+    ("mixtral", dict(num_experts_per_tok=9), None, r"num_experts_per_tok=9 exceeds num_local_experts=4"),
+    # a router field the family's class does not read, at a value that says another model
+    ("mixtral", dict(norm_topk_prob=False), None, r"norm_topk_prob=false, which transformers' MixtralForCausalLM "
+                                                   r"does not read"),
+    ("olmoe", dict(shared_expert_intermediate_size=16), None,
+     r"shared_expert_intermediate_size=16, which transformers' OlmoeForCausalLM does not read"),
+    ("qwen2-moe", dict(num_local_experts=8), None, r"num_local_experts=8, which transformers' Qwen2MoeForCausalLM"),
+    # an expert's weight missing, in either layout: the tensor and the fields that make it part of the model
+    ("mixtral", None, without("model.layers.1.block_sparse_moe.experts.3.w2.weight"),
+     r"layers\.1\.block_sparse_moe\.experts\.3\.w2\.weight .* missing .*num_local_experts=4"),
+    ("qwen2-moe", None, without("model.layers.2.mlp.experts.0.up_proj.weight"),
+     r"layers\.2\.mlp\.experts\.0\.up_proj\.weight .* missing .*num_experts=4, decoder_sparse_step=1, "
+     r"mlp_only_layers=\[\]"),
+    ("qwen2-moe-fused-dense-first-renormalized", None, without("model.layers.2.mlp.experts.down_proj"),
+     r"layers\.2\.mlp\.experts\.down_proj .* missing .*mlp_only_layers=\[0\]"),
+    # a fused tensor of the wrong shape: an expert short, or the gate rows without the up rows
+    ("qwen2-moe-fused-dense-first-renormalized", None, resized("model.layers.1.mlp.experts.gate_up_proj", 3, 48, 48),
+     r"'model\.layers\.1\.mlp\.experts\.gate_up_proj' has shape \[3, 48, 48\], config\.json implies "
+     r"\[4, 48, 48\] .*num_experts=4, moe_intermediate_size=24"),
+    ("mixtral-fused-window-tied", None, resized("model.layers.0.mlp.experts.gate_up_proj", 3, 40, 48),
+     r"'model\.layers\.0\.mlp\.experts\.gate_up_proj' has shape \[3, 40, 48\], config\.json implies "
+     r"\[3, 80, 48\] .*intermediate_size=40.*num_local_experts=3"),
+    ("olmoe-fused-bias-renormalized-top1", None, resized("model.layers.0.mlp.experts.down_proj", 4, 48, 20),
+     r"'model\.layers\.0\.mlp\.experts\.down_proj' has shape \[4, 48, 20\], config\.json implies \[4, 48, 40\]"),
+])
+def test_a_mixture_of_experts_that_cannot_be_loaded_is_refused_in_one_line_before_any_weight_is_read(
+        tmp_path, monkeypatch, case, cfg_change, tensor_change, match):
+    spec, cfg, t = hf_families.checkpoint(case)
+    if tensor_change:
+        tensor_change(t)
+    hf_families.write_checkpoint(tmp_path, dict(cfg, **(cfg_change or {})), t)
+    monkeypatch.setattr(hf, "read_bytes", lambda *a: pytest.fail("a weight was read before the refusal"))
+    with pytest.raises(ValueError, match=match) as refusal:
+        hf.load(str(tmp_path))
+    assert "\n" not in str(refusal.value)
+
+
 def test_gemma_rounds_its_embedding_scale_to_the_model_dtype(tmp_path):
     """Gemma multiplies its embeddings by sqrt(width) rounded to the model's dtype (width 48: 6.928... is 6.9375
     in bf16): the residual stream's input is the table row times exactly that number, in bf16 as in fp32."""
@@ -662,6 +738,9 @@ CLASS_FAMILIES = {   # name: the tiny checkpoint (conftest's llama_family, GPT-2
     "gemma3-multimodal": ("hf_families", "gemma3-conditional-generation"),
     "phi3": ("hf_families", "phi3-mini-4k-like"),
     "phi4-longrope": ("hf_families", "phi4-mini-longrope-partial"),
+    "mixtral": ("hf_families", "mixtral"),
+    "qwen2-moe": ("hf_families", "qwen2-moe"),
+    "olmoe": ("hf_families", "olmoe"),
 }
 
 
@@ -778,6 +857,13 @@ READS = {   # the fields each family's class reads, beyond those of its tiny con
                                      "attn_logit_softcapping", "rope_local_base_freq"],
     "phi3": LLAMA_LINEAGE_READS + ["sliding_window", "original_max_position_embeddings"],
 }
+MOE_READS = ["num_experts_per_tok", "norm_topk_prob"]      # and each family's count of experts
+READS.update({
+    "mixtral": LLAMA_LINEAGE_READS + ["sliding_window", "num_local_experts", "num_experts_per_tok"],
+    "qwen2-moe": READS["qwen2"] + MOE_READS + ["qkv_bias", "num_experts", "moe_intermediate_size",
+                                               "shared_expert_intermediate_size", "decoder_sparse_step",
+                                               "mlp_only_layers"],
+    "olmoe": LLAMA_LINEAGE_READS + MOE_READS + ["attention_bias", "clip_qkv", "num_experts"]})
 READS["phi4-longrope"] = READS["phi3"]
 READS["gemma3-multimodal"] = ["tie_word_embeddings"] + [f"text_config.{key}" for key in READS["gemma3"]]
 
@@ -883,6 +969,16 @@ NULLS = {   # family: {dotted path: what a null there builds (a change of the na
     "phi3": dict(PHI3_NULLS, num_key_value_heads=SAME, original_max_position_embeddings=SAME,   # heads: 4; no
                  tie_word_embeddings=SAME),                                                     # LongRoPE; untied
     "phi4-longrope": PHI3_NULLS,
+    # mixtures of experts (nulls checked against 4.57.6 and 5.24.0): a null count, k, width or sparse step fails in
+    # both; a null norm_topk_prob is false (4.x's `if`), a null mlp_only_layers no layer, a null clip_qkv no clamp;
+    # the router's training fields change no eval forward
+    "mixtral": dict(head_dim=SAME, sliding_window=SAME, tie_word_embeddings=SAME, output_router_logits=SAME,
+                    router_aux_loss_coef=SAME, router_jitter_noise=SAME, **family_rope_nulls(1e6)),
+    "qwen2-moe": dict(use_sliding_window=SAME, sliding_window=SAME, max_window_layers=SAME, layer_types=SAME,
+                      tie_word_embeddings=SAME, norm_topk_prob=SAME, mlp_only_layers=SAME, output_router_logits=SAME,
+                      router_aux_loss_coef=SAME, **family_rope_nulls(10000.0)),
+    "olmoe": dict(head_dim=SAME, attention_bias=SAME, clip_qkv=SAME, tie_word_embeddings=SAME, norm_topk_prob=SAME,
+                  output_router_logits=SAME, router_aux_loss_coef=SAME, **family_rope_nulls(10000.0)),
 }
 
 
@@ -956,6 +1052,13 @@ UNREAD = {   # family: fields its transformers class never reads (4.57 and 5.x),
     "phi3": [("layer_types", ("full_attention",)), ("attention_bias", True), ("mlp_bias", True),
              ("use_sliding_window", False), ("final_logit_softcapping", 3.0)],
     "phi4-longrope": [("layer_types", ALTERNATING), ("rope_local_base_freq", 2e4)],
+    # a router field of another family: Mixtral always renormalizes, has no shared expert, no dense layers, no
+    # q/k/v biases; Qwen2-MoE no clamp; OLMoE no shared expert, experts intermediate_size wide, no window
+    "mixtral": [("norm_topk_prob", False), ("moe_intermediate_size", 16), ("shared_expert_intermediate_size", 16),
+                ("decoder_sparse_step", 2), ("mlp_only_layers", [0]), ("qkv_bias", True), ("clip_qkv", 1.0)],
+    "qwen2-moe": [("num_local_experts", 3), ("attention_bias", True), ("clip_qkv", 1.0)],
+    "olmoe": [("shared_expert_intermediate_size", 16), ("moe_intermediate_size", 16), ("decoder_sparse_step", 2),
+              ("mlp_only_layers", [0]), ("qkv_bias", True), ("sliding_window", 4)],
 }
 AGREEING = {   # unread fields at the value that says what the class builds anyway: must load, the unedited model
     "llama": [("layer_types", ("full_attention",)), ("use_sliding_window", False), ("sliding_window", None)],
@@ -964,6 +1067,9 @@ AGREEING = {   # unread fields at the value that says what the class builds anyw
     "pythia": [("rope_theta", 10000.0), ("partial_rotary_factor", 0.25)],   # 4.x's echoes, agreeing
     "gemma2": [("sliding_window_pattern", 2), ("use_sliding_window", True)],
     "phi3": [("layer_types", ("sliding_attention",))],
+    "mixtral": [("norm_topk_prob", True), ("num_experts", 4), ("mlp_only_layers", [])],   # 4 experts, renormalized
+    "qwen2-moe": [("num_local_experts", 4)],
+    "olmoe": [("num_local_experts", 4), ("moe_intermediate_size", 40)],   # its experts are intermediate_size wide
 }
 NO_ONE_MODEL = {   # (spelling, field, value) that transformers 4.x and 5.x (or AutoModel and the class) read as two
                    # models, or both fail on: refused by name
@@ -974,6 +1080,8 @@ NO_ONE_MODEL = {   # (spelling, field, value) that transformers 4.x and 5.x (or 
     "pythia": [("5.x", "rotary_pct", 0.5)],                      # 4.x: this; 5.x: rope_parameters' 0.25
     "gemma3": [("5.x", "rope_local_base_freq", 2e4)],            # 4.x: this; 5.x: rope_parameters' own
     "phi3": [("5.x", "partial_rotary_factor", 0.5)],             # 4.x: this; 5.x: rope_parameters' 1.0
+    "mixtral": [("5.x", "num_experts", 3)],                      # 5.x: num_local_experts' alias; 4.x: unread
+    "olmoe": [("5.x", "num_local_experts", 3)],                  # 5.x: num_experts' alias; 4.x: unread
 }
 
 
@@ -1065,7 +1173,7 @@ def test_a_model_type_of_another_family_is_refused(tmp_path, name):
     cfg = {k: v for k, v in ck.cfg.items() if k != "model_type"}
     assert hf.config_from_json(cfg) == hf.config_from_json(ck.cfg)
     for other in ("llama", "mistral", "ministral", "qwen2", "qwen3", "olmo2", "gemma", "gemma2", "gemma3",
-                  "gemma3_text", "phi3", "gpt2", "gpt_neox", None):
+                  "gemma3_text", "phi3", "gpt2", "gpt_neox", "mixtral", "qwen2_moe", "olmoe", None):
         if other != ck.cfg["model_type"]:
             with pytest.raises(ValueError, match="model_type"):
                 hf.config_from_json(dict(cfg, model_type=other))
@@ -1080,7 +1188,8 @@ def test_a_model_type_of_another_family_is_refused(tmp_path, name):
 # ----- the table of transformers' two spellings
 
 SPELLING_ROWS = {   # a row of hf.SPELLINGS: the families above that read it
-    "LLaMA lineage": ["llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma", "gemma2"],
+    "LLaMA lineage": ["llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma", "gemma2", "qwen2-moe", "olmoe"],
+    "MixtralForCausalLM": ["mixtral"],
     "Phi3ForCausalLM": ["phi3", "phi4-longrope"], "GPTNeoXForCausalLM": ["pythia"], "Gemma3ForCausalLM": ["gemma3"],
     "Gemma3ForConditionalGeneration": ["gemma3-multimodal"]}
 
