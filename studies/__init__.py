@@ -14,6 +14,7 @@ top what it measures, which numbers it makes, its full command and its time. Run
     python -m studies.aligned_floor       # the aligned verdict's floor and calibration
     python -m studies.derivatives --base DIR   # SeedPrint on a real model's derivatives
     python -m studies.pruned              # children pruned in width (the matched verdict) or depth, and strangers
+    python -m studies.upcycling           # mixtures of experts upcycled from a dense model, and strangers
     python -m studies.registry            # one suspect against a registry of fingerprint files
     python -m studies.reparametrized      # attention and norms reparametrized, the function kept: both verdicts
     python -m studies.distilled           # a student distilled from a teacher but initialized apart

@@ -381,8 +381,10 @@ def fold_norms(model: GPT, final: bool = True) -> GPT:
 
 def logit_change(a: GPT, b: GPT, vocab: int, seed: int = 0) -> float:
     """How far b's function is from a's, for an edit meant to keep it: max |logits_b - logits_a| / max |logits_a| on
-    4 random sequences, at every position (not the last alone), over the first `vocab` tokens."""
-    x = torch.randint(0, vocab, (4, 32), generator=torch.Generator().manual_seed(seed))
+    4 random sequences of 32 tokens (fewer where the context is shorter), at every position (not the last alone),
+    over the first `vocab` tokens."""
+    T = min(32, a.config.block_size, b.config.block_size)
+    x = torch.randint(0, vocab, (4, T), generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():           # with targets (any), the model returns the logits of every position
         la, lb = a(x, x)[0][..., :vocab].double(), b(x, x)[0][..., :vocab].double()
     return float((lb - la).abs().max() / la.abs().max())

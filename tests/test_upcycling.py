@@ -2,6 +2,7 @@
 MLP, the router init.py's draw, the rest copied; the function kept where the k routing weights sum to 1, and scaled
 by their sum where they do not (checked against a dense model scaled by hand and against the router's probabilities
 computed here); bad input refused in one line."""
+import json
 import re
 
 import pytest
@@ -11,6 +12,7 @@ import torch.nn.functional as F
 from init import build
 from model import LLAMA_KNOBS, get_config
 from studies.edits import upcycle
+from test_studies_lineage import corpora        # the two small text files the lineage studies train on
 
 CONFIGS = [dict(n_layer=2, **LLAMA_KNOBS),                                  # SwiGLU, RMSNorm, no biases
            dict(n_layer=2, bias=True, mlp_bias=True)]                       # GPT-2's GELU MLP, with biases
@@ -117,3 +119,47 @@ def test_bad_input_is_refused_in_one_line(make, call, message):
         upcycle(make(), **call)
     assert "\n" not in str(e.value)
 
+
+# ----------------------------------------------------------------------------- the study, at a tiny size
+
+def test_the_upcycling_study_traces_each_child_to_its_parent_and_no_further(corpora, tmp_path):
+    """studies.upcycling on tiny byte-level models, through the command a user types: each child is a MoE
+    continued from its dense parent upcycled (its run starts from a file that computes the parent's logits), both
+    verdicts call it related to its parent and to its fine-tune and unrelated to the other seed's parent and to the
+    MoE from scratch, and the table counts the pairs as the rows say."""
+    import hf
+    from model import read_checkpoint
+    from studies import upcycling
+    from studies.edits import logit_change
+    out = tmp_path / "out"
+    upcycling.main(["--tokenizer", "bytes", "--n_embd", "32", "--n_layer", "2", "--block_size", "16", "--seq_len",
+                    "16", "--max_steps", "30", "--child_steps", "10", "--finetune_steps", "5", "--ckpt_every", "30",
+                    "--batch_size", "8", "--sequences", "200", "--k", "8", "--seeds", "0", "1", "--scratch", "100",
+                    "--device", "cpu", "--corpus", str(corpora / "a.txt"), "--corpus2", str(corpora / "b.txt"),
+                    "--out", str(out)])
+    res = json.loads((out / "results.json").read_text())["upcycling"]
+    assert [r["kind"] for r in res["pairs"]].count("child vs a MoE from scratch") == 2
+    for r in res["pairs"]:
+        assert r["exact"] == r["related"] and r["aligned"] == r["related"], r
+    for r in res["table"]:
+        rs = [p for p in res["pairs"] if p["kind"] == r["kind"]]
+        assert r["exact"] == f"{sum(p['exact'] for p in rs)}/{len(rs)}" and r["pairs"] == len(rs)
+    for s in (0, 1):
+        parent = hf.load(str(out / "runs" / f"seed{s}" / "ckpt_0000030.pt"))
+        child_run = next((out / "runs").glob(f"child_seed{s}_*"))
+        start = read_checkpoint(str(child_run / "ckpt_0000000.pt"))
+        assert parent.config.n_experts is None and start["config"]["n_experts"] == 4
+        assert logit_change(parent, hf.load(str(child_run / "ckpt_0000000.pt")), 256) < 1e-5
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--shared_expert", "16"], "--shared_expert would give them another shape"),
+    (["--experts_per_token", "5"], "experts_per_token=5 exceeds n_experts=4"),
+    (["--seeds", "0"], "two or more are needed"),
+    (["--scratch", "0", "5"], "must differ from --seeds"),
+])
+def test_the_upcycling_study_refuses_bad_flags_in_one_line(flags, message, tmp_path):
+    from conftest import cli_error
+    from studies import upcycling
+    line = cli_error(upcycling.main, "studies.upcycling", [*flags, "--out", str(tmp_path / "out")])
+    assert message in line and not (tmp_path / "out").exists()
