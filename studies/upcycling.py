@@ -125,7 +125,9 @@ def plot(path: str, rows: list) -> None:
 def main(argv=None):
     p = ArgumentParser(prog="studies.upcycling", description="SeedPrint on mixtures of experts upcycled from a dense "
                        "model: against their parent and their own fine-tune (related), dense models of other inits "
-                       "and MoEs from scratch (unrelated), both verdicts.")
+                       "and MoEs from scratch (unrelated), both verdicts. The knob flags --n_experts (default 4), --experts_per_token (2) "
+                       "and --router_norm make the children's mixture of experts; the rest of the architecture is the "
+                       "parents'.")
     p.add_argument("--seeds", type=seed_int, nargs="+", action=Distinct, default=[0, 1, 2],
                    help="the parents' init seeds (one child and one fine-tune each)")
     p.add_argument("--scratch", type=seed_int, nargs="+", action=Distinct, default=[100, 101, 102],
