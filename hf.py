@@ -27,6 +27,7 @@ within float32 rounding, without transformers:
     Qwen2MoeForCausalLM (Qwen1.5-MoE) + q/k/v biases, the k weights as the softmax gives them (or renormalized:
                                     norm_topk_prob), a sigmoid-gated shared expert, dense layers among the MoE ones
     OlmoeForCausalLM                OLMo's q/k RMSNorm over all heads, pre-norm, experts as Qwen2-MoE's, none shared
+    Qwen3MoeForCausalLM             Qwen3's block, experts as Qwen2-MoE's, none shared; a window on every layer
     (the experts in either layout: one tensor per expert, as published, or transformers 5's fused experts.gate_up_proj
     and experts.down_proj)
 
@@ -81,7 +82,8 @@ MODEL_TYPES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qw
                "Qwen3ForCausalLM": "qwen3", "Olmo2ForCausalLM": "olmo2", "GemmaForCausalLM": "gemma",
                "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text", "Phi3ForCausalLM": "phi3",
                "GPT2LMHeadModel": "gpt2", "GPTNeoXForCausalLM": "gpt_neox", "Gemma3ForConditionalGeneration": "gemma3",
-               "MixtralForCausalLM": "mixtral", "Qwen2MoeForCausalLM": "qwen2_moe", "OlmoeForCausalLM": "olmoe"}
+               "MixtralForCausalLM": "mixtral", "Qwen2MoeForCausalLM": "qwen2_moe", "OlmoeForCausalLM": "olmoe",
+               "Qwen3MoeForCausalLM": "qwen3_moe"}
 FAMILIES = tuple(MODEL_TYPES)
 CHECKPOINT = "train.py checkpoint"      # a Stored's arch where the model is one of this project's checkpoint files
 
@@ -490,6 +492,14 @@ FIELDS = {
                                        clip_qkv=Field(NUM, None, null=None),           # null: no clamp
                                        num_experts=Field(INT, 64), num_experts_per_tok=Field(INT, 8),
                                        norm_topk_prob=flag(False)),
+    "Qwen3MoeForCausalLM": decoder_fields(32768, Field(INT, 4), HEAD_DIM_GETATTR, hidden_act=SILU,
+                                          attention_bias=flag(False), use_sliding_window=flag(False),
+                                          sliding_window=Field(INT, 4096, null=None),   # null: none
+                                          num_experts=Field(COUNT, 128), num_experts_per_tok=Field(INT, 8),
+                                          num_local_experts=Field(INT, None, null=None),   # 5.x's spelling
+                                          norm_topk_prob=flag(False), moe_intermediate_size=Field(INT, 768),
+                                          decoder_sparse_step=Field(INT, 1),
+                                          mlp_only_layers=Field(INDEX_LIST, [], null=[])),
     "GPT2LMHeadModel": dict(n_positions=Field(INT), vocab_size=Field(INT), n_layer=Field(INT), n_head=Field(INT),
                             n_embd=Field(INT), n_inner=Field(INT, None, null=None),   # absent or null: 4 * n_embd
                             activation_function=Field(STR, "gelu_new"), layer_norm_epsilon=Field(NUM, 1e-5),
@@ -722,7 +732,8 @@ def _neox_config(f: Fields, arch: str) -> GPTConfig:
 # what each family of the LLaMA lineage sets apart: its norm, where its norms sit, its q/k norm
 NORMS = {"Olmo2ForCausalLM": ("rmsnorm", "post", "all"), "Qwen3ForCausalLM": ("rmsnorm", "pre", "head"),
          "GemmaForCausalLM": ("rmsnorm_1p", "pre", "none"), "Gemma2ForCausalLM": ("rmsnorm_1p", "sandwich", "none"),
-         "Gemma3ForCausalLM": ("rmsnorm_1p", "sandwich", "head"), "OlmoeForCausalLM": ("rmsnorm", "pre", "all")}
+         "Gemma3ForCausalLM": ("rmsnorm_1p", "sandwich", "head"), "OlmoeForCausalLM": ("rmsnorm", "pre", "all"),
+         "Qwen3MoeForCausalLM": ("rmsnorm", "pre", "head")}
 GEMMA = ("GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM")
 ROPE_KINDS = ("default", "linear", "llama3")
 
@@ -781,6 +792,12 @@ def _experts(f: Fields, n_layer: int) -> dict:
     if key is None:
         return {}
     n, k = f(key), f("num_experts_per_tok")
+    if key == "num_local_experts" and "num_experts" in f.table:   # Qwen3-MoE reads num_experts, which 5.x writes
+        other = f("num_experts") if "num_experts" in f.left or n is None else None   # as num_local_experts (its alias)
+        if n is not None and other is not None and other != n:
+            raise ValueError(f"fields num_local_experts ({n}, transformers 5.x's spelling) and num_experts ({other}) "
+                             f"differ: which one holds is unclear; keep one")
+        n, key = (n, key) if n is not None else (other, "num_experts")
     renormalized = f("norm_topk_prob") if "norm_topk_prob" in f.table else True
     width = f("moe_intermediate_size") if "moe_intermediate_size" in f.table else None
     shared = f("shared_expert_intermediate_size") if "shared_expert_intermediate_size" in f.table else None
@@ -803,8 +820,9 @@ def _windows(f: Fields, n_layer: int) -> tuple:
     if "sliding_window" not in f.table:          # LLaMA, OLMo-2, Gemma 1
         return None, None
     window = f("sliding_window")
-    if "layer_types" not in f.table:             # Mistral, Phi-3: every layer (a null window: none)
-        return window, None
+    if "layer_types" not in f.table:             # Mistral, Phi-3: every layer (a null window: none); Qwen3-MoE:
+        on = f("use_sliding_window") if "use_sliding_window" in f.table else True     # where use_sliding_window
+        return window if on else None, None
     layers = f("layer_types")
     if "use_sliding_window" in f.table:          # Qwen: a window only with use_sliding_window, from max_window_layers
         on, first = f("use_sliding_window"), f("max_window_layers")
@@ -1129,7 +1147,8 @@ GPT2_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "m
 # experts.down_proj (n_experts, n_embd, width), each expert's matrix as nn.Linear holds it (out, in).
 EXPERTS = {"MixtralForCausalLM": ("block_sparse_moe", {"c_gate": "w1", "c_fc": "w3", "c_proj": "w2"}),
            "Qwen2MoeForCausalLM": ("mlp", {"c_gate": "gate_proj", "c_fc": "up_proj", "c_proj": "down_proj"}),
-           "OlmoeForCausalLM": ("mlp", {"c_gate": "gate_proj", "c_fc": "up_proj", "c_proj": "down_proj"})}
+           "OlmoeForCausalLM": ("mlp", {"c_gate": "gate_proj", "c_fc": "up_proj", "c_proj": "down_proj"}),
+           "Qwen3MoeForCausalLM": ("mlp", {"c_gate": "gate_proj", "c_fc": "up_proj", "c_proj": "down_proj"})}
 FUSED = "experts.gate_up_proj"         # a tensor name ending so: the checkpoint holds transformers 5's fused experts
 
 

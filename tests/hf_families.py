@@ -1,11 +1,12 @@
-"""Ground truth for nine more Hugging Face families: tiny random checkpoints and naive float64 forwards.
+"""Ground truth for ten more Hugging Face families: tiny random checkpoints and naive float64 forwards.
 
 Pure torch + safetensors. Nothing here imports transformers, model.py, hf.py or common.py, so the forwards
 below are an implementation independent of both the loader and transformers. The six dense families were checked
 against transformers 5.24.0 and 4.57.6 (eager attention, float64) to ~1e-14 relative error; the checking script
-and its output live outside the repo (see the report that came with this file). The three mixtures of experts
-(Mixtral, Qwen2-MoE, OLMoE) are written from transformers 4.57.6's and 5.24.0's modeling and configuration code, as
-read, token by token; tests/test_against_transformers.py compares them with transformers where it is installed.
+and its output live outside the repo (see the report that came with this file). The four mixtures of experts
+(Mixtral, Qwen2-MoE, OLMoE, Qwen3-MoE) are written from transformers 4.57.6's and 5.24.0's modeling and
+configuration code, as read, token by token. tests/test_against_transformers.py compares every checkpoint here with
+transformers where it is installed (each within 1.2e-6 of 4.57.6 and 5.24.0, float64 but for their float32 RoPE).
 Families and variants:
 
     CASES[name] = dict(family=..., ids=[(B, T), ...], **variant defaults)
@@ -26,6 +27,7 @@ longrope cases list one T <= original_max_position_embeddings (short factors) an
 
 SPEC KEYS
     family        "gpt_neox" | "olmo2" | "gemma" | "gemma2" | "gemma3" | "phi3" | "mixtral" | "qwen2_moe" | "olmoe"
+                  | "qwen3_moe"
     arch          architectures[0]; prefix: tensor-name prefix of the decoder ("gpt_neox.", "model.",
                   "language_model.model." for Gemma3ForConditionalGeneration); lm_head: its tensor name or None
                   when tied (tie=True: logits = final_hidden @ embed.T)
@@ -39,6 +41,7 @@ SPEC KEYS
     attention_bias  biases on q/k/v/o (or query_key_value/dense); qkv_bias (Qwen2-MoE): biases on q/k/v alone
     qk_norm       None | "whole" (OLMo2: RMSNorm over the whole q (H*hd) / k (KV*hd) projection, before RoPE)
                   | "per_head_plus1" (Gemma3: x*(1+w) RMSNorm over each head's hd, before RoPE)
+                  | "per_head" (Qwen3-MoE: x*w RMSNorm over each head's hd, before RoPE)
     attn_scale    the factor on q.k (hd**-0.5, or query_pre_attn_scalar**-0.5 for Gemma2/3)
     attn_softcap  None or c: scores = c * tanh(scores / c) before the mask (Gemma2 only; Gemma3 ignores it)
     final_softcap None or c: logits = c * tanh(logits / c)
@@ -115,6 +118,10 @@ CASES = {
     "olmoe": dict(family="olmoe", ids=[(2, 12)]),
     "olmoe-fused-bias-renormalized-top1": dict(family="olmoe", layout="fused", attention_bias=True, norm_topk=True,
                                                k=1, ids=[(2, 12)]),
+    "qwen3-moe-head-dim-16": dict(family="qwen3_moe", hd=16, ids=[(2, 12)]),
+    "qwen3-moe-fused-window-dense-first-renormalized-bias-tied": dict(
+        family="qwen3_moe", layout="fused", window=5, mlp_only=(0,), norm_topk=True, attention_bias=True, tie=True,
+        ids=[(2, 12)]),
 }
 
 # ----------------------------------------------------------------------------- random tensors
@@ -443,19 +450,21 @@ def _phi3(spelling, g, *, d=48, L=3, H=4, kv=4, ffn=96, V=100, P=64, theta=10000
     return spec, cfg, t
 
 
-def _moe(spelling, g, *, family, d=48, L=3, H=4, kv=2, ffn=40, expert_ffn=24, shared_ffn=32, E=4, k=2, V=100, P=64,
-         theta=10000.0, eps=1e-5, window=None, norm_topk=False, mlp_only=(), sparse_step=1, attention_bias=False,
+def _moe(spelling, g, *, family, d=48, L=3, H=4, kv=2, hd=None, ffn=40, expert_ffn=24, shared_ffn=32, E=4, k=2, V=100,
+         P=64, theta=10000.0, eps=1e-5, window=None, norm_topk=False, mlp_only=(), sparse_step=1, attention_bias=False,
          tie=False, layout="per_expert"):
     """Mixtral, Qwen2-MoE and OLMoE: a LLaMA-like pre-norm block whose MLP is a mixture of experts, as each family's
     transformers class builds it (Mixtral: Mistral's attention, w1/w3/w2 experts, the k weights renormalized, its
     experts as wide as intermediate_size; Qwen2-MoE: q/k/v biases, moe_intermediate_size experts, a shared expert,
     dense layers by decoder_sparse_step and mlp_only_layers; OLMoE: q/k RMSNorm over all heads, biases where
-    attention_bias says)."""
-    hd = d // H
-    arch = {"mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM", "olmoe": "OlmoeForCausalLM"}[family]
+    attention_bias says; Qwen3-MoE: Qwen3's per-head q/k RMSNorm and head_dim, experts as Qwen2-MoE's, none shared,
+    a window on every layer where use_sliding_window says)."""
+    hd = hd or d // H
+    arch = {"mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM", "olmoe": "OlmoeForCausalLM",
+            "qwen3_moe": "Qwen3MoeForCausalLM"}[family]
     module, names = ("block_sparse_moe", ("w1", "w3", "w2")) if family == "mixtral" else \
         ("mlp", ("gate_proj", "up_proj", "down_proj"))
-    if family != "qwen2_moe":           # Mixtral's and OLMoE's experts are intermediate_size wide
+    if family not in ("qwen2_moe", "qwen3_moe"):     # Mixtral's and OLMoE's experts are intermediate_size wide
         expert_ffn = ffn
     if family == "mixtral":
         norm_topk = True
@@ -463,7 +472,8 @@ def _moe(spelling, g, *, family, d=48, L=3, H=4, kv=2, ffn=40, expert_ffn=24, sh
     spec = dict(family=family, arch=arch, prefix="model.", lm_head=None if tie else "lm_head.weight", tie=tie, V=V,
                 d=d, L=L, H=H, KV=kv, hd=hd, ffn=ffn, P=P, norm="rmsnorm", norm_eps=eps, block="sequential",
                 activation="silu", mlp="gated", qkv="separate", attention_bias=attention_bias,
-                qkv_bias=family == "qwen2_moe", qk_norm="whole" if family == "olmoe" else None, attn_scale=hd ** -0.5,
+                qkv_bias=family == "qwen2_moe", qk_norm={"olmoe": "whole", "qwen3_moe": "per_head"}.get(family),
+                attn_scale=hd ** -0.5,
                 attn_softcap=None, final_softcap=None, embed_scale=None, windows=[window] * L,
                 ropes=[dict(type="default", theta=theta, dim=hd)] * L, experts=E, top_k=k, norm_topk=norm_topk,
                 expert_ffn=expert_ffn, shared_expert=family == "qwen2_moe", shared_ffn=shared_ffn,
@@ -475,6 +485,9 @@ def _moe(spelling, g, *, family, d=48, L=3, H=4, kv=2, ffn=40, expert_ffn=24, sh
         if family == "olmoe":
             t.update({p + "self_attn.q_norm.weight": _gain(g, H * hd, False),
                       p + "self_attn.k_norm.weight": _gain(g, kv * hd, False)})
+        if family == "qwen3_moe":
+            t.update({p + "self_attn.q_norm.weight": _gain(g, hd, False),
+                      p + "self_attn.k_norm.weight": _gain(g, hd, False)})
         if attention_bias or family == "qwen2_moe":
             t.update({p + "self_attn.q_proj.bias": _rand(g, H * hd), p + "self_attn.k_proj.bias": _rand(g, kv * hd),
                       p + "self_attn.v_proj.bias": _rand(g, kv * hd)})
@@ -512,6 +525,11 @@ def _moe(spelling, g, *, family, d=48, L=3, H=4, kv=2, ffn=40, expert_ffn=24, sh
             cfg["sliding_window"] = None
         else:                     # ... 5.x a window of 0, and every layer's type
             cfg.update(sliding_window=0, layer_types=["full_attention"] * L)
+    elif family == "qwen3_moe":   # as both write it: the window null unless use_sliding_window; 5.x writes its
+        cfg["num_local_experts" if spelling == "5.x" else "num_experts"] = E          # num_experts so (an alias)
+        cfg.update(norm_topk_prob=norm_topk, moe_intermediate_size=expert_ffn, head_dim=hd,
+                   decoder_sparse_step=sparse_step, mlp_only_layers=list(mlp_only), attention_bias=attention_bias,
+                   use_sliding_window=window is not None, sliding_window=window)
     else:
         cfg.update(num_experts=E, norm_topk_prob=norm_topk, attention_bias=attention_bias, clip_qkv=None,
                    pad_token_id=1)
@@ -537,7 +555,8 @@ def fused_experts(spec: dict, tensors: dict) -> dict:
 
 
 BUILDERS = {"gpt_neox": _neox, "olmo2": _olmo2, "gemma": _gemma, "gemma2": _gemma2, "gemma3": _gemma3, "phi3": _phi3,
-            **{family: functools.partial(_moe, family=family) for family in ("mixtral", "qwen2_moe", "olmoe")}}
+            **{family: functools.partial(_moe, family=family)
+               for family in ("mixtral", "qwen2_moe", "olmoe", "qwen3_moe")}}
 
 
 def checkpoint(name: str, spelling: str = "5.x", seed: int = 0, **variant):
@@ -699,9 +718,10 @@ def naive_forward(spec: dict, tensors: dict, ids: torch.Tensor):
             for h in range(H):
                 g = h // (H // KV)                                           # the kv head this query head reads
                 qh, kh, vh = q[b, :, h * hd:(h + 1) * hd], k[b, :, g * hd:(g + 1) * hd], v[b, :, g * hd:(g + 1) * hd]
-                if s["qk_norm"] == "per_head_plus1":                         # Gemma3: per head, x*(1+w)
-                    qh = _norm("rmsnorm_plus1", qh, W(p + "self_attn.q_norm.weight"), None, eps)
-                    kh = _norm("rmsnorm_plus1", kh, W(p + "self_attn.k_norm.weight"), None, eps)
+                if s["qk_norm"] in ("per_head_plus1", "per_head"):          # Gemma3 x*(1+w), Qwen3-MoE x*w
+                    kind = "rmsnorm_plus1" if s["qk_norm"] == "per_head_plus1" else "rmsnorm"
+                    qh = _norm(kind, qh, W(p + "self_attn.q_norm.weight"), None, eps)
+                    kh = _norm(kind, kh, W(p + "self_attn.k_norm.weight"), None, eps)
                 qh, kh = _rotate(qh, inv_freq, scaling), _rotate(kh, inv_freq, scaling)
                 scores = (qh @ kh.T) * s["attn_scale"]
                 if s["attn_softcap"] is not None:

@@ -77,10 +77,16 @@ FAMILIES = {   # name: (config class, model class, config fields), each turning 
     "olmoe (renormalized, attention bias)": ("OlmoeConfig", "OlmoeForCausalLM", dict(
         COMMON, num_experts=4, num_experts_per_tok=2, norm_topk_prob=True, attention_bias=True, pad_token_id=None,
         eos_token_id=None)),
+    "qwen3-moe (head_dim 24, window 8, layer 0 dense, renormalized)": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(
+        COMMON, head_dim=24, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24, norm_topk_prob=True,
+        use_sliding_window=True, sliding_window=8, mlp_only_layers=[0], rope_theta=1e6)),
+    "qwen3-moe (decoder_sparse_step 2, top 3, attention bias, tied)": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(
+        COMMON, num_experts=4, num_experts_per_tok=3, moe_intermediate_size=24, decoder_sparse_step=2,
+        attention_bias=True, tie_word_embeddings=True)),
 }
 # the mixtures of experts: transformers 5 holds their experts fused (experts.gate_up_proj, experts.down_proj) and
 # writes them one tensor per expert, as published, unless save_pretrained(save_original_format=False): both are read
-MOE = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "OlmoeForCausalLM")
+MOE = ("MixtralForCausalLM", "Qwen2MoeForCausalLM", "OlmoeForCausalLM", "Qwen3MoeForCausalLM")
 # families whose config.json can be respelled by other_spelling (the others spell RoPE their own way)
 RESPELLED = ("llama-llama3-rope", "llama-linear-rope-tied", "mistral-window-8", "qwen2", "qwen3-head-dim-24", "gpt2",
              "olmo2", "gemma (MQA, head_dim 16)", "gemma2 (softcaps, window 8)", "phi3 (window 8)",

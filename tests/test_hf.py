@@ -605,6 +605,7 @@ def resized(name, *shape):
 @pytest.mark.parametrize("case,cfg_change,tensor_change,match", [
     # more experts per token than experts: transformers' top-k fails on it
     ("olmoe", dict(num_experts_per_tok=5), None, r"num_experts_per_tok=5 exceeds num_experts=4"),
+    ("qwen3-moe-head-dim-16", dict(num_experts_per_tok=5), None, r"num_experts_per_tok=5 exceeds num_local_experts=4"),
     ("mixtral", dict(num_experts_per_tok=9), None, r"num_experts_per_tok=9 exceeds num_local_experts=4"),
     # a router field the family's class does not read, at a value that says another model
     ("mixtral", dict(norm_topk_prob=False), None, r"norm_topk_prob=false, which transformers' MixtralForCausalLM "
@@ -741,6 +742,7 @@ CLASS_FAMILIES = {   # name: the tiny checkpoint (conftest's llama_family, GPT-2
     "mixtral": ("hf_families", "mixtral"),
     "qwen2-moe": ("hf_families", "qwen2-moe"),
     "olmoe": ("hf_families", "olmoe"),
+    "qwen3-moe": ("hf_families", "qwen3-moe-head-dim-16"),
 }
 
 
@@ -863,7 +865,10 @@ READS.update({
     "qwen2-moe": READS["qwen2"] + MOE_READS + ["qkv_bias", "num_experts", "moe_intermediate_size",
                                                "shared_expert_intermediate_size", "decoder_sparse_step",
                                                "mlp_only_layers"],
-    "olmoe": LLAMA_LINEAGE_READS + MOE_READS + ["attention_bias", "clip_qkv", "num_experts"]})
+    "olmoe": LLAMA_LINEAGE_READS + MOE_READS + ["attention_bias", "clip_qkv", "num_experts"],
+    "qwen3-moe": LLAMA_LINEAGE_READS + MOE_READS + ["attention_bias", "use_sliding_window", "sliding_window",
+                                                    "num_experts", "moe_intermediate_size", "decoder_sparse_step",
+                                                    "mlp_only_layers"]})
 READS["phi4-longrope"] = READS["phi3"]
 READS["gemma3-multimodal"] = ["tie_word_embeddings"] + [f"text_config.{key}" for key in READS["gemma3"]]
 
@@ -979,6 +984,9 @@ NULLS = {   # family: {dotted path: what a null there builds (a change of the na
                       router_aux_loss_coef=SAME, **family_rope_nulls(10000.0)),
     "olmoe": dict(head_dim=SAME, attention_bias=SAME, clip_qkv=SAME, tie_word_embeddings=SAME, norm_topk_prob=SAME,
                   output_router_logits=SAME, router_aux_loss_coef=SAME, **family_rope_nulls(10000.0)),
+    "qwen3-moe": dict(attention_bias=SAME, tie_word_embeddings=SAME, use_sliding_window=SAME, sliding_window=SAME,
+                      norm_topk_prob=SAME, mlp_only_layers=SAME, output_router_logits=SAME, router_aux_loss_coef=SAME,
+                      **family_rope_nulls(10000.0)),
 }
 
 
@@ -1059,6 +1067,8 @@ UNREAD = {   # family: fields its transformers class never reads (4.57 and 5.x),
     "qwen2-moe": [("num_local_experts", 3), ("attention_bias", True), ("clip_qkv", 1.0)],
     "olmoe": [("shared_expert_intermediate_size", 16), ("moe_intermediate_size", 16), ("decoder_sparse_step", 2),
               ("mlp_only_layers", [0]), ("qkv_bias", True), ("sliding_window", 4)],
+    "qwen3-moe": [("shared_expert_intermediate_size", 16), ("qkv_bias", True), ("clip_qkv", 1.0),
+                  ("layer_types", ALTERNATING)],
 }
 AGREEING = {   # unread fields at the value that says what the class builds anyway: must load, the unedited model
     "llama": [("layer_types", ("full_attention",)), ("use_sliding_window", False), ("sliding_window", None)],
@@ -1070,6 +1080,7 @@ AGREEING = {   # unread fields at the value that says what the class builds anyw
     "mixtral": [("norm_topk_prob", True), ("num_experts", 4), ("mlp_only_layers", [])],   # 4 experts, renormalized
     "qwen2-moe": [("num_local_experts", 4)],
     "olmoe": [("num_local_experts", 4), ("moe_intermediate_size", 40)],   # its experts are intermediate_size wide
+    "qwen3-moe": [("num_local_experts", 4), ("max_window_layers", 1)],    # no window: max_window_layers moot
 }
 NO_ONE_MODEL = {   # (spelling, field, value) that transformers 4.x and 5.x (or AutoModel and the class) read as two
                    # models, or both fail on: refused by name
@@ -1082,6 +1093,7 @@ NO_ONE_MODEL = {   # (spelling, field, value) that transformers 4.x and 5.x (or 
     "phi3": [("5.x", "partial_rotary_factor", 0.5)],             # 4.x: this; 5.x: rope_parameters' 1.0
     "mixtral": [("5.x", "num_experts", 3)],                      # 5.x: num_local_experts' alias; 4.x: unread
     "olmoe": [("5.x", "num_local_experts", 3)],                  # 5.x: num_experts' alias; 4.x: unread
+    "qwen3-moe": [("5.x", "num_local_experts", 3)],              # as OLMoE
 }
 
 
@@ -1173,7 +1185,7 @@ def test_a_model_type_of_another_family_is_refused(tmp_path, name):
     cfg = {k: v for k, v in ck.cfg.items() if k != "model_type"}
     assert hf.config_from_json(cfg) == hf.config_from_json(ck.cfg)
     for other in ("llama", "mistral", "ministral", "qwen2", "qwen3", "olmo2", "gemma", "gemma2", "gemma3",
-                  "gemma3_text", "phi3", "gpt2", "gpt_neox", "mixtral", "qwen2_moe", "olmoe", None):
+                  "gemma3_text", "phi3", "gpt2", "gpt_neox", "mixtral", "qwen2_moe", "olmoe", "qwen3_moe", None):
         if other != ck.cfg["model_type"]:
             with pytest.raises(ValueError, match="model_type"):
                 hf.config_from_json(dict(cfg, model_type=other))
@@ -1188,7 +1200,8 @@ def test_a_model_type_of_another_family_is_refused(tmp_path, name):
 # ----- the table of transformers' two spellings
 
 SPELLING_ROWS = {   # a row of hf.SPELLINGS: the families above that read it
-    "LLaMA lineage": ["llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma", "gemma2", "qwen2-moe", "olmoe"],
+    "LLaMA lineage": ["llama", "mistral", "qwen2", "qwen3", "olmo2", "gemma", "gemma2", "qwen2-moe", "olmoe",
+                      "qwen3-moe"],
     "MixtralForCausalLM": ["mixtral"],
     "Phi3ForCausalLM": ["phi3", "phi4-longrope"], "GPTNeoXForCausalLM": ["pythia"], "Gemma3ForCausalLM": ["gemma3"],
     "Gemma3ForConditionalGeneration": ["gemma3-multimodal"]}
