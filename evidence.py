@@ -441,6 +441,10 @@ def token_inputs(models: list, opts: dict, matched: bool, given: str = None):
     order = files[:1] + [i for i in range(len(models)) if i not in files[:1]]
     maps = dict(zip(order, align.shared_tokens([vocabularies[i] for i in order])))
     shared = len(maps[order[0]])
+    other = [i for i in files if vocabularies[i] != vocabularies[files[0]]]
+    if other:
+        raise ValueError(f"{names[files[0]]} and {names[other[0]]} were made on other tokens: files are compared at "
+                         f"once only if made on the same tokens; compare each tokenizer's files apart")
     for i in files:
         if not np.array_equal(maps[i], np.arange(len(vocabularies[i]))):
             holds = min(len(align.shared_tokens([vocabularies[i], vocabularies[j]])[0]) for j in known if j != i)

@@ -181,6 +181,10 @@ def test_a_file_records_its_tokens_and_meets_a_model_of_another_tokenizer_as_the
                 record(seedprint.compare(p["base"], p[b], align=aligned, **OPTS)), (b, aligned)
     with pytest.raises(ValueError, match=r"the models hold 300 of the 400 tokens .* a file is compared only"):
         seedprint.compare(path, p["transplant"])
+    other = str(tmp_path / "permuted.npz")               # made on its own ids: other tokens than the base's file
+    evidence.write(other, seedprint.make_fingerprint(p["permuted"], **OPTS))
+    with pytest.raises(ValueError, match="were made on other tokens: files are compared at once only if"):
+        seedprint.compare(path, other)
     old = forge_fingerprint(path, tmp_path / "old.npz", lambda a: [a.pop(k) for k in ("token_bytes", "token_ends")],
                             lambda meta: meta.update(version=1, tokens=None) or meta.pop("tokens"))
     assert evidence.read(old).tokens is None
