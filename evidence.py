@@ -449,8 +449,8 @@ def token_inputs(models: list, opts: dict, matched: bool, given: str = None):
         if not np.array_equal(maps[i], np.arange(len(vocabularies[i]))):
             holds = min(len(align.shared_tokens([vocabularies[i], vocabularies[j]])[0]) for j in known if j != i)
             raise ValueError(f"the models hold {holds} of the {len(vocabularies[i])} tokens {names[i]} was made on, "
-                             f"and a file is compared only with models that hold all of them: compare the models "
-                             f"themselves, or a file made of a model of their tokenizer")
+                             f"and a file is compared only with models that hold all of them (its fingerprints are of "
+                             f"those tokens): compare the models themselves")
     n, T, asked = opts["sequences"], opts["seq_len"], opts["vocab"]
     if asked is not None and asked > shared or shared < (4 if matched else 2) or (
             (shared // 2 if matched else shared) ** T < n):
