@@ -226,3 +226,24 @@ def test_a_tokenizer_that_does_not_load_too_few_shared_tokens_or_an_unknown_one_
         assert len(line) < 600 and not os.path.exists(out) and not os.path.exists(tmp_path / "x.npz")
     r = seedprint.compare(str(tmp_path / "none.pt"), p["extended"], tokenizer=str(root / "base"), **OPTS)
     assert record(r) == record(seedprint.compare(p["base"], p["extended"], **OPTS))     # given, it is the base's
+
+
+def test_a_hugging_face_directory_is_read_with_its_tokenizer_json(tmp_path):
+    """A directory's tokenizer.json is its tokenizer: a child directory whose token rows were permuted with its
+    tokenizer.json is related by tokens; without its tokenizer.json (the same size: taken as the base's ids), by id."""
+    from conftest import llama_family, write_hf
+    spec, config, tensors = llama_family("LlamaForCausalLM", seed=0)
+    words = ["<unk>"] + [f"w{i}" for i in range(spec["V"] - 1)]
+    perm = np.random.default_rng(2).permutation(spec["V"])
+    moved = {k: v[torch.as_tensor(perm)] if k in ("model.embed_tokens.weight", "lm_head.weight") else v
+             for k, v in tensors.items()}
+    write_hf(tmp_path / "base", config, tensors)
+    write_tokenizer_json(tmp_path / "base", words)
+    for name in ("child", "bare"):
+        write_hf(tmp_path / name, config, moved)
+    write_tokenizer_json(tmp_path / "child", [words[p] for p in perm])
+    opts = dict(sequences=200, seq_len=16, k=8)
+    by_tokens = seedprint.compare(str(tmp_path / "base"), str(tmp_path / "child"), **opts)
+    by_ids = seedprint.compare(str(tmp_path / "base"), str(tmp_path / "bare"), **opts)
+    assert by_tokens.related and by_tokens.mean_tau > 0.9 > by_ids.mean_tau + 0.5, (by_tokens, by_ids)
+    assert evidence.tokenizer_of(evidence.read_model(str(tmp_path / "bare"))) is None
