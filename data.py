@@ -9,7 +9,8 @@ preference it shows is its own. Two kinds, both seeded so that every model and e
 Everything else here is text, for training and for measuring trained models on natural inputs:
   corpora      named public texts, fetched from their canonical URL and checked against a sha256 (or read from
                an offline copy: --from DIR, $BORN_BIASED_DATA)
-  tokenizers   UTF-8 bytes, GPT-2's BPE (tiktoken), or a Hugging Face tokenizer.json
+  tokenizers   UTF-8 bytes, GPT-2's BPE (tiktoken), or a Hugging Face tokenizer.json; token_bytes: every token as
+               the bytes it stands for, what two tokenizers are compared on (SeedPrint's shared tokens)
   token files  prepare: text -> train.bin / val.bin (uint16) + meta.json; load_data checks them on every read
   windows      n windows of a token stream (measuring a model on text); a token-id file (.npy or .bin)
   batches      a training step's windows, a function of (data_seed, step) alone: any number of processes, any
