@@ -73,6 +73,13 @@ def test_token_bytes_read_each_kind_of_tokenizer_as_the_bytes_its_tokens_stand_f
     assert decoded > 100 and b" \xe6\x9d\xb1\xe4\xba\xac" in tokens and b"\xe6" in tokens     # " 東京", a lone byte
     write_tokenizer_json(tmp_path, ["<unk>", "naïve", "w1"])
     assert data.token_bytes(str(tmp_path)) == ["<unk>".encode(), "naïve".encode(), b"w1"]
+    from tokenizers import Tokenizer, decoders, models             # sentencepiece's way: LLaMA's, Mistral's
+    piece = Tokenizer(models.BPE({"<unk>": 0, "<0x0A>": 1, "<0xE6>": 2, "\u2581the": 3, "a\u2581b": 4}, [],
+                                 unk_token="<unk>", byte_fallback=True))
+    piece.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                       decoders.Strip(" ", 1, 0)])
+    piece.save(str(tmp_path / "piece.json"))
+    assert data.token_bytes(str(tmp_path / "piece.json")) == [b"<unk>", b"\n", b"\xe6", b" the", b"a b"]
 
 
 # ----------------------------------------------------------------------------- children of another vocabulary
