@@ -200,9 +200,9 @@ def report(rows: list) -> None:
 
 # ----------------------------------------------------------------------------- the study
 
-def tiny_study(args, device: str) -> None:
-    """Tiny parents, their trained children of other vocabularies, and unrelated pairs of two tokenizers."""
-    seeds = seed_range(args.fpr_seed0, args.fpr_a + args.fpr_b, "--fpr_seed0")
+def tiny_study(args, device: str, seeds: list) -> None:
+    """Tiny parents, their trained children of other vocabularies, and unrelated pairs of two tokenizers (seeds:
+    the --fpr_a models' and the --fpr_b models')."""
     # the tokenizers, the data each is trained on, the parents
     toks = tokenizers(args.out, args)
     label = {c: data.corpus_label(c) for c in (args.corpus, args.corpus2)}
@@ -310,10 +310,11 @@ def main(argv=None):
         hf.check_weights_finite(args.base)
     else:
         check_lineage_flags(args)
+        seeds = seed_range(args.fpr_seed0, args.fpr_a + args.fpr_b, "--fpr_seed0")
     check_output(args.out)
     device = str(resolve_device(args.device))
     with lock_dir(args.out):
-        (released_study if args.base else tiny_study)(args, device)
+        released_study(args, device) if args.base else tiny_study(args, device, seeds)
 
 
 if __name__ == "__main__":
