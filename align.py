@@ -21,9 +21,12 @@ are seen by matching B's coordinates to A's first, then running the same test on
 
 The inputs: the aligned verdict tests on token ids from the lower half of the shared vocabulary and fits its match on
 other sequences from the upper half (input_sets), so that chance resemblance on the tested tokens is not carried over.
+Where two models' tokenizers differ, the ids are positions in the list of the tokens both hold (shared_tokens), each
+model fed its own ids for them, and the token-table rows matched are those of the same tokens.
 
 numpy and scipy only; imports no project file.
 """
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -55,6 +58,25 @@ def input_sets(vocab: int, seed: int) -> dict:
     over far less (README: measured)."""
     return dict(exact={}, test=dict(vocab=vocab // 2, low=0, seed=seed),
                 held_out=dict(vocab=vocab, low=vocab // 2, seed=seed + HELD_OUT_SEED))
+
+
+def shared_tokens(vocabularies: list) -> list:
+    """[each vocabulary's ids of the tokens all of them hold]: the tokens compared by their bytes (vocabularies[i][id],
+    None where no token has that id), in the order of the first vocabulary's ids, each at its first id in every
+    vocabulary. The random inputs are drawn as positions in this list and each model is fed its own ids for them
+    (seedprint.fingerprint's ids), so that two models of two tokenizers read the same text. Ordered by the first's
+    ids, a vocabulary extended by appended tokens, or the same one cut short, gives both models the identity: their
+    inputs are then those of a draw by id, to the last digit."""
+    first = []
+    for vocabulary in vocabularies:
+        ids = {}
+        for i, token in enumerate(vocabulary):
+            if token is not None:
+                ids.setdefault(token, i)
+        first.append(ids)
+    tokens = [t for i, t in enumerate(vocabularies[0]) if t is not None and first[0][t] == i
+              and all(t in ids for ids in first[1:])]
+    return [np.array([ids[t] for t in tokens], dtype=np.int64) for ids in first]
 
 
 # ----------------------------------------------------------------------------- 1. the match
@@ -215,3 +237,13 @@ class Alignment:
             line += (f", which counts only where the tau reaches the floor {self.floor()} ("
                      f"{'it does' if self.tau_aligned >= self.floor() else 'it is below'})")
         return line
+
+
+# What a verdict records of an alignment where there is none (the exact verdict): Alignment's fields at rest.
+NOT_ALIGNED = dict(aligned=False, signed=False, moved=0, p_exact=None, p_aligned=None, tau_aligned=None,
+                   n_identity_aligned=0, matched_on="", table_fit=None, widths=None)
+
+
+def recorded(alignment: Optional[Alignment]) -> dict:
+    """An alignment's fields for results.json, flat, with "aligned"; NOT_ALIGNED where the verdict is exact."""
+    return NOT_ALIGNED if alignment is None else dict(aligned=True, **dataclasses.asdict(alignment))

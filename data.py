@@ -9,7 +9,8 @@ preference it shows is its own. Two kinds, both seeded so that every model and e
 Everything else here is text, for training and for measuring trained models on natural inputs:
   corpora      named public texts, fetched from their canonical URL and checked against a sha256 (or read from
                an offline copy: --from DIR, $BORN_BIASED_DATA)
-  tokenizers   UTF-8 bytes, GPT-2's BPE (tiktoken), or a Hugging Face tokenizer.json
+  tokenizers   UTF-8 bytes, GPT-2's BPE (tiktoken), or a Hugging Face tokenizer.json; token_bytes: every token as
+               the bytes it stands for, what two tokenizers are compared on (SeedPrint's shared tokens)
   token files  prepare: text -> train.bin / val.bin (uint16) + meta.json; load_data checks them on every read
   windows      n windows of a token stream (measuring a model on text); a token-id file (.npy or .bin)
   batches      a training step's windows, a function of (data_seed, step) alone: any number of processes, any
@@ -23,6 +24,7 @@ Imports common.py (the scripts' conventions) and nothing else of the project.
 """
 import hashlib
 import io
+import json
 import os
 import re
 import tarfile
@@ -225,24 +227,75 @@ def get_tokenizer(name: str):
         return (lambda text: list(text.encode("utf-8")),
                 lambda ids: bytes(int(i) for i in ids).decode("utf-8", errors="replace"), 256)
     if name == "gpt2":
-        import tiktoken                    # only for GPT-2's tokenizer (it downloads its files)
-        try:
-            enc = tiktoken.get_encoding("gpt2")   # downloads the BPE files unless TIKTOKEN_CACHE_DIR has them
-        except Exception as e:
-            raise OSError("tiktoken could not load the GPT-2 BPE files (offline?). Point TIKTOKEN_CACHE_DIR "
-                          "at a cache that holds them, or use --tokenizer bytes") from e
+        enc = gpt2_encoding()
         return (lambda text: enc.encode_ordinary(text)), enc.decode, enc.n_vocab
+    tok, _ = hf_tokenizer(name)
+    return ((lambda text: tok.encode(text, add_special_tokens=False).ids), tok.decode,
+            tok.get_vocab_size(with_added_tokens=True))
+
+
+def gpt2_encoding():
+    import tiktoken                    # only for GPT-2's tokenizer (it downloads its files)
+    try:
+        return tiktoken.get_encoding("gpt2")   # downloads the BPE files unless TIKTOKEN_CACHE_DIR has them
+    except Exception as e:
+        raise OSError("tiktoken could not load the GPT-2 BPE files (offline?). Point TIKTOKEN_CACHE_DIR "
+                      "at a cache that holds them, or use --tokenizer bytes") from e
+
+
+def hf_tokenizer(name: str):
+    """(the tokenizers library's Tokenizer, its file) of a tokenizer.json or a directory holding one."""
     file = os.path.join(name, "tokenizer.json") if os.path.isdir(name) else name
     if not os.path.isfile(file):
         raise FileNotFoundError(f"no tokenizer {name!r}: give bytes, gpt2, or a directory with tokenizer.json"
                                 + (f" ({name} has none)" if os.path.isdir(name) else ""))
     from tokenizers import Tokenizer       # optional dependency: pip install tokenizers
     try:
-        tok = Tokenizer.from_file(file)
+        return Tokenizer.from_file(file), file
     except Exception as e:                 # the Rust library raises its own exception type
-        raise ValueError(f"{file} is not a readable tokenizer.json ({str(e)[:120]})") from None
-    return ((lambda text: tok.encode(text, add_special_tokens=False).ids), tok.decode,
-            tok.get_vocab_size(with_added_tokens=True))
+        raise ValueError(f"{file} is not a readable tokenizer.json ({one_line(e)[:120]})") from None
+
+
+def byte_level_alphabet() -> dict:
+    """GPT-2's byte-level BPE writes each byte as a printable character (its bytes_to_unicode): {character: byte}.
+    Printable Latin-1 bytes stand for themselves; the others, in order, for the characters from U+0100 on."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    moved = [b for b in range(256) if b not in keep]
+    return {**{chr(b): b for b in keep}, **{chr(256 + n): b for n, b in enumerate(moved)}}
+
+
+def token_bytes(name: str) -> list:
+    """Every token of a tokenizer (get_tokenizer's names) as the bytes it stands for, by id (None: an id no token
+    has): what two tokenizers are compared on token by token, so that GPT-2's BPE and a tokenizer.json meet.
+    A tokenizer.json's tokens are read as its decoder reads them: byte-level characters back to their bytes
+    (GPT-2, Qwen, SmolLM), sentencepiece's "\u2581" as a space and its <0xNN> byte tokens as that byte (LLaMA,
+    Mistral); other tokens (a word-level vocabulary, special tokens) as their UTF-8 text."""
+    if name == "bytes":
+        return [bytes([b]) for b in range(256)]
+    if name == "gpt2":
+        enc = gpt2_encoding()
+        return [enc.decode_single_token_bytes(i) for i in range(enc.n_vocab)]
+    tok, file = hf_tokenizer(name)
+    with open(file, encoding="utf-8") as fh:
+        spec = json.load(fh)
+    decoder = spec.get("decoder") or {}
+    kinds = {d.get("type") for d in [decoder, *(decoder.get("decoders") or [])] if isinstance(d, dict)}
+    special = {t["content"] for t in spec.get("added_tokens") or [] if t.get("special")}
+    alphabet = byte_level_alphabet() if "ByteLevel" in kinds else None
+
+    def as_bytes(token: str) -> bytes:
+        if token in special:
+            return token.encode("utf-8")
+        if alphabet is not None and all(c in alphabet for c in token):
+            return bytes(alphabet[c] for c in token)
+        if "ByteFallback" in kinds and re.fullmatch(r"<0x[0-9A-Fa-f]{2}>", token):
+            return bytes([int(token[3:5], 16)])
+        return (token.replace("\u2581", " ") if kinds & {"Metaspace", "Replace"} else token).encode("utf-8")
+    vocab = tok.get_vocab(with_added_tokens=True)
+    out = [None] * (max(vocab.values(), default=-1) + 1)
+    for token, i in vocab.items():
+        out[i] = as_bytes(token)
+    return out
 
 
 def encode_in_blocks(encode, text: str, block: int = 1 << 20, progress: Optional[Progress] = None) -> list:

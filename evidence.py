@@ -4,9 +4,10 @@ evidence.py: a model's SeedPrint fingerprint as a file -- the evidence that trav
 In a dispute the models rarely sit on one machine, and an owner may not publish weights. One .npz file holds
 everything a verdict reads of one model: its fingerprints on the exact verdict's inputs and on the aligned verdict's
 test and held-out inputs (align.input_sets), its token table's held-out rows, the options that fixed them, its
-config, and each weight file's name, size and sha256. A verdict from two files is the verdict from the two models:
-the same arrays reach the same test. A registry is a folder of such files; `python seedprint.py SUSPECT --against
-DIR` tests one suspect against all of them.
+config, each weight file's name, size and sha256, and the bytes of the token each drawn id names (version 2), so that
+a model of another tokenizer can be fed the same tokens by its own ids. A verdict from two files is the verdict from
+the two models: the same arrays reach the same test. A registry is a folder of such files; `python seedprint.py
+SUSPECT --against DIR` tests one suspect against all of them.
 
 A file is evidence only if it holds up when the other side made it. Whoever reads one gets it checked, each refusal
 one line: a file that is no fingerprint file, of a format version this code does not know, whose members are not
@@ -27,9 +28,11 @@ A file records the base name of the weights it came from, never a path of its ma
     check_models(...)       the models a comparison's inputs can be taken of (context, vocabulary, k)
     check_statistic(...)    the statistic's options in range (Options', temperature and alpha)
     check_states(H, name)   what any fingerprint must be to be evidence, made here or read from a file
+    token_inputs(...)       where tokenizers differ, the tokens all models share and each one's ids for them
     shared_by_construction  what two models' own records (checkpoints' seeds, files' sha256s) say they share
 
-Imports align.py (the input sets' names), model.py (GPTConfig) and common.py (flags, writing a file whole).
+Imports align.py (the input sets, the shared tokens), data.py (tokenizers), hf.py (models on disk), model.py
+(GPTConfig) and common.py (flags, writing a file whole).
 """
 import dataclasses
 import hashlib
@@ -42,16 +45,19 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+import align
 from align import SETS, two_widths
 import hf
+from data import token_bytes
 from common import atomic_write, check_settings, figure, print_table, provenance, save_figure, setting, short_names
 from model import GPT, GPTConfig
 
-FILE_FORMAT, FILE_VERSION = "seedprint-fingerprint", 1
+FILE_FORMAT, FILE_VERSION = "seedprint-fingerprint", 2       # 2: the tokens drawn, by their bytes
 # The options a file records: the inputs (N, T, their seed, the token ids' bound) and the statistic (k, rank_by,
 # set_mode). seedprint.py's Options gives them their ranges, under their flags' names (--input_seed: seed).
 OPTIONS = ("sequences", "seq_len", "seed", "vocab", "k", "rank_by", "set_mode")
 META_BYTES = 1 << 20          # the largest record (meta.npy) read: a real one is a few kilobytes
+TOKEN_BYTES = 1024            # the most bytes a recorded token may average (a real vocabulary's: under 10)
 NPY_HEADER = 4096             # the most an array member may hold beyond its numbers (numpy writes 128 bytes)
 
 
@@ -109,6 +115,8 @@ class Fingerprint:
     weights: dict       # the weights it came from: their base name, each file's size and sha256
     provenance: dict    # device, dtype, versions, date
     path: str = ""
+    tokens: list = None     # the bytes of the token each drawn id names, [0, vocab) (None: the model's tokenizer
+                            # was unknown, or the file is of version 1): what a model of another tokenizer is fed
 
 
 def check_states(H: np.ndarray, name: str) -> None:
@@ -134,8 +142,12 @@ def write(path: str, fp: Fingerprint) -> None:
     check_new(path)
     rows, rows_dtype = compact(fp.rows)
     arrays = {**{name: fp.sets[name] for name in SETS}, "rows": rows}
+    if fp.tokens is not None:           # every token's bytes, one after another, and where each ends
+        arrays["token_bytes"] = np.frombuffer(b"".join(fp.tokens), dtype=np.uint8)
+        arrays["token_ends"] = np.cumsum([len(t) for t in fp.tokens], dtype=np.int64)
     meta = dict(format=FILE_FORMAT, version=FILE_VERSION, options=fp.options, config=fp.config, weights=fp.weights,
-                provenance=fp.provenance, rows_dtype=rows_dtype)
+                provenance=fp.provenance, rows_dtype=rows_dtype,
+                tokens=None if fp.tokens is None else dict(count=len(fp.tokens), bytes=len(arrays["token_bytes"])))
     meta["sha256"] = digest(meta, arrays)
 
     def save(tmp):
@@ -185,7 +197,18 @@ def read(path: str) -> Fingerprint:
     for name in SETS:
         check_states(arrays[name], f"{path} ({name} inputs)")
     return Fingerprint({name: arrays[name] for name in SETS}, rows, meta["options"], meta["config"], meta["weights"],
-                       meta["provenance"], path=path)
+                       meta["provenance"], path=path, tokens=recorded_tokens(path, arrays, remake))
+
+
+def recorded_tokens(path: str, arrays: dict, remake: str):
+    """The tokens a file records (a list of bytes; None: none recorded), their ends checked against their bytes."""
+    if "token_ends" not in arrays:
+        return None
+    ends, data = arrays["token_ends"], arrays["token_bytes"].tobytes()
+    if len(ends) and (ends[0] < 0 or (np.diff(ends) < 0).any() or ends[-1] != len(data)):
+        raise ValueError(f"{path} records its tokens' ends out of order or past their bytes: {remake}")
+    starts = np.concatenate([[0], ends[:-1]])
+    return [data[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
 
 
 def announced(path: str, meta, remake: str) -> dict:
@@ -225,8 +248,18 @@ def announced(path: str, meta, remake: str) -> dict:
     if not isinstance(meta.get("rows_dtype"), str) or meta["rows_dtype"] not in ROWS_DTYPES:    # a list: unhashable
         raise ValueError(f"{path} records its table's rows as {meta.get('rows_dtype')!r}, not one of "
                          f"{', '.join(ROWS_DTYPES)}: {remake}")
-    return {**{name: ((sequences, d), np.dtype(np.float32)) for name in SETS},
-            "rows": ((vocab - vocab // 2, d), np.dtype(ROWS_DTYPES[meta["rows_dtype"]]))}
+    arrays = {**{name: ((sequences, d), np.dtype(np.float32)) for name in SETS},
+              "rows": ((vocab - vocab // 2, d), np.dtype(ROWS_DTYPES[meta["rows_dtype"]]))}
+    tokens = meta.get("tokens")               # version 1 records none
+    if version > 1 and "tokens" not in meta or tokens is not None and not (
+            isinstance(tokens, dict) and set(tokens) == {"count", "bytes"} and type(tokens["count"]) is int
+            and tokens["count"] == vocab and type(tokens["bytes"]) is int
+            and 0 <= tokens["bytes"] <= TOKEN_BYTES * vocab):
+        raise ValueError(f"{path} records its tokens as {tokens!r}, not as the count and bytes of its {vocab} token "
+                         f"ids: {remake}")
+    if tokens is not None:
+        arrays.update(token_bytes=((tokens["bytes"],), np.dtype(np.uint8)), token_ends=((vocab,), np.dtype(np.int64)))
+    return arrays
 
 
 def shape_bytes(shape: tuple, dtype: np.dtype) -> int:
@@ -325,6 +358,109 @@ def config_of(m):
 def name_of(m) -> str:
     """How a message names a model: its path, else "a model"."""
     return m if isinstance(m, str) else getattr(m, "path", None) or "a model"
+
+
+def table_rows(model, vocab: int = None, ids: np.ndarray = None):
+    """A model's token-table rows of the positions [vocab // 2, vocab) the aligned verdict holds out (align.input_sets),
+    float32 numpy, as loaded: those ids, or the model's ids of those shared tokens (ids: token_inputs'); None without
+    vocab or a table (a callable)."""
+    if vocab is None or not isinstance(model, GPT):
+        return None
+    held = np.arange(vocab // 2, vocab) if ids is None else ids[vocab // 2:vocab]
+    return model.transformer.wte.weight[torch.as_tensor(held)].detach().float().cpu().numpy()
+
+
+def tokenizer_of(m, given: str = None):
+    """The tokenizer of a model as read_model leaves it, by data.get_tokenizer's name: a train.py checkpoint's (it
+    records it), a Hugging Face directory's tokenizer.json, else `given` (--tokenizer: the tokenizer of every model
+    or file that records none); None: unknown (a model in memory, a callable, a file of version 1)."""
+    if isinstance(m, hf.Stored) and m.checkpoint is not None and m.checkpoint.get("tokenizer"):
+        return m.checkpoint["tokenizer"]
+    if isinstance(m, hf.Stored) and m.checkpoint is None and os.path.isfile(os.path.join(m.path, "tokenizer.json")):
+        return os.path.join(m.path, "tokenizer.json")
+    return given
+
+
+def vocabulary_of(m, given: str = None):
+    """The bytes of the token each id of a model names, by id up to its vocabulary (data.token_bytes; None where no
+    token has an id); a fingerprint file's recorded tokens; None where the tokenizer is unknown."""
+    if isinstance(m, Fingerprint) and m.tokens is not None:
+        return m.tokens
+    name = tokenizer_of(m, given)
+    if name is None:
+        return None
+    config = config_of(m)
+    return token_bytes(name)[:config.vocab_size if config is not None else None]
+
+
+def file_tokens(m, vocab: int, given: str = None):
+    """The tokens a fingerprint file of model m records: the bytes of the token each id below vocab names. None where
+    its tokenizer is unknown or leaves some of those ids without a token (a table padded past its tokenizer): such a
+    file is compared only with models of its vocabulary's size (token_inputs)."""
+    vocabulary = vocabulary_of(m, given)
+    if vocabulary is None or len(vocabulary) < vocab or None in vocabulary[:vocab]:
+        return None
+    return vocabulary[:vocab]
+
+
+def token_inputs(models: list, opts: dict, matched: bool, given: str = None):
+    """Each model's ids for the random inputs' positions (a list of arrays, align.shared_tokens), or None where the
+    inputs are token ids as they are: every model of one tokenizer (or all unknown, or inputs not tokens). Where the
+    tokenizers differ, the tokens all of them share by their bytes, in the first model's order (a fingerprint
+    file's: the tokens it was made on, every one of which the models must hold); opts["vocab"], the positions'
+    bound, set to their number unless asked. A model whose tokenizer is unknown beside others that differ from
+    it, a file without tokens among them, or too few shared tokens for the sequences asked: refused in one line."""
+    if opts.get("inputs", "tokens") != "tokens":
+        return None
+    names, configs = [name_of(m) for m in models], [config_of(m) for m in models]
+    given_names = [f"tokens {m.path} records" if isinstance(m, Fingerprint) and m.tokens is not None
+                   else tokenizer_of(m, given) for m in models]
+    known = [i for i, t in enumerate(given_names) if t is not None]
+    if len(set(given_names[i] for i in known)) <= 1 and not any(isinstance(models[i], Fingerprint) for i in known):
+        vocabularies = {i: None for i in known}             # one tokenizer by name: its ids are its tokens
+    else:
+        vocabularies = {i: vocabulary_of(models[i], given) for i in known}
+    one = len({tuple(v) for v in vocabularies.values() if v is not None}) <= 1
+    sizes = {c.vocab_size for i, c in enumerate(configs) if c is not None}
+    unknown = [i for i in range(len(models)) if i not in known]
+    if unknown and known and (not one or len(sizes) > 1):
+        i, j = unknown[0], known[0]
+        size = lambda k: f"{names[k]}: {configs[k].vocab_size if configs[k] is not None else 'unknown'} ids"
+        differ = "the others' tokenizers differ" if not one else f"the vocabularies differ ({size(i)}, {size(j)})"
+        if isinstance(models[i], Fingerprint):
+            what, advice = (f"{names[i]} records no tokens (a file of version 1, or of a model without a tokenizer)",
+                            "make the file again with python seedprint.py MODEL --save FILE, or give its tokenizer "
+                            "with --tokenizer NAME")
+        else:
+            what, advice = f"{names[i]} has no tokenizer", "give its tokenizer with --tokenizer NAME (bytes, gpt2, " \
+                                                            "or a tokenizer.json)"
+        raise ValueError(f"{what}, and {differ}: the same id may name other tokens in the two; {advice}")
+    if one:
+        return None
+    files = [i for i in known if isinstance(models[i], Fingerprint)]
+    order = files[:1] + [i for i in range(len(models)) if i not in files[:1]]
+    maps = dict(zip(order, align.shared_tokens([vocabularies[i] for i in order])))
+    shared = len(maps[order[0]])
+    other = [i for i in files if vocabularies[i] != vocabularies[files[0]]]
+    if other:
+        raise ValueError(f"{names[files[0]]} and {names[other[0]]} were made on other tokens: files are compared at "
+                         f"once only if made on the same tokens; compare each tokenizer's files apart")
+    for i in files:
+        if not np.array_equal(maps[i], np.arange(len(vocabularies[i]))):
+            holds = min(len(align.shared_tokens([vocabularies[i], vocabularies[j]])[0]) for j in known if j != i)
+            raise ValueError(f"the models hold {holds} of the {len(vocabularies[i])} tokens {names[i]} was made on, "
+                             f"and a file is compared only with models that hold all of them (its fingerprints are of "
+                             f"those tokens): compare the models themselves")
+    n, T, asked = opts["sequences"], opts["seq_len"], opts["vocab"]
+    if asked is not None and asked > shared or shared < (4 if matched else 2) or (
+            (shared // 2 if matched else shared) ** T < n):
+        raise ValueError(f"the tokenizers of {', '.join(names)} share {shared} tokens (by their bytes): too few for "
+                         + (f"--vocab {asked}" if asked is not None and asked > shared else
+                            f"{n} distinct sequences of {T}" + (" from each half of them (the aligned verdict)"
+                                                                 if matched else ""))
+                         + "; ask for fewer, or compare models whose tokenizers share more")
+    opts["vocab"] = asked or shared
+    return [maps[i] for i in range(len(models))]
 
 
 def loaded(m, device="cpu", dtype: str = None, digests: bool = False):

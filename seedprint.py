@@ -5,8 +5,8 @@ A model's birth bias (Sections 2-5) is set by its init seed and survives trainin
 keep ranking random inputs alike on a few "identity" dimensions of their final hidden state, while independently
 initialized models do not. The test, in the order of this file:
 
-  1. fingerprint     H (N x d): the final-norm state of the last token on N random token sequences, the same ids
-                     for both models.
+  1. fingerprint     H (N x d): the final-norm state of the last token on N random token sequences, the same tokens
+                     for both models (two tokenizers: the tokens both hold, each model fed its own ids).
   2. identity set S: the k dimensions of smallest mean output, intersected across the two models.
   3. tau matrix      C[j, l]: Kendall tau-b, across the inputs, between dimension j of A and l of B, after the
                      reference's softmax(H[:, S] / 10) per input. The paper's statistic: the mean of diag C.
@@ -67,13 +67,13 @@ ALPHA = 0.01
 
 def fingerprint(model, sequences: int = 2000, seq_len: int = 64, inputs: str = "tokens", vocab: int = None,
                 mean: float = 0.0, std: float = 0.02, seed: int = 0, batch_size: int = 32, name: str = "model",
-                progress: bool = False, low: int = 0, compile_mode: str = None) -> np.ndarray:
+                progress: bool = False, low: int = 0, compile_mode: str = None, ids: np.ndarray = None) -> np.ndarray:
     """H (sequences x d, float32): the final-norm state of the last token on random sequences, the same for a seed
     on every device and dtype. model: a GPT, or any callable ids (B, T) -> (B, d) final-norm last-token states (a
     model of your own transformers install: docs/real_checkpoints.md). inputs="tokens": ids uniform in [low, vocab)
-    (default: the model's vocabulary); "gaussian": N(mean, std) embeddings fed past the table (a GPT's; see above
-    why tokens). A fingerprint that cannot rank inputs is refused (evidence.check_states). A GPT's passes wait for
-    nothing (GPT.trace_passes; compile_mode: through torch.compile), its ids on the device before the first."""
+    (default: the model's vocabulary; with `ids`, positions, fed as ids[position]: align.shared_tokens); "gaussian":
+    N(mean, std) embeddings fed past the table (a GPT's; see above why tokens). A fingerprint that cannot rank inputs
+    is refused (evidence.check_states). A GPT's passes never wait (GPT.trace_passes; compile_mode: torch.compile)."""
     is_gpt = isinstance(model, GPT)
     if inputs not in ("tokens", "gaussian") or (inputs == "gaussian" and not is_gpt):
         raise ValueError(f"inputs must be 'tokens', or 'gaussian' for a GPT; got {inputs!r} for {type(model).__name__}")
@@ -81,8 +81,9 @@ def fingerprint(model, sequences: int = 2000, seq_len: int = 64, inputs: str = "
         raise ValueError("a callable model needs vocab=: token ids are drawn below it")
     param = next(model.parameters()) if is_gpt else None
     bar, out = Progress(sequences, f"fingerprint {name}", "sequences") if progress else None, []
-    draw = lambda size: random_batches(inputs, sequences, seq_len, size, seed, vocab=vocab or model.config.vocab_size,
-                                       width=model.config.n_embd if is_gpt else None, mean=mean, std=std, low=low)
+    draw = lambda size: (x if ids is None else torch.as_tensor(ids)[x] for x in random_batches(
+        inputs, sequences, seq_len, size, seed, vocab=vocab or model.config.vocab_size,
+        width=model.config.n_embd if is_gpt else None, mean=mean, std=std, low=low))
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=is_gpt and param.is_cuda):
         if not is_gpt:
             states = (torch.as_tensor(model(x)) for x in draw(batch_size))
@@ -241,12 +242,7 @@ class Verdict:
         verdict is exact), then `shared`."""
         paper = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                  if f.name not in ("alignment", "shared")}
-        detail = NOT_ALIGNED if self.alignment is None else dict(aligned=True, **dataclasses.asdict(self.alignment))
-        return {**paper, **detail, "shared": self.shared}
-
-
-NOT_ALIGNED = dict(aligned=False, signed=False, moved=0, p_exact=None, p_aligned=None, tau_aligned=None,
-                   n_identity_aligned=0, matched_on="", table_fit=None, widths=None)
+        return {**paper, **align.recorded(self.alignment), "shared": self.shared}
 
 
 def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = "smallest", set_mode: str = "coset",
@@ -284,37 +280,38 @@ def plan(models: list, asked: dict, temperature: float = 10.0, alpha: float = AL
     """Every check of a comparison, in one place, before any weight is read: the options agreed (the files' and the
     asked ones: evidence.agreed_options), the statistic's in range, the models against the inputs (evidence.check_models).
     models: as evidence.read_model leaves them; asked: evidence.OPTIONS and fingerprint()'s options (None: not
-    given). -> {"inputs", "test", "configs" (None: unknown), "matched" (B's coordinates matched: align, two widths)}"""
-    files = [m for m in models if isinstance(m, Fingerprint)]
-    opts = evidence.agreed_options(files, asked)
+    given; "tokenizer": of the models that record none). -> {"inputs", "test", "configs" (None: unknown), "matched"
+    (B's coordinates matched: align, two widths), "tokens" (evidence.token_inputs: two tokenizers' shared tokens)}"""
+    files, tokenizer = [m for m in models if isinstance(m, Fingerprint)], asked.get("tokenizer")
+    opts = evidence.agreed_options(files, {k: v for k, v in asked.items() if k != "tokenizer"})
     test = {key: opts.pop(key) for key in ("k", "rank_by", "set_mode")}
     evidence.check_statistic(**test, temperature=temperature, alpha=alpha)
     configs = [evidence.config_of(m) for m in models]
     known = [c for c in configs if c is not None]
+    matched = align or len({c.n_embd for c in known}) > 1      # a pair of two widths has no exact test: matched
+    tokens = evidence.token_inputs(models, opts, matched, tokenizer)
     if opts.get("inputs", "tokens") == "tokens" and opts["vocab"] is None and known:
         opts["vocab"] = min(c.vocab_size for c in known)
     evidence.check_models(configs, [evidence.name_of(m) for m in models], opts["seq_len"], opts["vocab"],
                           asked.get("k"), [f.path for f in files])
-    matched = align or len({c.n_embd for c in known}) > 1      # a pair of two widths has no exact test: matched
     if matched and opts["vocab"] is None:
         raise ValueError("the aligned verdict draws token ids from two halves of the vocabulary: give vocab= for "
                          "models whose vocabulary is not known (callables, fingerprint arrays)")
-    return dict(inputs=opts, test=test, configs=configs, matched=matched)
+    return dict(inputs=opts, test=test, configs=configs, matched=matched, tokens=tokens)
 
 
-def fingerprints_of(m, sets: dict, vocab: int = None, device="cpu", dtype: str = None, digests: bool = False):
+def fingerprints_of(m, sets: dict, vocab: int = None, device="cpu", dtype: str = None, digests: bool = False, ids=None):
     """({name: m's fingerprint on that input set}, its token table's rows [vocab // 2, vocab) as loaded (None without
-    vocab or a table), its record for evidence.shared_by_construction): a model loaded once (evidence.loaded)."""
+    vocab or a table; ids: fingerprint's, of those positions), its record for evidence.shared_by_construction)."""
     if isinstance(m, (Fingerprint, np.ndarray)):         # a file's sets were made under the options plan agreed on
         if isinstance(m, np.ndarray) and set(sets) != {"exact"}:
             raise ValueError("a fingerprint array holds one set of inputs; give the model for held-out inputs")
         H = {"exact": m} if isinstance(m, np.ndarray) else {name: m.sets[name] for name in sets}
         return H, getattr(m, "rows", None), evidence.record_of(m)
     model, record = evidence.loaded(m, device, dtype, digests)
-    H = {name: fingerprint(model, name=record["path"], progress=isinstance(m, hf.Stored), **opts)
+    H = {name: fingerprint(model, name=record["path"], progress=isinstance(m, hf.Stored), ids=ids, **opts)
          for name, opts in sets.items()}
-    rows = model.transformer.wte.weight[vocab // 2:vocab].detach().float().cpu().numpy() \
-        if vocab is not None and isinstance(model, GPT) else None
+    rows = evidence.table_rows(model, vocab, ids)
     return H, rows, record
 
 
@@ -333,7 +330,8 @@ def fingerprint_models(models: list, checked: dict, temperature: float, alpha: f
                options=dict(opts, **checked["test"]))
     for i, m in enumerate(models):
         H, rows, record = fingerprints_of(m, {name: dict(opts, **every[name]) for name in names},
-                                          opts["vocab"] if matched else None, device, dtype, digests)
+                                          opts["vocab"] if matched else None, device, dtype, digests,
+                                          None if checked["tokens"] is None else checked["tokens"][i])
         run["H"].append(H)
         run["tables"].append(whitened_table(rows) if i in run["recurring"] else rows)
         run["records"].append(record)
@@ -426,17 +424,18 @@ def search(suspect, bases: list, temperature: float = 10.0, alpha: float = ALPHA
 def make_fingerprint(m, device="cpu", dtype: str = None, **options) -> Fingerprint:
     """A model's fingerprint file in memory (evidence.write saves it): a path or a GPT, fingerprinted on every input
     set under the checks of a comparison (plan), its weights hashed on their one read. options: evidence.OPTIONS
-    (vocab: the model's own vocabulary by default)."""
+    (vocab: the model's own vocabulary by default), tokenizer; it records the tokens its ids name (file_tokens)."""
     m = evidence.read_model(m)
-    if not isinstance(m, (GPT, hf.Stored)) or set(options) - set(evidence.OPTIONS):
+    if not isinstance(m, (GPT, hf.Stored)) or set(options) - {*evidence.OPTIONS, "tokenizer"}:
         raise ValueError(f"a fingerprint file is made of a model (a path or a GPT), with the options "
                          f"{', '.join(evidence.OPTIONS)}")
     checked = plan([m], options)
-    opts = checked["inputs"]
+    opts, tokens = checked["inputs"], evidence.file_tokens(m, checked["inputs"]["vocab"], options.get("tokenizer"))
     sets = {name: dict(opts, **s) for name, s in input_sets(opts["vocab"], opts["seed"]).items()}
     H, rows, record = fingerprints_of(m, sets, opts["vocab"], device, dtype, digests=True)
     return Fingerprint(H, rows, dict(opts, **checked["test"]), dataclasses.asdict(m.config), record["weights"],
-                       evidence.made(device, dtype), path=evidence.name_of(m))
+                       evidence.made(device, dtype), path=evidence.name_of(m),
+                       tokens=tokens)
 
 
 # ----------------------------------------------------------------------------- 7. the command line
@@ -454,6 +453,8 @@ def main(argv=None):
     p.set_defaults(**{f.name: None for f in dataclasses.fields(Options)})     # None: not given (a file's, or Options')
     g.add_argument("--vocab", type=flag_type("int>=2"), help="the token ids' bound (default: the smaller vocabulary "
                    "of the models; a fingerprint file records its own)")
+    g.add_argument("--tokenizer", metavar="NAME", help="of models that record none (bytes, gpt2, a tokenizer.json); "
+                   "two tokenizers are fed the tokens both hold, each its own ids (--vocab: the first N)")
     g.add_argument("--align", type=parse_bool, default=False, metavar="on|off", help="the aligned verdict: also match "
                    "B's coordinates to A's (align.py); the exact test and the matched one at alpha/2 each")
     add_device_flags(p, "load the models in this dtype (default: each checkpoint's own; float32 on CPU is exact)")
@@ -461,7 +462,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     # every range was checked as its flag was parsed; None: not given (a file's option, else Options' default)
     asked = dict({Options.RECORDED_AS.get(k, k): v for k, v in settings_given(args, Options).items()},
-                 vocab=args.vocab)
+                 vocab=args.vocab, tokenizer=args.tokenizer)
     if bool(args.save) + bool(args.against) + (len(args.models) > 1) != 1:
         p.error("give two or more models (base first), or one model with --save FILE or --against DIR")
     if args.save:

@@ -13,6 +13,7 @@ top what it measures, which numbers it makes, its full command and its time. Run
     python -m studies.fresh_inits         # its false-positive rate on fresh inits, at any width
     python -m studies.aligned_floor       # the aligned verdict's floor and calibration
     python -m studies.derivatives --base DIR   # SeedPrint on a real model's derivatives
+    python -m studies.vocab_derivatives   # children of another vocabulary; unrelated pairs of two tokenizers
     python -m studies.pruned              # children pruned in width (the matched verdict) or depth, and strangers
     python -m studies.upcycling           # mixtures of experts upcycled from a dense model, and strangers
     python -m studies.registry            # one suspect against a registry of fingerprint files

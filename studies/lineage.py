@@ -55,19 +55,20 @@ TRAINING = train.TrainConfig(max_steps=200, ckpt_every=50, batch_size=16, eval_e
 TRAINING_FLAGS = ("data_seed", "max_steps", "ckpt_every", "batch_size", "lr")
 
 
-def add_lineage_flags(parser, out: str, template: train.TrainConfig = TRAINING) -> None:
+def add_lineage_flags(parser, out: str, template: train.TrainConfig = TRAINING, tokenizer: bool = True) -> None:
     """The flags of a study that tests pairs of models with SeedPrint: the architecture (a preset and its knobs,
     LLaMA-style blocks on top), with a training template the data and the training of its models (None: the study
-    trains nothing), and the test."""
+    trains nothing; tokenizer=False: a study that makes its own tokenizers takes no --tokenizer), and the test."""
     add_config_flags(parser, default_model="tiny")
     if template is not None:
         g = parser.add_argument_group("data and training (train.py's flags)")
         g.add_argument("--corpus", default="shakespeare", help="pretraining corpus: a named corpus of data.py, "
                        "or a text file")
         g.add_argument("--corpus2", default="brown", help="the corpus a continuation is trained on")
-        g.add_argument("--tokenizer", choices=("bytes", "gpt2"), default="bytes",
-                       help="bytes (the default: a vocabulary of 256, fast on a laptop) or gpt2 (50,257 tokens, as "
-                       "the README's calibration)")
+        if tokenizer:
+            g.add_argument("--tokenizer", choices=("bytes", "gpt2"), default="bytes",
+                           help="bytes (the default: a vocabulary of 256, fast on a laptop) or gpt2 (50,257 tokens, "
+                           "as the README's calibration)")
         g.add_argument("--data_from", default=None, help="offline: a directory holding the corpora (data.py --from)")
         add_settings_flags(g, template, TRAINING_FLAGS)
     add_test_flags(parser)
@@ -326,44 +327,51 @@ class Lineage:
             return self.vocab
         return min((config_of(m) or m.build().config).vocab_size for m in models)
 
-    def fingerprint_sets(self, m, vocab: int, names=align.SETS) -> dict:
+    def fingerprint_sets(self, m, vocab: int, names=align.SETS, ids=None) -> dict:
         """{name: m's fingerprint on that input set} for each name given of align.SETS (align.input_sets): the exact
-        verdict's inputs, the aligned verdict's test and held-out (alignment) inputs."""
+        verdict's inputs, the aligned verdict's test and held-out (alignment) inputs. ids: m's ids of the inputs'
+        positions (evidence.token_inputs, where two tokenizers differ; None: the positions are the ids)."""
         every = align.input_sets(vocab, self.inputs["seed"])
-        return cached_fingerprints(m, self.cache, self.device, self.dtype, dict(self.inputs, vocab=vocab),
+        fed = {} if ids is None else dict(ids=[int(i) for i in ids])      # in the cache key: a list, not an array
+        return cached_fingerprints(m, self.cache, self.device, self.dtype, dict(self.inputs, vocab=vocab, **fed),
                                    {name: every[name] for name in names})
 
     def exact_fingerprint(self, m, vocab: int) -> np.ndarray:
         """m's fingerprint on the exact verdict's inputs."""
         return self.fingerprint_sets(m, vocab, ["exact"])["exact"]
 
-    def whitened_rows(self, m, lo: int, hi: int):
-        """Rows [lo, hi) of m's token table (token_rows), whitened (align.whitened_table, as table_match takes them
-        with whitened=True; None where they cannot be), kept for the next pairs (the last rows_kept models): a model
-        is matched in many pairs, its table read and whitened once."""
-        key = json.dumps([weights_identity(m) if isinstance(m, str) else m.key, lo, hi])
+    def whitened_rows(self, m, lo: int, hi: int, ids=None):
+        """Rows [lo, hi) of m's token table (token_rows; ids: the rows of ids[lo:hi], the same tokens' in two
+        tokenizers), whitened (align.whitened_table, as table_match takes them with whitened=True; None where they
+        cannot be), kept for the next pairs (the last rows_kept models): a model is matched in many pairs, its table
+        read and whitened once."""
+        held = None if ids is None else [int(i) for i in ids[lo:hi]]
+        key = json.dumps([weights_identity(m) if isinstance(m, str) else m.key, lo, hi, held])
         if key not in self.rows:
             if len(self.rows) >= self.rows_kept:
                 self.rows.pop(next(iter(self.rows)))
-            self.rows[key] = align.whitened_table(token_rows(m, lo, hi))
+            rows = token_rows(m, lo, hi) if held is None else token_rows(m, 0, max(held) + 1)[held]
+            self.rows[key] = align.whitened_table(rows)
         return self.rows[key]
 
-    def pair(self, a, b, aligned: bool = True) -> tuple:
+    def pair(self, a, b, aligned: bool = True, tokens=None) -> tuple:
         """(exact verdict, aligned verdict or None) of two models (paths or Recipes); two widths: (None, the matched
-        verdict)."""
-        vocab = self.bound(a, b)
+        verdict). tokens: each model's ids of the inputs' positions where their tokenizers differ
+        (evidence.token_inputs, as seedprint.py feeds them), drawn below their number; None: ids as they are."""
+        vocab = self.bound(a, b) if tokens is None else len(tokens[0])
+        ids = (None, None) if tokens is None else tokens
         # the widths from the configs, before any fingerprint: a pair of two widths has no exact test, so its exact
         # set is never made; a model of unknown config (a Recipe that names none) shows its width in that set
         configs = [config_of(m) for m in (a, b)]
         widths = None if None in configs else [c.n_embd for c in configs]
         names = ([] if align.two_widths(widths) else ["exact"]) + (["test", "held_out"] if aligned else [])
-        A, B = (self.fingerprint_sets(m, vocab, names) for m in (a, b))
+        A, B = (self.fingerprint_sets(m, vocab, names, i) for m, i in zip((a, b), ids))
         one_width = not align.two_widths(widths or [A["exact"].shape[1], B["exact"].shape[1]])
         exact = seedprint.seedprint_test(A["exact"], B["exact"], **self.test) if one_width else None
         if not aligned:
             return exact, None
         signed = align.signs_keep_function(*configs)
-        tables = [self.whitened_rows(m, vocab // 2, vocab) for m in (a, b)]
+        tables = [self.whitened_rows(m, vocab // 2, vocab, i) for m, i in zip((a, b), ids)]
         matched = seedprint.seedprint_test(A["test"], B["test"], **self.test, held_out=(A["held_out"], B["held_out"]),
                                            signed=signed, tables=tables, whitened=True)
         return exact, matched

@@ -683,7 +683,8 @@ def test_a_file_that_is_not_whole_or_not_ours_or_made_otherwise_is_refused_in_on
     meta["version"] = evidence.FILE_VERSION + 1
     arrays = dict(arrays, meta=np.array(json.dumps(meta)))
     np.savez(tmp_path / "newer.npz", **arrays)
-    with pytest.raises(ValueError, match="format version 2; this code reads versions 1 to 1: update the project"):
+    with pytest.raises(ValueError, match=f"format version {evidence.FILE_VERSION + 1}; this code reads versions 1 to "
+                                         f"{evidence.FILE_VERSION}: update the project"):
         evidence.read(str(tmp_path / "newer.npz"))
     from conftest import cli_error, forge_fingerprint
     forge_fingerprint(good, tmp_path / "later.npz",          # whole, but from a later project: config fields unknown
