@@ -240,7 +240,7 @@ def gpt2_encoding():
         return tiktoken.get_encoding("gpt2")   # downloads the BPE files unless TIKTOKEN_CACHE_DIR has them
     except Exception as e:
         raise OSError("tiktoken could not load the GPT-2 BPE files (offline?). Point TIKTOKEN_CACHE_DIR "
-                      "at a cache that holds them, or use --tokenizer bytes") from e
+                      "at a cache that holds them, or run once online (tiktoken keeps them)") from e
 
 
 def hf_tokenizer(name: str):
@@ -269,7 +269,9 @@ def token_bytes(name: str) -> list:
     has): what two tokenizers are compared on token by token, so that GPT-2's BPE and a tokenizer.json meet.
     A tokenizer.json's tokens are read as its decoder reads them: byte-level characters back to their bytes
     (GPT-2, Qwen, SmolLM), sentencepiece's "\u2581" as a space and its <0xNN> byte tokens as that byte (LLaMA,
-    Mistral); other tokens (a word-level vocabulary, special tokens) as their UTF-8 text."""
+    Mistral); other tokens (a word-level vocabulary) as their UTF-8 text. An added token, special or not, is matched
+    on the raw text before any pre-tokenizer, so it stands for its content's UTF-8 bytes (an added "é" is c3 a9,
+    not the byte-level alphabet's e9)."""
     if name == "bytes":
         return [bytes([b]) for b in range(256)]
     if name == "gpt2":
@@ -280,11 +282,11 @@ def token_bytes(name: str) -> list:
         spec = json.load(fh)
     decoder = spec.get("decoder") or {}
     kinds = {d.get("type") for d in [decoder, *(decoder.get("decoders") or [])] if isinstance(d, dict)}
-    special = {t["content"] for t in spec.get("added_tokens") or [] if t.get("special")}
+    added = {t["content"] for t in spec.get("added_tokens") or []}
     alphabet = byte_level_alphabet() if "ByteLevel" in kinds else None
 
     def as_bytes(token: str) -> bytes:
-        if token in special:
+        if token in added:
             return token.encode("utf-8")
         if alphabet is not None and all(c in alphabet for c in token):
             return bytes(alphabet[c] for c in token)

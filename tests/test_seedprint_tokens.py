@@ -71,6 +71,13 @@ def test_token_bytes_read_each_kind_of_tokenizer_as_the_bytes_its_tokens_stand_f
         assert bpe.decode([i]) == text, (i, t)
         decoded += 1
     assert decoded > 100 and b" \xe6\x9d\xb1\xe4\xba\xac" in tokens and b"\xe6" in tokens     # " 東京", a lone byte
+    # added tokens are matched on the raw text: each stands for the text that encodes to it alone
+    bpe.add_tokens(["é", "Ā", "zz"])
+    bpe.save(str(tmp_path / "added.json"))
+    added = data.token_bytes(str(tmp_path / "added.json"))
+    for text in ("é", "Ā", "zz"):
+        (i,) = bpe.encode(text).ids
+        assert added[i] == text.encode("utf-8"), (text, added[i])
     write_tokenizer_json(tmp_path, ["<unk>", "naïve", "w1"])
     assert data.token_bytes(str(tmp_path)) == ["<unk>".encode(), "naïve".encode(), b"w1"]
     from tokenizers import Tokenizer, decoders, models             # sentencepiece's way: LLaMA's, Mistral's
