@@ -16,7 +16,7 @@ The suspects, per vocabulary, searched against that vocabulary's registry:
 
     python -m studies.registry_scale                  # 2 x 6 bases, 2 x 8 suspects: 4 min on 2 cores
     python -m studies.registry_scale --bases 50 --suspects 55 --fresh 50 --related 3 --max_steps 20 \\
-        --sequences 500 --widths 64 96        # 100 bases, 210 unrelated suspects: MM min (docs/seedprint.md)
+        --sequences 500 --widths 64 96        # 100 bases, 210 unrelated suspects: 17 min (docs/seedprint.md)
 """
 import dataclasses
 import os
