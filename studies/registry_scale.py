@@ -14,7 +14,7 @@ The suspects, per vocabulary, searched against that vocabulary's registry:
     unrelated   --suspects models trained from other seeds on the bases' data, --fresh fresh inits -> "none"
     related     the first --related bases, each continued --child_steps on --corpus2      -> "derives from" it
 
-    python -m studies.registry_scale                  # 2 x 6 bases, 2 x 8 suspects: 4 min on 2 cores
+    python -m studies.registry_scale                  # 2 x 6 bases, 2 x 8 suspects: 3.5 min on 2 cores
     python -m studies.registry_scale --bases 50 --suspects 55 --fresh 50 --related 3 --max_steps 20 \\
         --sequences 500 --widths 64 96        # 100 bases, 210 unrelated suspects: 17 min (docs/seedprint.md)
 """
@@ -33,8 +33,7 @@ import numpy as np
 import data
 import evidence
 import seedprint
-from evidence import Options
-from studies.lineage import (TRAINING, add_lineage_flags, architecture, check_k, check_lineage_flags, checkpoints,
+from studies.lineage import (TRAINING, add_lineage_flags, architecture, check_lineage_flags, checkpoints,
                              fingerprint_file, fresh_init, test_options, trained, training)
 from studies.registry import rates, register
 from studies.vocab_derivatives import tokenizers as made_tokenizers
@@ -66,10 +65,10 @@ def main(argv=None):
     add_lineage_flags(p, out="out/registry_scale",
                       template=dataclasses.replace(TRAINING, max_steps=50, ckpt_every=50), tokenizer=False)
     args = p.parse_args(argv)
-    config = check_lineage_flags(args)
-    widths = list(dict.fromkeys(args.widths or [config.n_embd]))
-    if args.k != Options().k:                       # left at its default, k is capped at half of each width
-        check_k(args.k, widths, "the narrowest of --widths")
+    widths = list(dict.fromkeys(args.widths or [architecture(args).n_embd]))
+    # every width a valid architecture (heads, context), a given --k within the narrowest, before any work
+    check_lineage_flags(args, {f"--widths {w}": architecture(args, n_embd=w) for w in widths},
+                        "the narrowest of --widths" if args.widths else "the width (--n_embd)")
     if args.related > args.bases:
         p.error(f"--related {args.related}: at most --bases {args.bases} bases can be continued")
     if args.suspects + args.fresh == 0:
@@ -80,17 +79,19 @@ def main(argv=None):
     needed = ["test", "held_out"]                   # the aligned verdict's sets (several widths: the matched one)
     with lock_dir(args.out):
         t0 = time.time()
-        toks = made_tokenizers(args.out, SimpleNamespace(corpus=args.corpus, corpus2=args.corpus2, perm_seed=0,
-                                                         data_from=args.data_from, bpe_vocab=args.bpe_vocab))
-        toks["bpe"] = toks["bpe_corpus"]
+        toks = dict(bytes="bytes")
+        if "bpe" in args.tokenizers:                # the BPE of --corpus, the bytes first (the others made beside it)
+            toks["bpe"] = made_tokenizers(args.out, SimpleNamespace(
+                corpus=args.corpus, corpus2=args.corpus2, perm_seed=0, data_from=args.data_from,
+                bpe_vocab=args.bpe_vocab))["bpe_corpus"]
         template = training(args, device)
         cache = os.path.join(args.out, "fingerprints")
         final = lambda run: checkpoints(run)[-1][1]
         trials, costs, registries = [], dict(train=[], file=[], suspect=[], search=[]), {}
         seed = dict(base=BASE_SEED0, suspect=SUSPECT_SEED0)
-        for tok in args.tokenizers:
-            label = lambda c: os.path.join(args.out, "data", f"{data.corpus_label(c)}_{tok}")
-            text, text2 = (data.prepared([c], label(c), toks[tok], args.data_from) for c in (args.corpus, args.corpus2))
+        for tok in dict.fromkeys(args.tokenizers):
+            folder = lambda c: os.path.join(args.out, "data", f"{data.corpus_label(c)}_{tok}")
+            text, text2 = (data.prepared([c], folder(c), toks[tok], args.data_from) for c in (args.corpus, args.corpus2))
             vocab = data.load_data(text)["meta"]["vocab_size"]
             of_width = lambda w: dataclasses.replace(template, knobs=dict(template.knobs, n_embd=w))
             # the registry: each base trained, then its file made (timed apart)
