@@ -216,6 +216,10 @@ CASES = [
     # a given --k must fit the width (the tiny preset's 64, or --n_embd's): it was capped in silence and recorded as
     # asked
     ("studies.registry", ["--k", "33"], "--k 33 is more than the width (--n_embd) 64 allows"),
+    ("studies.registry_scale", ["--widths", "32", "96", "--k", "20"],
+     "--k 20 is more than the narrowest of --widths 32 allows"),
+    ("studies.registry_scale", ["--bases", "3", "--related", "4"], "at most --bases 3 bases can be continued"),
+    ("studies.registry_scale", ["--widths", "64", "50"], "n_embd=50 is not divisible by n_head=4"),
     ("studies.lineage_fpr", ["--n_embd", "32", "--k", "17"], "--k 17 is more than the width (--n_embd) 32 allows"),
     ("studies.aligned_floor", ["--conditions", "bytes_w128", "--k", "65"],
      "--k 65 is more than the narrowest width of --conditions 128 allows"),

@@ -860,3 +860,34 @@ def test_the_registry_study_names_each_base_once_and_none_for_strangers(corpora,
     assert made == ["float32"] * 3
     cache = [json.loads(str(np.load(out / "fingerprints" / f)["key"])) for f in os.listdir(out / "fingerprints")]
     assert cache and {key["dtype"] for key in cache} == {"float32"}
+
+
+def test_the_scaled_registry_study_searches_each_vocabulary_apart_and_counts_what_it_holds(corpora, tmp_path,
+                                                                                            monkeypatch):
+    """studies.registry_scale on tiny models of two widths and two vocabularies: each suspect is searched against its
+    own vocabulary's registry alone (every file made on its tokens), the continued bases are traced to their bases,
+    the strangers to none; the bytes a search holds equal those of the files' arrays from their shapes (three input
+    sets of --sequences rows, the held-out half of the token table), per width."""
+    from studies import registry_scale
+    searched = []
+    real_search = seedprint.search
+    monkeypatch.setattr(seedprint, "search", lambda s, files, **kw: searched.append(
+        sorted({os.path.basename(os.path.dirname(f)) for f in files})) or real_search(s, files, **kw))
+    out = tmp_path / "out"
+    registry_scale.main(["--n_layer", "1", "--block_size", "16", "--seq_len", "8", "--max_steps", "4",
+                         "--ckpt_every", "4", "--batch_size", "4", "--sequences", "40", "--k", "8", "--device", "cpu",
+                         "--bases", "3", "--suspects", "1", "--fresh", "1", "--related", "2", "--child_steps", "4",
+                         "--widths", "32", "48", "--tokenizers", "bytes", "bpe", "--bpe_vocab", "300",
+                         "--corpus", str(corpora / "a.txt"), "--corpus2", str(corpora / "b.txt"), "--out", str(out)])
+    res = json.loads((out / "results.json").read_text())["registry_scale"]
+    assert all(t["right"] for t in res["trials"]), res["trials"]
+    assert [t["registry"] for t in res["trials"]] == ["bytes"] * 4 + ["bpe"] * 4
+    # each suspect once timed, once traced per registry: every search against one vocabulary's files only
+    assert searched == [["registry_bytes"]] * 5 + [["registry_bpe"]] * 5
+    for tok, vocab in (("bytes", 256), ("bpe", 300)):
+        reg = res["registries"][tok]
+        assert (reg["bases"], reg["vocab"]) == (3, vocab)
+        widths = [32, 48, 32]                         # taken in turn
+        assert reg["held_bytes"] == sum(4 * (3 * 40 * w + (vocab - vocab // 2) * w) for w in widths)
+        assert sorted(os.listdir(out / f"registry_{tok}")) == sorted(
+            f"w{w}_seed{registry_scale.BASE_SEED0 + i + (3 if tok == 'bpe' else 0)}.npz" for i, w in enumerate(widths))

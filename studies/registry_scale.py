@@ -1,0 +1,163 @@
+"""
+studies/registry_scale.py: SeedPrint's search (seedprint.py SUSPECT --against DIR, paper Section 6.1) at the scale
+disputes meet -- a registry of a hundred bases or more, as a public provenance kit ships about 150: how long a
+suspect's search takes and a base's file, what memory the search holds, and how often it says "derives from" of a
+suspect related to no base (the false-positive rate, with its 95% Clopper-Pearson interval).
+
+The bases: --bases models per vocabulary, each from its own init seed (each its own lineage), their widths taken in
+turn from --widths, trained --max_steps on --corpus (tiny models, few steps: the cost is the fingerprints, not
+the models). One registry per vocabulary of --tokenizers (bytes, and bpe: studies.vocab_derivatives' BPE of
+--corpus, the 256 bytes first): a search compares files at once only where they were made on the same tokens, and a
+byte-level suspect holds none of a BPE file's merged tokens, so it could not be fed that file's inputs at all.
+The suspects, per vocabulary, searched against that vocabulary's registry:
+
+    unrelated   --suspects models trained from other seeds on the bases' data, --fresh fresh inits -> "none"
+    related     the first --related bases, each continued --child_steps on --corpus2      -> "derives from" it
+
+    python -m studies.registry_scale                  # 2 x 6 bases, 2 x 8 suspects: 3.5 min on 2 cores
+    python -m studies.registry_scale --bases 50 --suspects 55 --fresh 50 --related 3 --max_steps 20 \\
+        --sequences 500 --widths 64 96        # 100 bases, 210 unrelated suspects: 17 min (docs/seedprint.md)
+"""
+import dataclasses
+import os
+import resource
+import time
+import tracemalloc
+from types import SimpleNamespace
+
+# common.py first: before torch is imported, it checks the requirements (and answers --help without them)
+from common import (ArgumentParser, Progress, check_output, flag_type, lock_dir, print_table, resolve_device,
+                    run_script, update_results)
+import numpy as np
+
+import data
+import evidence
+import seedprint
+from studies.lineage import (TRAINING, add_lineage_flags, architecture, check_lineage_flags, checkpoints,
+                             fingerprint_file, fresh_init, test_options, trained, training)
+from studies.registry import rates, register
+from studies.vocab_derivatives import tokenizers as made_tokenizers
+
+BASE_SEED0, SUSPECT_SEED0 = 10_000, 20_000      # every model its own init seed: bases and suspects never share one
+
+
+def held_bytes(files: list) -> int:
+    """The bytes of the arrays a search holds of its registry's files (every input set and the held-out rows)."""
+    fps = [evidence.read(f) for f in files]
+    return sum(sum(H.nbytes for H in fp.sets.values()) + (fp.rows.nbytes if fp.rows is not None else 0) for fp in fps)
+
+
+def main(argv=None):
+    p = ArgumentParser(prog="studies.registry_scale", description="SeedPrint's search against registries of a "
+                       "hundred bases or more: times, memory and the false 'derives from' rate.")
+    p.add_argument("--bases", type=flag_type("int>=2"), default=6, help="bases per vocabulary (its registry)")
+    p.add_argument("--suspects", type=flag_type("int>=0"), default=3,
+                   help="unrelated suspects per vocabulary trained from other seeds on the bases' data")
+    p.add_argument("--fresh", type=flag_type("int>=0"), default=3, help="unrelated suspects per vocabulary: fresh inits")
+    p.add_argument("--related", type=flag_type("int>=0"), default=2,
+                   help="bases per vocabulary continued on --corpus2 (related suspects)")
+    p.add_argument("--child_steps", type=flag_type("int>=1"), default=50, help="steps of each continuation")
+    p.add_argument("--widths", type=flag_type("int>=2"), nargs="+", default=None,
+                   help="the bases' and suspects' widths, taken in turn (default: --n_embd's)")
+    p.add_argument("--tokenizers", nargs="+", choices=("bytes", "bpe"), default=["bytes", "bpe"],
+                   help="the vocabularies, one registry each")
+    p.add_argument("--bpe_vocab", type=flag_type("int>=257"), default=512, help="tokens of the BPE (bytes first)")
+    add_lineage_flags(p, out="out/registry_scale",
+                      template=dataclasses.replace(TRAINING, max_steps=50, ckpt_every=50), tokenizer=False)
+    args = p.parse_args(argv)
+    widths = list(dict.fromkeys(args.widths or [architecture(args).n_embd]))
+    # every width a valid architecture (heads, context), a given --k within the narrowest, before any work
+    check_lineage_flags(args, {f"--widths {w}": architecture(args, n_embd=w) for w in widths},
+                        "the narrowest of --widths" if args.widths else "the width (--n_embd)")
+    if args.related > args.bases:
+        p.error(f"--related {args.related}: at most --bases {args.bases} bases can be continued")
+    if args.suspects + args.fresh == 0:
+        p.error("give --suspects or --fresh: the false-positive rate needs unrelated suspects")
+    check_output(args.out)
+    device = str(resolve_device(args.device))
+    options = test_options(args).recorded()
+    needed = ["test", "held_out"]                   # the aligned verdict's sets (several widths: the matched one)
+    with lock_dir(args.out):
+        t0 = time.time()
+        toks = dict(bytes="bytes")
+        if "bpe" in args.tokenizers:                # the BPE of --corpus, the bytes first (the others made beside it)
+            toks["bpe"] = made_tokenizers(args.out, SimpleNamespace(
+                corpus=args.corpus, corpus2=args.corpus2, perm_seed=0, data_from=args.data_from,
+                bpe_vocab=args.bpe_vocab))["bpe_corpus"]
+        template = training(args, device)
+        cache = os.path.join(args.out, "fingerprints")
+        final = lambda run: checkpoints(run)[-1][1]
+        trials, costs, registries = [], dict(train=[], file=[], suspect=[], search=[]), {}
+        seed = dict(base=BASE_SEED0, suspect=SUSPECT_SEED0)
+        for tok in dict.fromkeys(args.tokenizers):
+            folder = lambda c: os.path.join(args.out, "data", f"{data.corpus_label(c)}_{tok}")
+            text, text2 = (data.prepared([c], folder(c), toks[tok], args.data_from) for c in (args.corpus, args.corpus2))
+            vocab = data.load_data(text)["meta"]["vocab_size"]
+            of_width = lambda w: dataclasses.replace(template, knobs=dict(template.knobs, n_embd=w))
+            # the registry: each base trained, then its file made (timed apart)
+            bases, files = {}, []
+            bar = Progress(args.bases, f"{tok} bases trained and registered", "bases")
+            for i in range(args.bases):
+                s, w = seed["base"], widths[i % len(widths)]
+                seed["base"] += 1
+                t = time.time()
+                bases[i] = (f"{tok}_w{w}_seed{s}", final(trained(of_width(w), args.out, f"{tok}_w{w}_seed{s}", s, text)))
+                costs["train"].append(time.time() - t)
+                t = time.time()
+                files += register({f"w{w}_seed{s}": bases[i][1]}, os.path.join(args.out, f"registry_{tok}"), options,
+                                  device, args.dtype, cache)
+                costs["file"].append(time.time() - t)
+                bar.update()
+            registries[tok] = dict(bases=len(files), widths=widths, vocab=vocab, held_bytes=held_bytes(files),
+                                   file_bytes=sum(os.path.getsize(f) for f in files))
+            # the suspects: (label, kind, the base it derives from or None, the model)
+            suspects = []
+            for i in range(args.suspects + args.fresh):
+                s, w = seed["suspect"], widths[i % len(widths)]
+                seed["suspect"] += 1
+                if i < args.suspects:
+                    m = final(trained(of_width(w), args.out, f"{tok}_w{w}_suspect{s}", s, text))
+                    suspects.append((f"{tok} trained from seed {s}", "unrelated: trained on the bases' data", None, m))
+                else:
+                    m = fresh_init(architecture(args, vocab_size=vocab, n_embd=w), s)
+                    suspects.append((f"{tok} fresh init {s}", "unrelated: a fresh init", None, m))
+            for b in range(args.related):
+                m = final(trained(template, args.out, f"{bases[b][0]}_child", 0, text2, steps=args.child_steps,
+                                  init_from=bases[b][1], data_seed=1234))
+                suspects.append((f"{tok} base {b} continued", "related: a base continued", b, m))
+            bar = Progress(len(suspects), f"{tok} suspects searched against {len(files)} bases", "suspects")
+            for label_, kind, base, m in suspects:
+                t = time.time()
+                fp = fingerprint_file(m, cache, device, args.dtype, options, needed)
+                costs["suspect"].append(time.time() - t)
+                traced = not tracemalloc.is_tracing() and "search_peak_bytes" not in registries[tok]
+                if traced:                      # one search traced: numpy's peak while it runs (slower, untimed)
+                    tracemalloc.start()
+                    seedprint.search(fp, files, device=device, dtype=args.dtype, align=True)
+                    registries[tok]["search_peak_bytes"] = tracemalloc.get_traced_memory()[1]
+                    tracemalloc.stop()
+                t = time.time()
+                res = seedprint.search(fp, files, device=device, dtype=args.dtype, align=True)
+                costs["search"].append(time.time() - t)
+                right = res["answer"] == "none" if base is None else \
+                    res["answer"] == "derives from" and res["base"] == base
+                trials.append(dict(suspect=label_, kind=kind, registry=tok, related=base is not None,
+                                   answer=res["answer"], named=res["base"], right=bool(right),
+                                   smallest_p=min(r.p for r in res["results"]), search_s=costs["search"][-1]))
+                bar.update()
+        table = rates(trials)
+        print_table(table)
+        median = {k: float(np.median(v)) for k, v in costs.items() if v}
+        timing = dict(per_base_train_s=median.get("train"), per_base_file_s=median.get("file"),
+                      per_suspect_fingerprint_s=median.get("suspect"), per_suspect_search_s=median.get("search"),
+                      per_suspect_search_max_s=max(costs["search"]),
+                      peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        print_table([dict(registry=k, **v) for k, v in registries.items()])
+        print(f"medians: {timing}")
+        update_results(os.path.join(args.out, "results.json"), {"registry_scale": dict(
+            table=table, trials=trials, registries=registries, timing=timing, max_steps=args.max_steps,
+            seconds=time.time() - t0)}, device, args.dtype)
+
+
+if __name__ == "__main__":
+    run_script(main, "studies.registry_scale")
