@@ -9,13 +9,18 @@ are seen by matching B's coordinates to A's first, then running the same test on
 
   1. the match: a signed permutation of B's coordinates (a partial one between two widths: each coordinate of the
      narrower model given its own of the wider one), by the assignment algorithm on the correlations of the two
-     models' coordinates observed together (align_coordinates). Observed where? Never on the test's own inputs:
-       - the token tables' rows of held-out tokens, whitened (table_match). A descendant's columns are its base's,
-         moved, so this match recovers the basis; it is trusted where its mean |r| reaches table_gate, far above
-         what independent tables reach by chance, and a trusted match counts as it is;
-       - else the fingerprints on held-out inputs. That match is fit to B, so its p holds no longer: models trained
-         from other inits on the same data share coordinate roles that it finds. It counts only where the matched
-         mean tau reaches a floor (ALIGNED_TAU_FLOOR; PARTIAL_TAU_FLOOR between two widths), fit by studies.
+     models' coordinates observed together (align_coordinates), each model's observations whitened first
+     (whitened_match). Observed where? Never on the test's own inputs: on the token tables' rows of held-out tokens,
+     else on the fingerprints of held-out inputs. Why whiten: models trained on the same data share a few strong
+     directions (token frequency and the like) that every coordinate loads on, each in its own basis; raw, they
+     make every coordinate of one correlate with many of the other's, and a signed match then lines them up by
+     the signs of their loadings. Whitened, only a map that moves whole coordinates -- a descendant's signed
+     permutation -- correlates them one to one. A match counts only where it is unmistakable: its mean |r| reaches
+     table_gate (TABLE_MATCH_R), far above what models from other inits reach on the same data (README: measured).
+     A match below it is no evidence of a shared basis, and the matched test's p, fit to B, holds no longer.
+     Between two widths the match on inputs stays raw, as studies/pruned.py fit and tested it: a narrower model's
+     coordinates whitened are not the wider one's whitening restricted to them, so the gate's reasoning does not
+     carry over; its matched test counts where its mean tau reaches PARTIAL_TAU_FLOOR.
   2. the verdict (seedprint.py's seedprint_test): one width, the exact test and the matched one at alpha/2 each, so
      it never misses what the exact test sees; two widths, the matched test alone, at alpha. Alignment records it.
 
@@ -34,16 +39,13 @@ from typing import Optional
 import numpy as np
 from scipy import optimize
 
-# The floor a match fit on held-out inputs must reach to count: fit by studies/aligned_floor.py, whose numbers are in
-# docs/seedprint.md ("The aligned verdict").
-ALIGNED_TAU_FLOOR = 0.06
-# The same floor for models of two widths: a narrower model's coordinates matched into a wider one's choose among
-# more candidates, over a smaller identity set, so unrelated pairs reach larger matched taus. Fit by studies/pruned.py
-# on one set of seeds (twice their largest, rounded up) and tested on another (docs/seedprint.md, "In a dispute",
-# its paragraph "Children pruned in width or depth").
+# The matched mean tau a raw match of two widths (a narrower model's coordinates matched into a wider one's on
+# held-out inputs) must reach to count: its candidates are many and its identity set small, so unrelated pairs reach
+# large matched taus. Fit by studies/pruned.py on one set of seeds (twice their largest, rounded up) and tested on
+# another (docs/seedprint.md, "In a dispute", its paragraph "Children pruned in width or depth").
 PARTIAL_TAU_FLOOR = 0.21
-# The mean |r| from which a (whitened) token-table match is trusted: chosen and tested in studies/aligned_floor.py
-# (docs/seedprint.md, "The aligned verdict": descendants' and unrelated models' values).
+# The mean |r| from which a whitened match (token tables or held-out inputs) is trusted: chosen and tested in
+# studies/aligned_floor.py (docs/seedprint.md, "The aligned verdict": descendants' and unrelated models' values).
 TABLE_MATCH_R = 0.5
 # The held-out inputs a match is fit on: the test's seed plus this, never the test's own inputs.
 HELD_OUT_SEED = 1_000_003
@@ -105,7 +107,7 @@ def align_coordinates(XA: np.ndarray, XB: np.ndarray, signed: bool = True):
 
 
 def table_gate(rows: int, d: int, d2: int = None) -> float:
-    """The mean |r| a token-table match must reach to be trusted: TABLE_MATCH_R, or, where the table has few rows,
+    """The mean |r| a whitened match must reach to be trusted: TABLE_MATCH_R, or, where the observations are few,
     the largest |r| that any two independent columns reach except with probability about 1e-3 (r sqrt(rows) taken
     as standard normal, P(|z| > t) <= 2 exp(-t^2 / 2), over all d x d2 pairs, d2 the other model's width, d by
     default; spot-checked by Monte Carlo in the tests), whichever is larger. Above 1 (fewer than about 35 rows at
@@ -122,22 +124,20 @@ def whiten(X: np.ndarray) -> np.ndarray:
 
 
 def whitened_table(T: np.ndarray):
-    """whiten(T) in float64, as table_match matches it; None where there is no table, or its rows are fewer than its
-    width (too few to whiten), or it is constant."""
+    """whiten(T) in float64, as whitened_match matches it; None where there is no table (or observations), their
+    rows are fewer than their width (too few to whiten), or they are constant."""
     if T is None or len(T) < T.shape[1] or not T.std() > 0:
         return None
     return whiten(T.astype(np.float64))
 
 
-def table_match(TA: np.ndarray, TB: np.ndarray, signed: bool = True, whitened: bool = False):
-    """align_coordinates on the two token tables' held-out rows, each whitened first, and whether the match is
-    trusted: (match, sign, fit, trusted); fit None and untrusted where the rows are fewer than the width (too few to
-    whiten) or a table is constant. Why whiten: a trained table carries a few strong directions (token
-    frequency and the like) that every column loads on, so two models trained on the same data would have
-    columns that correlate through them whatever their bases. Whitened, only a map that moves whole columns -- a
-    descendant's signed permutation -- correlates columns one to one; a rotation of the same table spreads each
-    over all. whitened=True: TA and TB are whitened_table's already (a table compared with many is whitened once)."""
-    WA, WB = (TA, TB) if whitened else (whitened_table(T) for T in (TA, TB))
+def whitened_match(XA: np.ndarray, XB: np.ndarray, signed: bool = True, whitened: bool = False):
+    """align_coordinates on two models' observations (token-table rows, or fingerprints on held-out inputs), each
+    whitened first, and whether the match is trusted: (match, sign, fit, trusted); fit None and untrusted where the
+    rows are fewer than the width (too few to whiten) or constant. Why whiten: the docstring's step 1. A rotation
+    of the same coordinates spreads each over all: no match is trusted. whitened=True: XA and XB are
+    whitened_table's already (a table compared with many is whitened once)."""
+    WA, WB = (XA, XB) if whitened else (whitened_table(X) for X in (XA, XB))
     if WA is None or WB is None:
         return None, None, None, False
     match, sign, fit = align_coordinates(WA, WB, signed)
@@ -145,27 +145,47 @@ def table_match(TA: np.ndarray, TB: np.ndarray, signed: bool = True, whitened: b
 
 
 def signs_keep_function(*configs) -> bool:
-    """Whether a sign flip of residual coordinates is function-preserving for every model given (None: a model
-    whose architecture is unknown, e.g. a fingerprint array, taken as RMSNorm): not with LayerNorm."""
+    """Whether a signed match is allowed: a coordinate's sign flip keeps the function of RMSNorm (and norm-free)
+    models, not of LayerNorm ones (their mean does not commute with it). configs: GPTConfigs, None where unknown."""
     return all(c is None or c.norm != "layernorm" for c in configs)
 
 
-def match_coordinates(widths: tuple, held_out: tuple, tables=None, signed: bool = True, whitened: bool = False):
-    """(match, sign, matched_on, table_fit): B's coordinates matched to A's (align_coordinates), from the token tables
-    where that match is trusted, else from the held-out fingerprints. widths: the test fingerprints' (A's, B's);
-    held_out: the two models' fingerprints on held-out inputs; tables: their token tables' held-out rows (either
-    None: no table to match)."""
+@dataclass
+class Match:
+    """How B's coordinates were matched to A's (match_coordinates)."""
+    match: np.ndarray       # B's coordinate match[j], times sign[j], plays A's coordinate j (-1: none of B's)
+    sign: np.ndarray
+    on: str                 # "token table" or "held-out inputs"
+    table_fit: Optional[float]   # the whitened token tables' match's mean |r| (None: no tables to match)
+    input_fit: Optional[float]   # the held-out inputs' match's mean |r| (whitened at one width, raw at two; None:
+                                 # the tables' match was trusted, or too few inputs to whiten at one width)
+    trusted: bool           # the match reached table_gate (always False for a raw match of two widths)
+
+
+def match_coordinates(widths: tuple, held_out: tuple, tables=None, signed: bool = True,
+                      whitened: bool = False) -> Match:
+    """B's coordinates matched to A's: from the whitened token tables where that match is trusted, else from the
+    held-out fingerprints (whitened at one width: trusted or not by the same gate; raw at two widths). widths: the
+    test fingerprints' (A's, B's); held_out: the two models' fingerprints on held-out inputs; tables: their token
+    tables' held-out rows (either None: no table to match; whitened: already whitened_table's)."""
     if [x.shape[1] for x in held_out] != list(widths) or len(held_out[0]) != len(held_out[1]):
         raise ValueError("the held-out fingerprints must have the test fingerprints' widths, and as many inputs")
+    table_fit = None
     if tables is not None and tables[0] is not None and tables[1] is not None:
         if len(tables[0]) != len(tables[1]) or [t.shape[1] for t in tables] != list(widths):
             raise ValueError(f"the token tables' held-out rows ({tables[0].shape} and {tables[1].shape}) must be as "
                              f"many and as wide as the fingerprints ({widths[0]} and {widths[1]})")
-        match, sign, table_fit, trusted = table_match(*tables, signed=signed, whitened=whitened)
+        match, sign, table_fit, trusted = whitened_match(*tables, signed=signed, whitened=whitened)
         if trusted:
-            return match, sign, "token table", table_fit
-        return (*align_coordinates(*held_out, signed=signed)[:2], "held-out inputs", table_fit)
-    return (*align_coordinates(*held_out, signed=signed)[:2], "held-out inputs", None)
+            return Match(match, sign, "token table", table_fit, None, True)
+    if not two_widths(widths):
+        match, sign, fit, trusted = whitened_match(*held_out, signed=signed)
+        if match is not None:
+            return Match(match, sign, "held-out inputs", table_fit, fit, trusted)
+    # two widths: the raw match, which counts only through PARTIAL_TAU_FLOOR; one width with fewer held-out inputs
+    # than its width (too few to whiten): the raw match, recorded, never counted
+    match, sign, fit = align_coordinates(*held_out, signed=signed)
+    return Match(match, sign, "held-out inputs", table_fit, fit if two_widths(widths) else None, False)
 
 
 def matched(HA: np.ndarray, HB: np.ndarray, match: np.ndarray, sign: np.ndarray):
@@ -184,16 +204,10 @@ def two_widths(widths) -> bool:
     return widths is not None and widths[0] != widths[1]
 
 
-def tau_floor(widths) -> float:
-    """The matched mean tau a match on held-out inputs must reach to count: ALIGNED_TAU_FLOOR for one width,
-    PARTIAL_TAU_FLOOR for two."""
-    return PARTIAL_TAU_FLOOR if two_widths(widths) else ALIGNED_TAU_FLOOR
-
-
-def counted(p: float, mean_tau: float, matched_on: str, widths) -> float:
-    """The matched test's p as the verdict counts it: as it is from a trusted table match, else only where its mean
-    tau reaches the floor (1 below it)."""
-    return p if matched_on == "token table" or mean_tau >= tau_floor(widths) else 1.0
+def counted(p: float, mean_tau: float, trusted: bool, widths) -> float:
+    """The matched test's p as the verdict counts it: as it is from a trusted match (tables or held-out inputs);
+    from a raw match of two widths where its mean tau reaches PARTIAL_TAU_FLOOR; else not at all (1)."""
+    return p if trusted or two_widths(widths) and mean_tau >= PARTIAL_TAU_FLOOR else 1.0
 
 
 @dataclass
@@ -204,22 +218,25 @@ class Alignment:
     moved: int              # how many of B's coordinates it moved or negated (0: B was in A's basis)
     p_exact: Optional[float]  # the exact test's combined p (None: two widths, no exact test)
     p_aligned: float        # the combined p of the same test after the match
-    tau_aligned: float      # ... and its matched mean tau, which must reach the floor where matched on inputs
+    tau_aligned: float      # ... and its matched mean tau (between two widths it must reach PARTIAL_TAU_FLOOR)
     n_identity_aligned: int
-    matched_on: str         # "token table" (trusted: table_gate) or "held-out inputs"
-    table_fit: Optional[float]  # the token-table match's mean |r| (None: no tables to match)
+    matched_on: str         # "token table" or "held-out inputs"
+    table_fit: Optional[float]  # the whitened token-table match's mean |r| (None: no tables to match)
+    input_fit: Optional[float]  # the held-out inputs' match's mean |r| (Match.input_fit)
+    trusted: bool           # the match reached table_gate: its test counts as it is
     widths: tuple           # (A's, B's); two widths: the matched test alone is the verdict
-
-    def floor(self) -> float:
-        return tau_floor(self.widths)
 
     def how_matched(self) -> str:
         """What the coordinates were matched on, and how well, in words."""
         r = "|r|" if self.signed else "r"
+        table = "" if self.table_fit is None else f"the whitened token tables' match mean {r} {self.table_fit:.3f}"
         if self.matched_on == "token table":
             return f"by their whitened token tables (matched columns' mean {r} {self.table_fit:.3f}, trusted)"
-        return "on held-out inputs" + ("" if self.table_fit is None else
-                                       f" (the token tables' match, mean {r} {self.table_fit:.3f}, untrusted)")
+        how = "whitened" if not two_widths(self.widths) and self.input_fit is not None else "raw"
+        inputs = "" if self.input_fit is None else f"mean {r} {self.input_fit:.3f}, " + \
+            ("trusted" if self.trusted else "untrusted")
+        return f"on held-out inputs ({how}{', ' + inputs if inputs else ''}" + \
+            (f"; {table}, untrusted" if table else "") + ")"
 
     def describe(self, p: float, alpha: float, exact: str) -> str:
         """The aligned (or matched) verdict in words, its p beside alpha; `exact`: the exact test's, in words."""
@@ -230,18 +247,21 @@ class Alignment:
                 f"after matching B's coordinates to A's{' with signs' if self.signed else ''} {self.found()}")
 
     def found(self) -> str:
-        """How the match was made, what the matched test found, and whether the floor let it count, as a clause."""
+        """How the match was made, what the matched test found, and whether it counts, as a clause."""
         line = (f"{self.how_matched()}, {self.moved} moved: matched mean tau {self.tau_aligned:+.4f} over |S| = "
                 f"{self.n_identity_aligned}, p {self.p_aligned:.3g}")
-        if self.matched_on != "token table":
-            line += (f", which counts only where the tau reaches the floor {self.floor()} ("
-                     f"{'it does' if self.tau_aligned >= self.floor() else 'it is below'})")
+        if two_widths(self.widths) and not self.trusted:
+            line += (f", which counts only where the tau reaches the floor {PARTIAL_TAU_FLOOR} ("
+                     f"{'it does' if self.tau_aligned >= PARTIAL_TAU_FLOOR else 'it is below'})")
+        elif not self.trusted:
+            line += f", which does not count (an untrusted match is no evidence of a shared basis)"
         return line
 
 
 # What a verdict records of an alignment where there is none (the exact verdict): Alignment's fields at rest.
 NOT_ALIGNED = dict(aligned=False, signed=False, moved=0, p_exact=None, p_aligned=None, tau_aligned=None,
-                   n_identity_aligned=0, matched_on="", table_fit=None, widths=None)
+                   n_identity_aligned=0, matched_on="", table_fit=None, input_fit=None, trusted=False,
+                   widths=None)
 
 
 def recorded(alignment: Optional[Alignment]) -> dict:

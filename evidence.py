@@ -313,33 +313,42 @@ def report(models: list, out: str, res: dict, seconds: float) -> dict:
 
 
 def report_search(suspect: str, bases: list, res: dict, seconds: float, alpha: float) -> dict:
-    """Print each base's verdict in a suspect's search of a registry (seedprint.search's `res`) and the answer;
-    return them for results.json."""
+    """Print each base's verdict in a suspect's search of a registry (seedprint.search's `res`), the bases it could
+    not be compared with and why, and the answer; return them for results.json."""
     names = short_names(bases)
     rows = [dict(base=name, verdict="RELATED" if r.related else "unrelated", p_holm=r.p, p=r.p_raw,
                  mean_tau=r.mean_tau if r.alignment is None else r.alignment.tau_aligned,
                  test="exact" if r.alignment is None else f"matched (widths {r.alignment.widths})"
-                 if two_widths(r.alignment.widths) else "aligned") for name, r in zip(names, res["results"])]
+                 if two_widths(r.alignment.widths) else "aligned") for name, r in zip(names, res["results"]) if r]
     print_table(rows, floats="{:.3g}")
+    compared = [name for name, r in zip(names, res["results"]) if r]
+    for i, why in res["not_compared"].items():
+        print(f"not compared with {names[i]}: {why}")
     related = [names[i] for i in res["related"]]
     if res["answer"] == "derives from":
-        answer = f"{suspect} derives from {related[0]} (Holm-adjusted p {rows[res['base']]['p_holm']:.3g})"
+        p_holm = rows[compared.index(related[0])]["p_holm"]
+        answer = f"{suspect} derives from {related[0]} (Holm-adjusted p {p_holm:.3g})"
     elif res["answer"] == "none":
-        answer = (f"{suspect} derives from none of these {len(bases)} bases (smallest Holm-adjusted p "
+        answer = (f"{suspect} derives from none of these {len(rows)} bases (smallest Holm-adjusted p "
                   f"{min(r['p_holm'] for r in rows):.3g}, alpha {alpha})")
     else:
-        lineage = ("they are one lineage by their own test: the suspect derives from that lineage, and this test "
-                   "cannot tell from which of them" if res["one_lineage"] else "they are not all one lineage by "
-                   "their own test, so no single base can be named")
+        lineage = ("some of them were made on other tokens and cannot be tested against one another, so no single "
+                   "base can be named" if res["one_lineage"] is None else "they are one lineage by their own test: "
+                   "the suspect derives from that lineage, and this test cannot tell from which of them"
+                   if res["one_lineage"] else "they are not all one lineage by their own test, so no single base "
+                   "can be named")
         answer = f"inconclusive: {suspect} is related to {', '.join(related)}; {lineage}"
+    if res["not_compared"]:
+        answer += f" ({len(res['not_compared'])} of {len(bases)} bases not compared: above)"
     for name, r in zip(names, res["results"]):
-        if r.shared:
+        if r and r.shared:
             print(f"{name} and the suspect: {r.shared}")
     print(f"{answer} [{seconds:.1f} s]")
     return dict(suspect=suspect, answer=res["answer"], statement=answer, base=bases[res["base"]] if res["base"]
                 is not None else None, related=[bases[i] for i in res["related"]], one_lineage=res["one_lineage"],
-                bases=[dict(base=b, **r.record()) for b, r in zip(bases, res["results"])],
-                options=res["options"], seconds=seconds)
+                bases=[dict(base=b, **r.record()) for b, r in zip(bases, res["results"]) if r],
+                not_compared={bases[i]: why for i, why in res["not_compared"].items()}, options=res["options"],
+                seconds=seconds)
 
 
 def read_model(m):
@@ -461,6 +470,19 @@ def token_inputs(models: list, opts: dict, matched: bool, given: str = None):
                          + "; ask for fewer, or compare models whose tokenizers share more")
     opts["vocab"] = asked or shared
     return [maps[i] for i in range(len(models))]
+
+
+def token_groups(bases: list) -> list:
+    """A search's bases (as read_model leaves them) in groups made on the same tokens, each a list of indices in
+    order: fingerprint files by the tokens they record (a file that records none, by its vocabulary's size); models,
+    which can be fed any tokens, with the first group."""
+    keys = [(tuple(m.tokens) if m.tokens is not None else ("ids below", m.options.get("vocab")))
+            if isinstance(m, Fingerprint) else None for m in bases]
+    order = list(dict.fromkeys(k for k in keys if k is not None)) or [None]
+    groups = {k: [i for i, key in enumerate(keys) if key == k] for k in order}
+    if order[0] is not None:                            # models join the first set of files
+        groups[order[0]] = sorted(groups[order[0]] + [i for i, key in enumerate(keys) if key is None])
+    return list(groups.values())
 
 
 def loaded(m, device="cpu", dtype: str = None, digests: bool = False):

@@ -263,14 +263,14 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
             raise ValueError(f"models of widths {widths[0]} and {widths[1]} have no exact test: coordinate j of one "
                              f"is not coordinate j of the other; compare them with the aligned verdict")
         return exact_verdict(HA, HB, **test)
-    match, sign, on, fit = align.match_coordinates(widths, held_out, tables, signed, whitened)
-    XA, XB, moved = align.matched(HA, HB, match, sign)
+    found = align.match_coordinates(widths, held_out, tables, signed, whitened)
+    XA, XB, moved = align.matched(HA, HB, found.match, found.sign)
     m = exact_verdict(XA, XB, **test)
     exact = None if two_widths(widths) else exact_verdict(HA, HB, **test)
-    p = align.counted(m.p, m.mean_tau, on, widths)
+    p = align.counted(m.p, m.mean_tau, found.trusted, widths)
     p = p if exact is None else min(1.0, 2 * min(exact.p, p))
-    detail = Alignment(signed, moved, None if exact is None else exact.p, m.p, m.mean_tau, m.n_identity, on, fit,
-                       widths)
+    detail = Alignment(signed, moved, None if exact is None else exact.p, m.p, m.mean_tau, m.n_identity, found.on,
+                       found.table_fit, found.input_fit, found.trusted, widths)
     return dataclasses.replace(m if exact is None else exact, related=bool(p < alpha), p=p, alignment=detail)
 
 
@@ -300,15 +300,17 @@ def plan(models: list, asked: dict, temperature: float = 10.0, alpha: float = AL
     return dict(inputs=opts, test=test, configs=configs, matched=matched, tokens=tokens)
 
 
-def fingerprints_of(m, sets: dict, vocab: int = None, device="cpu", dtype: str = None, digests: bool = False, ids=None):
+def fingerprints_of(m, sets: dict, vocab: int = None, device="cpu", dtype: str = None, digests: bool = False, ids=None,
+                    held: tuple = None):
     """({name: m's fingerprint on that input set}, its token table's rows [vocab // 2, vocab) as loaded (None without
-    vocab or a table; ids: fingerprint's, of those positions), its record for evidence.shared_by_construction)."""
+    vocab or a table; ids: fingerprint's, of those positions), its record for evidence.shared_by_construction).
+    held: (model, record) of m loaded already (evidence.loaded), where it is fingerprinted on several token sets."""
     if isinstance(m, (Fingerprint, np.ndarray)):         # a file's sets were made under the options plan agreed on
         if isinstance(m, np.ndarray) and set(sets) != {"exact"}:
             raise ValueError("a fingerprint array holds one set of inputs; give the model for held-out inputs")
         H = {"exact": m} if isinstance(m, np.ndarray) else {name: m.sets[name] for name in sets}
         return H, getattr(m, "rows", None), evidence.record_of(m)
-    model, record = evidence.loaded(m, device, dtype, digests)
+    model, record = held or evidence.loaded(m, device, dtype, digests)
     H = {name: fingerprint(model, name=record["path"], progress=isinstance(m, hf.Stored), ids=ids, **opts)
          for name, opts in sets.items()}
     rows = evidence.table_rows(model, vocab, ids)
@@ -316,10 +318,11 @@ def fingerprints_of(m, sets: dict, vocab: int = None, device="cpu", dtype: str =
 
 
 def fingerprint_models(models: list, checked: dict, temperature: float, alpha: float, align: bool, device="cpu",
-                       dtype: str = None, recurring=()) -> dict:
+                       dtype: str = None, recurring=(), held: tuple = None) -> dict:
     """What verdict() reads of any pair: each model's fingerprints on the input sets `checked` (plan's) needs, its
     table's rows where coordinates are matched (whitened here for the `recurring` models, else for each pair alone:
-    a registry's bases are never all held whitened), its record (its weights hashed if files are compared)."""
+    a registry's bases are never all held whitened), its record (its weights hashed if files are compared). held:
+    the first model loaded already (fingerprints_of)."""
     opts, matched = checked["inputs"], checked["matched"]
     # mixed widths without --align: a pair of one width keeps the exact verdict
     every = input_sets(opts["vocab"], opts["seed"]) if matched else dict(exact={})   # unmatched: vocab may be None
@@ -331,7 +334,8 @@ def fingerprint_models(models: list, checked: dict, temperature: float, alpha: f
     for i, m in enumerate(models):
         H, rows, record = fingerprints_of(m, {name: dict(opts, **every[name]) for name in names},
                                           opts["vocab"] if matched else None, device, dtype, digests,
-                                          None if checked["tokens"] is None else checked["tokens"][i])
+                                          None if checked["tokens"] is None else checked["tokens"][i],
+                                          held if i == 0 else None)
         run["H"].append(H)
         run["tables"].append(whitened_table(rows) if i in run["recurring"] else rows)
         run["records"].append(record)
@@ -348,11 +352,12 @@ def verdict(run: dict, i: int, j: int) -> Verdict:
                           signed=signs_keep_function(run["configs"][i], run["configs"][j]))
 
 
-def holm_verdicts(run: dict, pairs: list) -> dict:
-    """{pair: verdict} of the pairs, p and the verdict Holm-adjusted across them (p_raw: before)."""
-    results = {pair: verdict(run, *pair) for pair in pairs}
-    for (i, j), p in zip(pairs, holm([results[pr].p for pr in pairs])):
-        r = results[(i, j)]
+def holm_verdicts(entries: list) -> dict:
+    """{key: verdict} of (key, run, i, j) entries, models i (the base) and j of a fingerprint_models() run: p and the
+    verdict Holm-adjusted across all of them (p_raw: before)."""
+    results = {key: verdict(run, i, j) for key, run, i, j in entries}
+    for (key, run, i, j), p in zip(entries, holm([results[e[0]].p for e in entries])):
+        r = results[key]
         r.p_raw, r.p, r.related = r.p, p, bool(p < run["test"]["alpha"])
         r.shared = evidence.shared_by_construction(run["records"][i], run["records"][j], r.related)
     return results
@@ -395,7 +400,7 @@ def compare_many(models: list, k: int = None, rank_by: str = None, set_mode: str
     run = fingerprint_models(models, checked, temperature, alpha, align, device, dtype,
                              recurring=range(len(models)) if len(models) > 2 else ())
     pairs = [(i, j) for i in range(len(models)) for j in range(i + 1, len(models))]
-    results = holm_verdicts(run, pairs)
+    results = holm_verdicts([(pair, run, *pair) for pair in pairs])
     return dict(results=results, groups=lineages(len(models), [pr for pr in pairs if results[pr].related]),
                 options=run["options"])
 
@@ -405,20 +410,49 @@ def search(suspect, bases: list, temperature: float = 10.0, alpha: float = ALPHA
     """One suspect against many bases (models or fingerprint files): does it derive from one? Each base's verdict is
     Holm-adjusted across them, so "derives from" is said of a suspect related to none with chance below alpha however
     many bases there are. "answer": "derives from" (one base related), "none", or "inconclusive" (several; tested
-    against one another, "one_lineage" says if they are one lineage, among whose members this test cannot tell).
-    -> {"results": [per base], "answer", "base" (index or None), "related", "one_lineage", "among_related", "options"}"""
+    against one another, "one_lineage" says if they are one lineage, among whose members this test cannot tell; None
+    where they were made on other tokens). Files made on token sets that cannot be compared at once are compared a
+    set at a time (evidence.token_groups), the suspect read once and fed each set's tokens; a set it cannot be
+    compared with (it lacks some of its tokens) is not, and "not_compared" says why, base by base.
+    -> {"results": [per base; None: not compared], "answer", "base" (index or None), "related", "one_lineage",
+    "among_related", "not_compared" ({index: why}), "options" (the first set's)}"""
     models = [evidence.read_model(m) for m in [suspect, *bases]]
-    checked = plan(models, asked, temperature, alpha, align)
-    # the suspect's table is matched against every base: whitened once; a base's for its own pairs
-    run = fingerprint_models(models, checked, temperature, alpha, align, device, dtype, recurring={0})
-    results = holm_verdicts(run, [(b, 0) for b in range(1, len(models))])     # the base first: B is the suspect
-    related = [b - 1 for (b, _), r in results.items() if r.related]
-    among = holm_verdicts(run, [(i + 1, j + 1) for n, i in enumerate(related) for j in related[n + 1:]])
-    joined = [(related.index(i - 1), related.index(j - 1)) for (i, j), r in among.items() if r.related]
+    if not bases:
+        raise ValueError("no base to search: give one or more models or fingerprint files")
+    planned, not_compared = [], {}
+    try:                                    # every check before any weight is read: of all the bases at once ...
+        planned.append((list(range(len(bases))), plan(models, asked, temperature, alpha, align)))
+    except ValueError:
+        groups = evidence.token_groups(models[1:])
+        if len(groups) == 1:
+            raise
+        for group in groups:                # ... else of each set of tokens apart
+            try:
+                planned.append((group, plan([models[0], *(models[b + 1] for b in group)], asked, temperature,
+                                            alpha, align)))
+            except ValueError as e:
+                not_compared.update({b: str(e) for b in group})
+    if not planned:
+        raise ValueError(f"the suspect can be compared with none of the bases: {not_compared[0]}")
+    digests = any(isinstance(m, Fingerprint) for m in models)
+    loadable = len(planned) > 1 and not isinstance(models[0], (Fingerprint, np.ndarray))
+    held = evidence.loaded(models[0], device, dtype, digests) if loadable else None
+    entries = []                        # the suspect's table is whitened once per set; a base's for its own pair
+    for group, checked in planned:
+        run = fingerprint_models([models[0], *(models[b + 1] for b in group)], checked, temperature, alpha, align,
+                                 device, dtype, recurring={0}, held=held)
+        entries += [(b, run, n + 1, 0) for n, b in enumerate(group)]       # the base first: B is the suspect
+    results, where = holm_verdicts(entries), {b: (run, i) for b, run, i, _ in entries}
+    related = sorted(b for b, r in results.items() if r.related)
+    among = holm_verdicts([((i, j), where[i][0], where[i][1], where[j][1]) for n, i in enumerate(related)
+                           for j in related[n + 1:] if where[i][0] is where[j][0]])
+    joined = [(related.index(i), related.index(j)) for (i, j), r in among.items() if r.related]
+    apart = len({id(where[b][0]) for b in related}) > 1          # made on other tokens: never tested together
     answer = "derives from" if len(related) == 1 else "none" if not related else "inconclusive"
-    return dict(results=list(results.values()), answer=answer, base=related[0] if len(related) == 1 else None,
-                related=related, one_lineage=len(related) > 1 and len(lineages(len(related), joined)) == 1,
-                among_related={(i - 1, j - 1): r for (i, j), r in among.items()}, options=run["options"])
+    return dict(results=[results.get(b) for b in range(len(bases))], answer=answer,
+                base=related[0] if len(related) == 1 else None, related=related,
+                one_lineage=None if apart else len(related) > 1 and len(lineages(len(related), joined)) == 1,
+                among_related=among, not_compared=not_compared, options=entries[0][1]["options"])
 
 
 def make_fingerprint(m, device="cpu", dtype: str = None, **options) -> Fingerprint:

@@ -1,24 +1,25 @@
 """
-studies/aligned_floor.py: does the aligned verdict test lineage, not shared data? Its floor and its calibration
+studies/aligned_floor.py: does the aligned verdict test lineage, not shared data? Its calibration and power
 (paper Section 6.1; seedprint.py's --align on).
 
-The aligned verdict matches B's coordinates to A's before testing. A match fit on held-out inputs finds the
-coordinate roles that any two models trained on the same data share, so its test counts only where the matched
-mean tau reaches a floor (align.ALIGNED_TAU_FLOOR); a match fit on the whitened token tables counts where it
-is unmistakable (align.TABLE_MATCH_R). This study fits the floor on one range of seeds and tests both on
-another, per condition (--conditions: GPT-2 vocabulary at widths 64 and 128 after 200 steps, bytes at width 128
-after 1,500), on LLaMA-style `tiny` models (context 64) trained from their own inits on the same data in the same
-order:
+The aligned verdict matches B's coordinates to A's before testing, on the whitened token tables or else on the
+whitened fingerprints of held-out inputs, and its matched test counts only where that match is unmistakable (mean
+|r| from align.TABLE_MATCH_R): models trained from other inits on the same data share coordinate roles that any
+match finds, and the matched test's p, fit to B, holds no longer. The rule before counted a raw match on held-out
+inputs where its matched mean tau reached a floor; this study fits that floor on one range of seeds, as it was fit,
+and tests both rules on another, per condition (--conditions: GPT-2 vocabulary at widths 64 and 128 after 200
+steps, bytes at width 128 after 1,500), on LLaMA-style `tiny` models (context 64) trained from their own inits on
+the same data in the same order:
 
     unrelated   init vs init; trained vs trained (same data); trained vs the next seed's init
     related     each init vs its trained model; the first test seed's model vs its continuation on --corpus2
                 after each of --finetune_steps; every related pair again with B in a signed-permuted basis
 
-It reports the floor fitted on the fit seeds (twice their unrelated pairs' largest matched tau, rounded up to
-0.01); on the test seeds, how often the token-table match was trusted, the exact verdict, the matched test alone,
-the aligned verdict with the fitted floor and with the verdict's own, and the same without tables; the power
-against the continuation's length; the table match's mean |r| on the rows it uses, and on the test tokens' rows,
-which training moves (a stress test, never the verdict's).
+It reports, on the test seeds, how often each whitened match was trusted, the exact verdict, the matched test
+alone, the rule before (its floor fit on the fit seeds: twice their unrelated pairs' largest raw matched tau,
+rounded up to 0.01), the aligned verdict and the same without tables; the power against the continuation's
+length; the whitened matches' mean |r|: the tables' on the rows they use and on the test tokens' rows, which
+training moves (a stress test, never the verdict's), and the held-out inputs'.
 
 Makes the README's "aligned" calibration row and docs/seedprint.md's "The aligned verdict":
 
@@ -94,40 +95,49 @@ def condition_pairs(args, name: str, device: str) -> list:
             # a stress test of the table match, never the verdict's: the same match on the test tokens' rows,
             # which training moves (at bytes every one of them is in the training text)
             test_rows = [lineage.whitened_rows(m, 0, half) for m in (a, b)]
-            trained_fit = align.table_match(*test_rows, signed=aligned.alignment.signed, whitened=True)[2]
-            # the verdict had it had no tables: the match on held-out inputs
+            trained_fit = align.whitened_match(*test_rows, signed=aligned.alignment.signed, whitened=True)[2]
+            # the verdict had it had no tables: the match on held-out inputs, whitened (the rule) and raw (the rule
+            # before, which counted a raw match where its matched tau reached a floor)
             A, B = (lineage.fingerprint_sets(m, meta["vocab_size"], ["test", "held_out"]) for m in (a, b))
-            match, sign, _ = align.align_coordinates(A["held_out"], B["held_out"], signed=aligned.alignment.signed)
-            inputs = seedprint.exact_verdict(A["test"], B["test"][:, match] * sign, args.k, args.rank_by,
-                                                   args.set_mode)
+            signed = aligned.alignment.signed
+            raw = align.align_coordinates(A["held_out"], B["held_out"], signed=signed)
+            white = align.whitened_match(A["held_out"], B["held_out"], signed=signed)
+            if white[0] is None:            # fewer held-out inputs than the width: none to whiten, no match trusted
+                white = (*raw[:2], None, False)
+            inputs, raw_inputs = (seedprint.exact_verdict(A["test"], B["test"][:, m[0]] * m[1], args.k, args.rank_by,
+                                                          args.set_mode) for m in (white, raw))
             rows.append(dict(condition=name, split=split, kind=kind, related=steps is not None,
                              finetune_steps=steps, p_exact=exact.p, tau_exact=exact.mean_tau,
+                             aligned_related=aligned.related, trusted=aligned.alignment.trusted,
                              p_aligned_test=aligned.alignment.p_aligned, tau_aligned=aligned.alignment.tau_aligned,
-                             moved=aligned.alignment.moved, matched_on=aligned.alignment.matched_on, table_fit=aligned.alignment.table_fit,
-                             table_fit_test_rows=trained_fit, p_inputs=inputs.p, tau_inputs=inputs.mean_tau))
+                             moved=aligned.alignment.moved, matched_on=aligned.alignment.matched_on,
+                             table_fit=aligned.alignment.table_fit, table_fit_test_rows=trained_fit,
+                             input_fit=white[2], input_trusted=bool(white[3]), p_inputs=inputs.p,
+                             tau_inputs=inputs.mean_tau, p_raw_inputs=raw_inputs.p, tau_raw_inputs=raw_inputs.mean_tau))
             bar.update()
     return rows
 
 
 def aligned_summary(rows: list) -> dict:
-    """The floor fit on the fit seeds (their unrelated pairs matched on held-out inputs, where the floor applies),
-    then every rate on the test seeds: how often the token-table match was trusted, the exact verdict, the matched
-    test alone (no floor, no exact test), and the aligned verdict with the fitted floor and with the verdict's own
-    (align.ALIGNED_TAU_FLOOR); the table match's mean |r| per condition, on the rows it uses and on the
-    trained rows of the test tokens."""
-    floor, alpha = align.ALIGNED_TAU_FLOOR, seedprint.ALPHA
-    fit_unrelated = [r["tau_aligned"] for r in rows if r["split"] == "fit" and not r["related"]
-                     and r["matched_on"] != "token table"]
-    fitted = fit_floor(fit_unrelated)
-    counted = lambda r, at: r["matched_on"] == "token table" or r["tau_aligned"] >= at
-    union = lambda r, at: 2 * min(r["p_exact"], r["p_aligned_test"] if counted(r, at) else 1) < alpha
+    """Every rate on the test seeds: how often each whitened match (token tables, held-out inputs) was trusted, the
+    exact verdict, the matched test alone (whatever its match), the rule before (a raw match on held-out inputs that
+    counted where its matched tau reached a floor, fit here on the fit seeds' unrelated pairs), the aligned verdict
+    (a match counts where trusted) and the same without tables; the power against the continuation's length; the
+    whitened matches' mean |r| per condition (tables: on the rows they use and on the trained rows of the test
+    tokens; inputs: on the held-out inputs)."""
+    alpha = seedprint.ALPHA
+    fit_unrelated = [r["tau_raw_inputs"] for r in rows if r["split"] == "fit" and not r["related"]]
+    floor = fit_floor(fit_unrelated)
+    before = lambda r: 2 * min(r["p_exact"], r["p_aligned_test"] if r["matched_on"] == "token table" else
+                               r["p_raw_inputs"] if floor is not None and r["tau_raw_inputs"] >= floor else 1) < alpha
     verdicts = {"token-table match trusted (not a verdict)": lambda r: r["matched_on"] == "token table",
+                "held-out inputs' match trusted (not a verdict)": lambda r: r["input_trusted"],
                 "exact": lambda r: r["p_exact"] < alpha,
-                "matched test alone, no floor": lambda r: r["p_aligned_test"] < alpha,
-                **({f"aligned, fitted floor {fitted}": lambda r: union(r, fitted)} if fitted is not None else {}),
-                f"aligned, floor {floor} (the verdict's)": lambda r: union(r, floor),
-                "the same without tables (matched on held-out inputs)": lambda r: 2 * min(
-                    r["p_exact"], r["p_inputs"] if r["tau_inputs"] >= floor else 1) < alpha}
+                "matched test alone, any match": lambda r: r["p_aligned_test"] < alpha,
+                f"the rule before: inputs matched raw, floor {floor}": before,
+                "**aligned verdict**": lambda r: r["aligned_related"],
+                "the same without tables (whitened inputs)": lambda r: 2 * min(
+                    r["p_exact"], r["p_inputs"] if r["input_trusted"] else 1) < alpha}
     test = [r for r in rows if r["split"] == "test"]
     kinds = list(dict.fromkeys(r["kind"] for r in test))
     table = []
@@ -139,8 +149,8 @@ def aligned_summary(rows: list) -> dict:
         row.update(rate_summary([0.0 if says(r) else 1.0 for r in test if not r["related"]], []))
         table.append(row)
     largest = f"{max(fit_unrelated):+.4f}" if fit_unrelated else "(none)"
-    print(f"floor fit on {len(fit_unrelated)} unrelated pairs of the fit seeds matched on held-out inputs: twice their "
-          f"largest matched tau {largest} -> {fitted}; the verdict's ALIGNED_TAU_FLOOR is {floor}")
+    print(f"the rule before: its floor fit on {len(fit_unrelated)} unrelated pairs of the fit seeds matched raw on "
+          f"held-out inputs, twice their largest matched tau {largest} -> {floor}")
     print_table(table)
     by_length = {}
     for r in test:
@@ -148,35 +158,39 @@ def aligned_summary(rows: list) -> dict:
             by_length.setdefault(r["finetune_steps"], []).append(r)
     curve = [dict(finetune_steps=n, pairs=len(rs), tau_exact=float(np.mean([r["tau_exact"] for r in rs])),
                   tau_aligned=float(np.mean([r["tau_aligned"] for r in rs])),
-                  related=f"{sum(union(r, floor) for r in rs)}/{len(rs)}")
+                  related=f"{sum(r['aligned_related'] for r in rs)}/{len(rs)}")
              for n, rs in sorted(by_length.items())]
     print("power against the length of the continuation (each condition's base, plain and permuted):")
     print_table(curve, floats="{:.3f}")
-    same_data = [r["tau_aligned"] for r in test if r["kind"] == "trained vs trained, same data"]
+    same_data = [r["tau_raw_inputs"] for r in test if r["kind"] == "trained vs trained, same data"]
+    span = lambda v: f"{min(v):.3f}-{max(v):.3f}" if v else "-"
     fits = []
     for cond in dict.fromkeys(r["condition"] for r in rows):
         for related in (False, True):
             rs = [r for r in rows if r["condition"] == cond and r["related"] == related]
-            f, t = [r["table_fit"] for r in rs], [r["table_fit_test_rows"] for r in rs]
             if rs:
                 fits.append(dict(condition=cond, pairs=("related" if related else "unrelated") + f" ({len(rs)})",
-                                 held_out_rows=f"{min(f):.3f}-{max(f):.3f}", test_rows=f"{min(t):.3f}-{max(t):.3f}"))
-    print(f"the whitened token-table match's mean |r| (every seed), trusted from TABLE_MATCH_R "
-          f"{align.TABLE_MATCH_R}: on the rows it uses, and on the test tokens' rows, which training moves (a "
-          f"stress test, not the verdict's):")
+                                 table_rows=span([r["table_fit"] for r in rs if r["table_fit"] is not None]),
+                                 table_test_rows=span([r["table_fit_test_rows"] for r in rs
+                                                       if r["table_fit_test_rows"] is not None]),
+                                 held_out_inputs=span([r["input_fit"] for r in rs if r["input_fit"] is not None])))
+    print(f"the whitened matches' mean |r| (every seed), trusted from TABLE_MATCH_R {align.TABLE_MATCH_R}: the token "
+          f"tables on the rows they use and on the test tokens' rows, which training moves (a stress test, not the "
+          f"verdict's), and the held-out inputs:")
     print_table(fits)
-    return dict(fitted_floor=fitted, floor=floor, table=table, by_length=curve, pairs=rows,
-                same_data_tau_max=max(same_data) if same_data else None, table_fit=fits)
+    return dict(floor_before=floor, table=table, by_length=curve, pairs=rows,
+                same_data_raw_tau_max=max(same_data) if same_data else None, fits=fits)
 
 
 def main(argv=None):
-    p = ArgumentParser(prog="studies.aligned_floor", description="Fit the aligned verdict's floor on one range of "
-                       "seeds and test its calibration and power on another.")
+    p = ArgumentParser(prog="studies.aligned_floor", description="The aligned verdict's calibration and power: its "
+                       "whitened matches' gate, beside the rule before it (a floor fit on one range of seeds), tested "
+                       "on another.")
     p.add_argument("--conditions", nargs="+", choices=list(CONDITIONS), default=list(CONDITIONS),
                    help="vocabulary, width and training of the models (each sets the tokenizer, the width, the "
                    "context (64), the steps and the batch)")
     p.add_argument("--fit_seeds", type=seed_int, nargs="+", action=Distinct, default=[100, 101, 102],
-                   help="the floor is fit on these")
+                   help="the rule before's floor is fit on these")
     p.add_argument("--test_seeds", type=seed_int, nargs="+", action=Distinct, default=list(range(103, 112)),
                    help="and tested on these")
     p.add_argument("--finetune_steps", type=flag_type("int>=1"), nargs="+", action=Distinct, default=[50, 200, 400],
@@ -188,7 +202,7 @@ def main(argv=None):
     if set_by_conditions:
         p.error(f"--conditions set the width, context, tokenizer, steps and batch: drop --{set_by_conditions[0]}")
     if len(args.fit_seeds) < 2 or len(args.test_seeds) < 2 or set(args.fit_seeds) & set(args.test_seeds):
-        p.error("the floor is fit on one range of seeds and tested on another: give two or more distinct "
+        p.error("the rule before's floor is fit on one range of seeds and tested on another: give two or more distinct "
                 "--fit_seeds and --test_seeds, none in both")
     # --seq_len and a given --k against the models the study runs: each condition's (its width, its context)
     check_lineage_flags(args, {f"the models of --conditions {name}": condition_architecture(args, name)

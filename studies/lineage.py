@@ -268,10 +268,12 @@ def cached_fingerprints(m, cache_dir: str, device, dtype: str, options: dict, se
     return out
 
 
-def fingerprint_file(m, cache_dir: str, device, dtype: str, options: dict, names=align.SETS) -> evidence.Fingerprint:
+def fingerprint_file(m, cache_dir: str, device, dtype: str, options: dict, names=align.SETS,
+                     tokens: list = None) -> evidence.Fingerprint:
     """m (a path or a Recipe) as seedprint.py --save makes its fingerprint file, its fingerprints from the cache: for
     a study that registers and searches many models. options: Options.recorded()'s (vocab: the model's own); names:
-    the input sets made (a suspect searched, not written, needs only those its verdict reads)."""
+    the input sets made (a suspect searched, not written, needs only those its verdict reads); tokens: the bytes
+    of the token each id below vocab names (data.token_bytes), recorded where models of other tokenizers meet it."""
     config, options = config_of(m) or m.build().config, dict(Options().recorded(), **options)
     vocab = options.get("vocab") or config.vocab_size
     inputs = {k: v for k, v in options.items() if k not in ("k", "rank_by", "set_mode")}
@@ -280,7 +282,7 @@ def fingerprint_file(m, cache_dir: str, device, dtype: str, options: dict, names
     weights = dict(recipe=m.key) if isinstance(m, Recipe) else evidence.weights_record(m, file_digests(m))
     return evidence.Fingerprint(H, token_rows(m, vocab // 2, vocab), dict(options, vocab=vocab),
                                 dataclasses.asdict(config), weights, evidence.made(device, dtype),
-                                path=m if isinstance(m, str) else m.key)
+                                path=m if isinstance(m, str) else m.key, tokens=tokens and tokens[:vocab])
 
 
 def file_digests(path: str) -> dict:
@@ -342,7 +344,7 @@ class Lineage:
 
     def whitened_rows(self, m, lo: int, hi: int, ids=None):
         """Rows [lo, hi) of m's token table (token_rows; ids: the rows of ids[lo:hi], the same tokens' in two
-        tokenizers), whitened (align.whitened_table, as table_match takes them with whitened=True; None where they
+        tokenizers), whitened (align.whitened_table, as whitened_match takes them with whitened=True; None where they
         cannot be), kept for the next pairs (the last rows_kept models): a model is matched in many pairs, its table
         read and whitened once."""
         held = None if ids is None else [int(i) for i in ids[lo:hi]]
@@ -444,7 +446,8 @@ def rate(x: int, n: int) -> dict:
 
 def fit_floor(taus: list):
     """The floor a matched mean tau must reach, fit on unrelated pairs' taus: twice the largest, rounded up to 0.01
-    (at least 0.01); None without a pair. How ALIGNED_TAU_FLOOR and PARTIAL_TAU_FLOOR were fit."""
+    (at least 0.01); None without a pair. How PARTIAL_TAU_FLOOR was fit (and the aligned verdict's floor
+    of the rule before, studies.aligned_floor)."""
     return max(0.01, math.ceil(200 * max(taus)) / 100) if taus else None
 
 

@@ -32,17 +32,20 @@ from studies.lineage import (add_lineage_flags, architecture, check_lineage_flag
                              fingerprint_file, fresh_init, permuted, rate, sign_flip, test_options, trained, training)
 
 
-def register(models: dict, folder: str, options: dict, device: str, dtype: str = None, cache: str = None) -> list:
+def register(models: dict, folder: str, options: dict, device: str, dtype: str = None, cache: str = None,
+             tokens: list = None) -> list:
     """The fingerprint file of each model (name -> path or Recipe) in `folder`, made once (fingerprint_file, its
-    fingerprints from the study's cache `cache`): a file there already is reused only where it was made of the same
-    weights with the same options, on the same device in the same dtype (another run's file is made anew)."""
+    fingerprints from the study's cache `cache`; tokens: the tokens it records): a file there already is reused only
+    where it was made of the same weights with the same options and tokens, on the same device in the same dtype
+    (another run's file is made anew)."""
     os.makedirs(folder, exist_ok=True)
     files = []
     for name, m in models.items():
         path = os.path.join(folder, f"{name}.npz")
-        fp = fingerprint_file(m, cache, device, dtype, options)
+        fp = fingerprint_file(m, cache, device, dtype, options, tokens=tokens)
         old = evidence.read(path) if os.path.isfile(path) else None
         if old is None or old.weights != fp.weights or any(old.options[k] != v for k, v in fp.options.items()) \
+                or old.tokens != fp.tokens \
                 or old.provenance.get("dtype") != dtype or old.provenance.get("device") != str(device):
             if old is not None:                 # a GPU fingerprints under bf16 autocast: another file
                 os.remove(path)
@@ -127,7 +130,7 @@ def main(argv=None):
             found[label] = (m, res)             # against the bf16 files below, each suspect is searched once more
             right = res["answer"] == "none" if base is None else res["answer"] == "derives from" and res["base"] == base
             trials.append(dict(suspect=label, kind=kind, related=base is not None, answer=res["answer"],
-                               named=res["base"], right=bool(right), smallest_p=min(r.p for r in res["results"])))
+                               named=res["base"], right=bool(right), smallest_p=min(r.p for r in res["results"] if r)))
             bar.update()
         # a lineage registered twice: the base and its first continuation; the suspect its second
         s = args.bases[0]

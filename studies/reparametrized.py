@@ -27,8 +27,8 @@ import os
 import time
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, Distinct, Progress, check_output, lock_dir, print_table, refuse_unused,
-                    resolve_device, run_script, seed_int, update_results)
+from common import (ArgumentParser, Distinct, Progress, check_output, figure, lock_dir, print_table, refuse_unused,
+                    resolve_device, run_script, save_figure, seed_int, update_results)
 from model import GPTConfig
 import torch
 
@@ -92,6 +92,21 @@ def summary(rows: list) -> list:
     return out
 
 
+def plot(rows: list, path: str) -> None:
+    """Per edit, each base's exact mean tau and its matched tau (the aligned verdict's): the function kept, both
+    stay where the base against itself is."""
+    plt, fig, ax = figure(1, 1, figsize=(7, 3.8))
+    edits = list(dict.fromkeys(r["edit"] for r in rows))
+    for key, marker, shift in (("mean_tau", "o", -0.12), ("tau_aligned", "^", 0.12)):
+        ax.scatter([r[key] for r in rows], [edits.index(r["edit"]) + shift for r in rows], marker=marker, s=16,
+                   label={"mean_tau": "exact: mean tau", "tau_aligned": "aligned: matched tau"}[key])
+    ax.axvline(0, color="grey", lw=0.5)
+    ax.set_yticks(range(len(edits)), edits, fontsize=7)
+    ax.set_xlabel("mean tau against the base")
+    ax.legend(fontsize=7)
+    save_figure(fig, path)
+
+
 def main(argv=None):
     p = ArgumentParser(prog="studies.reparametrized", description="SeedPrint against reparametrizations of attention "
                        "and the norms that keep a model's function: per-head maps, head reordering, folded norms.")
@@ -133,6 +148,7 @@ def main(argv=None):
         table = summary(rows)
         print_table(rows, floats="{:.3g}")
         print_table(table, floats="{:.3g}")
+        plot(rows, os.path.join(args.out, "reparametrized_base.png" if args.base else "reparametrized.png"))
         update_results(os.path.join(args.out, "results.json"),
                        {"reparametrized_base" if args.base else "reparametrized":
                         dict(table=table, pairs=rows, seconds=time.time() - t0)}, device, args.dtype)

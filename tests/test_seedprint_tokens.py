@@ -210,6 +210,54 @@ def test_a_file_records_its_tokens_and_meets_a_model_of_another_tokenizer_as_the
         evidence.read(bad)
 
 
+def test_one_search_reads_files_of_several_token_sets_the_suspect_read_once_and_fed_each_sets_tokens(kin, tmp_path,
+                                                                                                       capsys,
+                                                                                                       monkeypatch):
+    """A registry of files made on three token sets: the base's, a stranger's (the same words at other ids) and an
+    extension's (50 words more). The suspect -- the base's child with its vocabulary permuted and its basis
+    permuted -- is read once, fed each set's tokens, and compared with the two sets whose tokens it holds: each
+    verdict before Holm is its pair's alone, Holm runs across the two, and it derives from the base. The extension's
+    file is not compared, and the search says why (the suspect holds 400 of its 450 tokens); a suspect that can be
+    compared with no file is refused in one line."""
+    p, reg = kin["paths"], tmp_path / "reg"
+    reg.mkdir()
+    for name in ("base", "stranger", "extended"):
+        evidence.write(str(reg / f"{name}.npz"), seedprint.make_fingerprint(p[name], **OPTS))
+    files = evidence.registry(str(reg))                         # base, extended, stranger: by name
+    assert [len(g) for g in evidence.token_groups(files)] == [1, 1, 1]
+    loads, real = [], evidence.loaded
+    monkeypatch.setattr(evidence, "loaded", lambda m, *a, **kw: loads.append(evidence.name_of(m)) or real(m, *a, **kw))
+    found = seedprint.search(p["hidden"], files, align=True)
+    monkeypatch.undo()
+    assert loads == [p["hidden"]]                               # the suspect, read once for both sets
+    names = [os.path.basename(f.path) for f in files]
+    assert found["answer"] == "derives from" and names[found["base"]] == "base.npz"
+    assert list(found["not_compared"]) == [names.index("extended.npz")] and found["results"][1] is None
+    assert "hold 400 of the 450 tokens" in found["not_compared"][1]
+    compared = [i for i, r in enumerate(found["results"]) if r is not None]
+    alone = [seedprint.compare(files[i].path, p["hidden"], align=True) for i in compared]
+    for i, r in zip(compared, alone):
+        assert found["results"][i].p_raw == pytest.approx(r.p, rel=1e-12) and \
+            found["results"][i].mean_tau == r.mean_tau, names[i]
+    assert [found["results"][i].p for i in compared] == pytest.approx(seedprint.holm([r.p for r in alone]))
+    out = str(tmp_path / "out")
+    seedprint.main([p["hidden"], "--against", str(reg), "--align", "on", "--out", out])
+    printed = capsys.readouterr().out
+    assert "not compared with extended.npz: the models hold 400 of the 450 tokens" in printed
+    assert "derives from base.npz" in printed and "(1 of 3 bases not compared: above)" in printed
+    two = tmp_path / "two"
+    two.mkdir()
+    for name in ("extended", "base"):
+        evidence.write(str(two / f"{name}.npz"), evidence.read(str(reg / f"{name}.npz")))
+    line = cli_error(seedprint.main, "seedprint.py", [p["transplant"], "--against", str(two), "--out", out + "2"])
+    assert "can be compared with none of the bases" in line and "hold 300 of the 400 tokens" in line
+    # the base and its child made on the child's own ids, two sets: both related, never tested against one another
+    evidence.write(str(two / "permuted.npz"), seedprint.make_fingerprint(p["permuted"], **OPTS))
+    both = seedprint.search(p["hidden"], evidence.registry(str(two)), align=True)
+    assert both["answer"] == "inconclusive" and both["related"] == [0, 2] and both["one_lineage"] is None
+    assert both["among_related"] == {} and list(both["not_compared"]) == [1]
+
+
 # ----------------------------------------------------------------------------- bad input: one line, nothing written
 
 def test_a_tokenizer_that_does_not_load_too_few_shared_tokens_or_an_unknown_one_is_refused_in_one_line(kin, tmp_path):

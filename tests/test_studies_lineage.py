@@ -11,6 +11,8 @@ import torch
 from scipy import stats
 
 import align
+import data
+import evidence
 import seedprint
 from init import build
 from model import LLAMA_KNOBS, get_config
@@ -253,7 +255,7 @@ def test_the_calibration_on_fresh_inits_end_to_end(tmp_path, monkeypatch):
     tables = {s: svd_white(build(cfg, s, s).transformer.wte.weight[64:].detach().double().numpy())
               for s in range(100, 105)}
     for r in res["pairs"]:             # each pair's table match: the whitened rows' correlations, column by column
-        match = align.table_match(tables[r["a"]], tables[r["b"]])[0]
+        match = align.whitened_match(tables[r["a"]], tables[r["b"]])[0]
         naive = [abs(np.corrcoef(tables[r["a"]][:, j], tables[r["b"]][:, match[j]])[0, 1]) for j in range(32)]
         assert r["table_fit"] == pytest.approx(np.mean(naive), rel=1e-5)
         assert r["table_fit"] < align.TABLE_MATCH_R
@@ -275,38 +277,38 @@ def test_speed_times_one_fingerprint_of_a_fresh_preset(tmp_path):
     assert row["tokens_per_s"] == pytest.approx(24 * 32 / row["seconds"])
 
 
-def test_aligned_summary_fits_the_floor_on_the_fit_seeds_and_counts_the_test_seeds(monkeypatch):
-    """The floor is twice the largest matched tau of the fit seeds' unrelated pairs matched on held-out inputs,
-    rounded up to 0.01 (the test seeds' values never enter it); a match on the token tables counts without it; each
-    verdict's counts are those of the rule, recounted here."""
+def test_aligned_summary_counts_each_rule_on_the_test_seeds_and_fits_the_rule_before_on_the_fit_seeds():
+    """The rule before's floor is twice the largest raw matched tau of the fit seeds' unrelated pairs, rounded up to
+    0.01 (the test seeds' values never enter it); each verdict's counts are those of its rule, recounted here: the
+    aligned verdict's as the code called it, the same without tables from the whitened inputs' match where trusted,
+    the rule before from the tables' match where trusted, else the raw one above its floor."""
     inputs = dict(condition="c", matched_on="held-out inputs", table_fit=0.02, table_fit_test_rows=0.03)
     table = dict(condition="c", matched_on="token table", table_fit=0.99, table_fit_test_rows=0.8)
-    rows = [dict(split="fit", kind="k1", related=False, p_exact=0.5, p_aligned_test=1e-9, tau_aligned=0.031, **inputs),
-            dict(split="fit", kind="k1", related=False, p_exact=0.5, p_aligned_test=0.2, tau_aligned=-0.01, **inputs),
-            dict(split="fit", kind="k1", related=False, p_exact=0.5, p_aligned_test=0.2, tau_aligned=0.3, **table),
-            dict(split="test", kind="k1", related=False, p_exact=0.004, p_aligned_test=0.9, tau_aligned=0.5, **inputs),
-            dict(split="test", kind="k1", related=False, p_exact=0.5, p_aligned_test=1e-12, tau_aligned=0.06, **inputs),
-            dict(split="test", kind="k1", related=False, p_exact=0.5, p_aligned_test=1e-12, tau_aligned=0.07, **inputs),
-            dict(split="test", kind="k2", related=True, p_exact=0.5, p_aligned_test=1e-30, tau_aligned=0.3,
-                 tau_exact=0.0, finetune_steps=10, **inputs),
-            dict(split="test", kind="k3", related=True, p_exact=0.5, p_aligned_test=1e-15, tau_aligned=0.04, **table)]
-    for r in rows:                     # the inputs-only match: the one used where no table match is trusted
-        r.update(p_inputs=r["p_aligned_test"], tau_inputs=r["tau_aligned"]) if r["matched_on"] != "token table" \
-            else r.update(p_inputs=0.5, tau_inputs=0.01)
-    monkeypatch.setattr(align, "ALIGNED_TAU_FLOOR", 0.1)
+    row = lambda split, kind, related, p_exact, p_al, tau_raw, p_raw, aligned, white, p_in, **kw: dict(
+        split=split, kind=kind, related=related, p_exact=p_exact, p_aligned_test=p_al, tau_aligned=tau_raw,
+        tau_raw_inputs=tau_raw, p_raw_inputs=p_raw, aligned_related=aligned, input_trusted=white, p_inputs=p_in,
+        input_fit=0.9 if white else 0.2, **kw)
+    rows = [row("fit", "k1", False, 0.5, 1e-9, 0.031, 1e-9, False, False, 0.3, **inputs),
+            row("fit", "k1", False, 0.5, 0.2, -0.01, 0.2, False, False, 0.3, **inputs),
+            row("test", "k1", False, 0.004, 0.9, 0.5, 0.9, True, False, 0.9, **inputs),      # the exact test's
+            row("test", "k1", False, 0.5, 1e-12, 0.06, 1e-12, False, False, 1e-12, **inputs),   # below the floor
+            row("test", "k1", False, 0.5, 1e-12, 0.07, 1e-12, False, False, 1e-12, **inputs),   # at it: before
+            row("test", "k2", True, 0.5, 1e-30, 0.3, 1e-30, True, True, 1e-30, tau_exact=0.0, finetune_steps=10,
+                **inputs),
+            row("test", "k3", True, 0.5, 1e-15, 0.04, 0.3, True, False, 0.3, **table)]
     res = aligned_floor.aligned_summary(rows)
-    assert res["fitted_floor"] == 0.07                                      # ceil(2 x 0.031, 0.01)
-    counts = {row["verdict"].split(" (")[0].split(" 0")[0]: (row["k1"], row["k3"]) for row in res["table"]}
-    assert counts["token-table match trusted"] == ("0/3", "1/1")
-    assert counts["exact"] == ("1/3", "0/1") and counts["matched test alone, no floor"] == ("2/3", "1/1")
-    assert counts["aligned, fitted floor"] == ("2/3", "1/1")  # the exact one at 2 x 0.004, and tau 0.07 >= 0.07
-    assert counts["aligned, floor"] == ("1/3", "1/1")          # the verdict's 0.1: only the exact one
-    assert counts["the same without tables"] == ("1/3", "0/1")       # the table-matched pair is lost without them
-    assert [row["k2"] for row in res["table"]] == ["0/1", "0/1", "1/1", "1/1", "1/1", "1/1"]
-    assert res["table_fit"] == [dict(condition="c", pairs="unrelated (6)", held_out_rows="0.020-0.990",
-                                     test_rows="0.030-0.800"),
-                                dict(condition="c", pairs="related (2)", held_out_rows="0.020-0.990",
-                                     test_rows="0.030-0.800")]
+    assert res["floor_before"] == 0.07                                      # ceil(2 x 0.031, 0.01)
+    counts = {r["verdict"].split(":")[0].split(" (")[0]: (r["k1"], r["k2"], r["k3"]) for r in res["table"]}
+    assert counts["token-table match trusted"] == ("0/3", "0/1", "1/1")
+    assert counts["held-out inputs' match trusted"] == ("0/3", "1/1", "0/1")
+    assert counts["exact"] == ("1/3", "0/1", "0/1") and counts["matched test alone, any match"] == ("2/3", "1/1", "1/1")
+    assert counts["the rule before"] == ("2/3", "1/1", "1/1")     # the exact one at 2 x 0.004, and tau 0.07 >= 0.07
+    assert counts["**aligned verdict**"] == ("1/3", "1/1", "1/1")
+    assert counts["the same without tables"] == ("1/3", "1/1", "0/1")   # the table-matched pair is lost without them
+    assert res["fits"] == [dict(condition="c", pairs="unrelated (5)", table_rows="0.020-0.020",
+                                table_test_rows="0.030-0.030", held_out_inputs="0.200-0.200"),
+                           dict(condition="c", pairs="related (2)", table_rows="0.020-0.990",
+                                table_test_rows="0.030-0.800", held_out_inputs="0.200-0.900")]
 
 
 def test_the_paper_tables_reuse_the_calibration_models_and_call_each_pair_as_the_paper_does(fpr_study, corpora):
@@ -336,12 +338,13 @@ def test_the_paper_tables_reuse_the_calibration_models_and_call_each_pair_as_the
     assert (out / "fig11_persistence.png").is_file()
 
 
-def test_the_aligned_floor_study_fits_on_one_range_of_seeds_and_finds_every_lineage_on_another(corpora, tmp_path,
-                                                                                               monkeypatch):
-    """studies.aligned_floor at a tiny condition: the floor is fit on the fit seeds' unrelated pairs only (twice
-    their largest matched tau, rounded up), every related pair of the test seeds -- each init and its trained
-    model, the continuation at each length, and all of them again in a signed-permuted basis -- is called related
-    by the aligned verdict, while the exact verdict misses the permuted ones it cannot see through."""
+def test_the_aligned_floor_study_finds_every_lineage_on_the_test_seeds_through_a_trusted_match(corpora, tmp_path,
+                                                                                                 monkeypatch):
+    """studies.aligned_floor at a tiny condition: the rule before's floor is fit on the fit seeds' unrelated pairs
+    only (twice their largest raw matched tau, rounded up); every related pair of the test seeds -- each init and its
+    trained model, the continuation at each length, and all of them again in a signed-permuted basis -- is called
+    related by the aligned verdict through a trusted match, while the exact verdict misses the permuted ones it
+    cannot see through; no unrelated pair's match is trusted."""
     monkeypatch.setattr(aligned_floor, "CONDITIONS", {"tiny": dict(n_embd=32, tokenizer="bytes", max_steps=4,
                                                                    batch_size=4)})
     out = tmp_path / "out"
@@ -350,16 +353,15 @@ def test_the_aligned_floor_study_fits_on_one_range_of_seeds_and_finds_every_line
                         "--finetune_steps", "2", "4", "--corpus", str(corpora / "a.txt"), "--corpus2",
                         str(corpora / "b.txt"), "--device", "cpu", "--out", str(out)])
     res = json.loads((out / "results.json").read_text())["aligned"]
-    fit = [r["tau_aligned"] for r in res["pairs"] if r["split"] == "fit" and not r["related"]
-           and r["matched_on"] != "token table"]
-    assert res["fitted_floor"] == max(0.01, np.ceil(200 * max(fit)) / 100)
+    fit = [r["tau_raw_inputs"] for r in res["pairs"] if r["split"] == "fit" and not r["related"]]
+    assert res["floor_before"] == max(0.01, np.ceil(200 * max(fit)) / 100)
     test = [r for r in res["pairs"] if r["split"] == "test"]
     related = [r for r in test if r["related"]]
     assert len(related) == 2 * (2 + 2)                 # 2 inits and 2 continuation lengths, each also permuted
-    floor = align.ALIGNED_TAU_FLOOR
     for r in related:
-        counted = r["matched_on"] == "token table" or r["tau_aligned"] >= floor
-        assert counted and 2 * min(r["p_exact"], r["p_aligned_test"]) < seedprint.ALPHA, r["kind"]
+        assert r["trusted"] and r["aligned_related"], r["kind"]
+        assert 2 * min(r["p_exact"], r["p_aligned_test"]) < seedprint.ALPHA, r["kind"]
+    assert not any(r["trusted"] for r in test if not r["related"])
     permuted = [r for r in related if r["kind"].endswith("B permuted")]
     assert min(r["p_exact"] for r in permuted) > seedprint.ALPHA and all(r["moved"] > 0 for r in permuted)
     assert [c["related"] for c in res["by_length"]] == ["2/2", "2/2"]
@@ -570,8 +572,9 @@ def test_a_model_is_fingerprinted_on_each_input_set_by_its_name(tmp_path):
 
 
 def test_each_models_token_table_is_whitened_once_for_all_its_pairs(tmp_path, monkeypatch):
-    """Lineage.pair whitens each model's token-table rows once, however many pairs it is matched in, and every
-    aligned verdict is the one seedprint_test gives on the raw rows (which it whitens itself), to the bit."""
+    """Lineage.pair whitens each model's token-table rows once, however many pairs it is matched in (each pair's
+    held-out fingerprints are whitened for its own match on inputs), and every aligned verdict is the one
+    seedprint_test gives on the raw rows (which it whitens itself), to the bit."""
     import argparse
     from studies.lineage import Lineage, fresh_init, token_rows
     whitened = []
@@ -584,7 +587,9 @@ def test_each_models_token_table_is_whitened_once_for_all_its_pairs(tmp_path, mo
     lineage = Lineage(args, str(tmp_path), "cpu")
     pairs = [(a, b) for i, a in enumerate(models) for b in models[i + 1:]]
     verdicts = [lineage.pair(a, b)[1] for a, b in pairs]
-    assert whitened == [(64, 32)] * len(models)          # the held-out rows [64, 128) of each table, once
+    assert whitened.count((64, 32)) == len(models)      # the held-out rows [64, 128) of each table, once
+    # fresh inits: no table match is trusted, so each pair's match is on its held-out fingerprints, whitened there
+    assert whitened.count((40, 32)) == 2 * len(pairs) and len(whitened) == len(models) + 2 * len(pairs)
     for (a, b), got in zip(pairs, verdicts):
         A, B = (lineage.fingerprint_sets(m, 128, ["test", "held_out"]) for m in (a, b))
         raw = [token_rows(m, 64, 128) for m in (a, b)]
@@ -802,8 +807,8 @@ def test_a_registry_file_is_made_from_the_cache_and_remade_on_another_device(tmp
         runs.append(options)
         return real_fingerprint(model, **options)
 
-    def fingerprint_file(m, cache, device, dtype, options):
-        fp = real_file(m, cache, "cpu", dtype, options)
+    def fingerprint_file(m, cache, device, dtype, options, tokens=None):
+        fp = real_file(m, cache, "cpu", dtype, options, tokens=tokens)
         fp.provenance["device"] = device
         return fp
     monkeypatch.setattr(seedprint, "fingerprint", fingerprint)
@@ -881,6 +886,7 @@ def test_the_scaled_registry_study_searches_each_vocabulary_apart_and_counts_wha
                          "--corpus", str(corpora / "a.txt"), "--corpus2", str(corpora / "b.txt"), "--out", str(out)])
     res = json.loads((out / "results.json").read_text())["registry_scale"]
     assert all(t["right"] for t in res["trials"]), res["trials"]
+    assert (out / "registry_scale.png").is_file()
     assert [t["registry"] for t in res["trials"]] == ["bytes"] * 4 + ["bpe"] * 4
     # each suspect once timed, once traced per registry: every search against one vocabulary's files only
     assert searched == [["registry_bytes"]] * 5 + [["registry_bpe"]] * 5
@@ -891,3 +897,21 @@ def test_the_scaled_registry_study_searches_each_vocabulary_apart_and_counts_wha
         assert reg["held_bytes"] == sum(4 * (3 * 40 * w + (vocab - vocab // 2) * w) for w in widths)
         assert sorted(os.listdir(out / f"registry_{tok}")) == sorted(
             f"w{w}_seed{registry_scale.BASE_SEED0 + i + (3 if tok == 'bpe' else 0)}.npz" for i, w in enumerate(widths))
+    # one registry of both vocabularies (the same models, reused): each suspect searched as a model against all six
+    # files, the byte-level ones compared with the byte files alone (the BPE's merged tokens are not theirs)
+    searched.clear()
+    trained_before = sorted(os.listdir(out / "runs"))
+    registry_scale.main(["--n_layer", "1", "--block_size", "16", "--seq_len", "8", "--max_steps", "4",
+                         "--ckpt_every", "4", "--batch_size", "4", "--sequences", "40", "--k", "8", "--device", "cpu",
+                         "--bases", "3", "--suspects", "1", "--fresh", "1", "--related", "2", "--child_steps", "4",
+                         "--widths", "32", "48", "--tokenizers", "bytes", "bpe", "--bpe_vocab", "300", "--one_registry",
+                         "--corpus", str(corpora / "a.txt"), "--corpus2", str(corpora / "b.txt"), "--out", str(out)])
+    assert sorted(os.listdir(out / "runs")) == trained_before                  # not one model more
+    one = json.loads((out / "results.json").read_text())["registry_scale"]
+    assert all(t["right"] for t in one["trials"]), one["trials"]
+    assert searched == [["registry"]] * 10
+    assert [t["compared"] for t in one["trials"]] == [3] * 4 + [6] * 4
+    assert [t["named"] for t in one["trials"] if t["related"]] == [0, 1, 3, 4]   # the bpe bases after the bytes ones
+    files = sorted(os.listdir(out / "registry"))
+    assert len(files) == 6 and all(evidence.read(str(out / "registry" / f)).tokens[:256] == data.token_bytes("bytes")
+                                   for f in files if f.startswith("bytes"))
