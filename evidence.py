@@ -485,6 +485,28 @@ def token_groups(bases: list) -> list:
     return list(groups.values())
 
 
+def comparable_sets(models: list, plan) -> tuple:
+    """How a suspect (models[0]) meets a registry's bases (models[1:]): ([(base indices, plan's checks of the suspect
+    and those bases)], {base index: why it is not compared}). All the bases at once where plan accepts them; else a
+    set of tokens at a time (token_groups), a set plan refuses (the suspect lacks some of its tokens) not compared,
+    with the reason. plan: models -> checks (seedprint.plan, every check before any weight is read)."""
+    try:
+        return [(list(range(len(models) - 1)), plan(models))], {}
+    except ValueError:
+        groups = token_groups(models[1:])
+        if len(groups) == 1:
+            raise
+    planned, refused = [], {}
+    for group in groups:
+        try:
+            planned.append((group, plan([models[0], *(models[b + 1] for b in group)])))
+        except ValueError as e:
+            refused.update({b: str(e) for b in group})
+    if not planned:
+        raise ValueError(f"the suspect can be compared with none of the bases: {refused[0]}")
+    return planned, refused
+
+
 def loaded(m, device="cpu", dtype: str = None, digests: bool = False):
     """(the model, its record for shared_by_construction) of a model as read_model leaves it: one on disk loaded
     once (hf.load), its files' sha256s taken on that read where digests is asked; a GPT or a callable as it is."""

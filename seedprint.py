@@ -411,29 +411,15 @@ def search(suspect, bases: list, temperature: float = 10.0, alpha: float = ALPHA
     Holm-adjusted across them, so "derives from" is said of a suspect related to none with chance below alpha however
     many bases there are. "answer": "derives from" (one base related), "none", or "inconclusive" (several; tested
     against one another, "one_lineage" says if they are one lineage, among whose members this test cannot tell; None
-    where they were made on other tokens). Files made on token sets that cannot be compared at once are compared a
-    set at a time (evidence.token_groups), the suspect read once and fed each set's tokens; a set it cannot be
-    compared with (it lacks some of its tokens) is not, and "not_compared" says why, base by base.
+    where they were made on other tokens). Files of token sets that cannot be compared at once are compared a set at
+    a time (evidence.comparable_sets), the suspect read once and fed each set's tokens; "not_compared" says why a set
+    it cannot be fed was not, base by base.
     -> {"results": [per base; None: not compared], "answer", "base" (index or None), "related", "one_lineage",
     "among_related", "not_compared" ({index: why}), "options" (the first set's)}"""
     models = [evidence.read_model(m) for m in [suspect, *bases]]
     if not bases:
         raise ValueError("no base to search: give one or more models or fingerprint files")
-    planned, not_compared = [], {}
-    try:                                    # every check before any weight is read: of all the bases at once ...
-        planned.append((list(range(len(bases))), plan(models, asked, temperature, alpha, align)))
-    except ValueError:
-        groups = evidence.token_groups(models[1:])
-        if len(groups) == 1:
-            raise
-        for group in groups:                # ... else of each set of tokens apart
-            try:
-                planned.append((group, plan([models[0], *(models[b + 1] for b in group)], asked, temperature,
-                                            alpha, align)))
-            except ValueError as e:
-                not_compared.update({b: str(e) for b in group})
-    if not planned:
-        raise ValueError(f"the suspect can be compared with none of the bases: {not_compared[0]}")
+    planned, not_compared = evidence.comparable_sets(models, lambda some: plan(some, asked, temperature, alpha, align))
     digests = any(isinstance(m, Fingerprint) for m in models)
     loadable = len(planned) > 1 and not isinstance(models[0], (Fingerprint, np.ndarray))
     held = evidence.loaded(models[0], device, dtype, digests) if loadable else None
@@ -481,7 +467,8 @@ def main(argv=None):
                    "(.npz): two or more (base first); one with --save or --against")
     p.add_argument("--save", metavar="FILE.npz", help="write the one model's fingerprint file (evidence.py)")
     p.add_argument("--against", metavar="DIR", help="test the one model (the suspect) against every fingerprint "
-                   "file in DIR: each base's verdict, Holm-adjusted, and which base it derives from")
+                   "file in DIR (of one tokenizer or several): each base's verdict, Holm-adjusted, and which base it "
+                   "derives from")
     g = p.add_argument_group("the test (where fingerprint files are given, their options: flags must agree)")
     add_settings_flags(g, Options())
     p.set_defaults(**{f.name: None for f in dataclasses.fields(Options)})     # None: not given (a file's, or Options')
