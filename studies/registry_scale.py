@@ -15,9 +15,12 @@ merged tokens, so those files are not compared). The suspects, per vocabulary:
     unrelated   --suspects models trained from other seeds on the bases' data, --fresh fresh inits -> "none"
     related     the first --related bases, each continued --child_steps on --corpus2      -> "derives from" it
 
-    python -m studies.registry_scale                  # 2 x 6 bases, 2 x 8 suspects: 3.5 min on 2 cores
-    python -m studies.registry_scale --bases 50 --suspects 55 --fresh 50 --related 3 --max_steps 20 \\
-        --sequences 500 --widths 64 96        # 100 bases, 210 unrelated suspects: 17 min (docs/seedprint.md)
+    python -m studies.registry_scale                  # 2 x 6 bases, 2 x 8 suspects: 16 of 16 right, 3.5 min on 2 cores
+    python -m studies.registry_scale --bases 50 --suspects 75 --fresh 75 --related 3 --max_steps 20 \\
+        --sequences 500 --widths 64 96        # 100 bases, 300 unrelated suspects: 0 said to derive, 28 min
+    ... the same with --one_registry          # one folder of 100 files, the models reused: 0 of 300, 11 min
+
+(docs/seedprint.md, "In a dispute": every number and the rule they were measured under.)
 """
 import dataclasses
 import os
