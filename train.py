@@ -60,7 +60,8 @@ class TrainConfig:
     embed_seed: Optional[int] = setting(None, "seed of the embeddings and untied LM head (default: --init_seed; "
                                         "the same seed in two runs gives them the same embedding)", "seed")
     data_seed: int = setting(1234, "seed of the batch order", "seed")
-    init_from: Optional[str] = setting(None, "start from this checkpoint's weights (continual training)")
+    init_from: Optional[str] = setting(None, "start from this checkpoint's weights (continual training; with "
+                                       "--resume, the one the run began from)")
     resume: bool = setting(False, "continue the run in --out_dir from its last checkpoint")
     batch_size: int = setting(16, "sequences per optimizer step, all processes together", "int>=1")
     micro_batch: Optional[int] = setting(None, "sequences per forward per process (default batch_size / processes); "
@@ -95,9 +96,6 @@ class TrainConfig:
                              f"{self.micro_batch}")
         if self.min_lr is not None and self.min_lr > self.lr:
             raise ValueError(f"--min_lr {self.min_lr} is above the peak --lr {self.lr}")
-        if self.resume and self.init_from:
-            raise ValueError("--resume continues the run in --out_dir, whose checkpoints already say where it started; "
-                             "drop --init_from")
 
     def resolved(self) -> "TrainConfig":
         """The run's settings with the defaults that follow other settings filled in (what a run records): min_lr

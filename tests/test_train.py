@@ -376,6 +376,18 @@ def test_ensure_trains_once_and_finishes_a_run_that_stopped(data_dir, tmp_path, 
         with pytest.raises(ValueError, match=r"holds a run made otherwise \(in train.py's terms: "
                                              r"(--lr|the model config|--max_steps)"):
             train.ensure(dataclasses.replace(args, **other))
+    # a run continued from that one's checkpoint (--init_from), stopped part-way, resumes from its own
+    child = tmp_path / "child"
+    cont = train.parse_args(["--data", data_dir, "--out_dir", str(child), "--init_from",
+                             train.checkpoint_path(str(out), 4), "--max_steps", "4", "--ckpt_every", "2",
+                             "--eval_every", "0"])
+    monkeypatch.undo()
+    train.ensure(cont)
+    whole = final_state(child)
+    os.remove(train.checkpoint_path(str(child), 4))
+    os.remove(child / "log.json")
+    train.ensure(cont)
+    assert all(torch.equal(whole["model"][k], final_state(child)["model"][k]) for k in whole["model"])
 
 
 def test_the_cosine_ends_at_or_below_the_peak_learning_rate():
