@@ -254,7 +254,7 @@ class Alignment:
             line += (f", which counts only where the tau reaches the floor {PARTIAL_TAU_FLOOR} ("
                      f"{'it does' if self.tau_aligned >= PARTIAL_TAU_FLOOR else 'it is below'})")
         elif not self.trusted:
-            line += f", which does not count (an untrusted match is no evidence of a shared basis)"
+            line += ", which does not count (an untrusted match is no evidence of a shared basis)"
         return line
 
 
