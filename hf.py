@@ -283,6 +283,8 @@ def token_rows(model, lo: int, hi: int):
 INT, COUNT, NUM, BOOL = "an integer >= 1", "an integer >= 0", "a finite number > 0", "true or false"
 STR, OBJ, NAME_LIST, NUMBER_LIST = "a string", "an object", "a list of names", "a list of numbers > 0"
 INDEX_LIST = "a list of layer indices (integers >= 0)"
+OFF = ("false (where it is true, transformers 4.57 slides every layer of a Qwen2-MoE, eager attention, and 5.x every "
+       "other layer below max_window_layers: two models)")
 KINDS = {INT: lambda v: type(v) is int and v >= 1,
          COUNT: lambda v: type(v) is int and v >= 0,
          NUM: lambda v: type(v) in (int, float) and math.isfinite(v) and v > 0,
@@ -291,7 +293,8 @@ KINDS = {INT: lambda v: type(v) is int and v >= 1,
          OBJ: lambda v: type(v) is dict,
          NAME_LIST: lambda v: type(v) is list and all(type(a) is str for a in v),
          NUMBER_LIST: lambda v: type(v) is list and all(KINDS[NUM](a) for a in v),
-         INDEX_LIST: lambda v: type(v) is list and all(KINDS[COUNT](a) for a in v)}
+         INDEX_LIST: lambda v: type(v) is list and all(KINDS[COUNT](a) for a in v),
+         OFF: lambda v: v is False}
 Mark = enum.Enum("Mark", "REQUIRED REFUSED")    # values no config.json holds: a field with no default, a null refused
 REQUIRED, REFUSED = Mark.REQUIRED, Mark.REFUSED
 
@@ -331,6 +334,11 @@ class Fields:
             raise ValueError(f"field {self.where}{key} must be {field.kind}, got {value!r}")
         return value
 
+    def get(self, key: str, absent=None):
+        """The field's value where the family reads it (its table holds it), else `absent`: a knob it does not
+        have."""
+        return self(key) if key in self.table else absent
+
     def used(self, key: str, value):
         """`value`, read as `key`, where the model needs it: a null (None) is refused (a field transformers reads
         only in some configurations fails on a null only there)."""
@@ -364,15 +372,13 @@ def flag(default: bool) -> Field:
     return Field(BOOL, default, null=False)
 
 
+LLAMA = dict(rope_theta=("rope_theta", Field(NUM, 10000.0, null=None)),
+             partial_rotary_factor=("partial_rotary_factor", Field(NUM, 1.0, null=1.0)),   # a null: 5.x rotates
+             rope_scaling=("", ROPE_OBJECT))                                               # whole heads (4.x fails)
 SPELLINGS = {
-    "LLaMA lineage": dict(
-        rope_theta=("rope_theta", Field(NUM, 10000.0, null=None)),
-        partial_rotary_factor=("partial_rotary_factor", Field(NUM, 1.0, null=1.0)),   # a null: 5.x rotates whole
-        rope_scaling=("", ROPE_OBJECT)),                                               # heads (4.x fails on it)
-    "MixtralForCausalLM": dict(   # the LLaMA lineage's fields, its RoPE base 1e6 where absent (4.x's default, 5.x's
-        rope_theta=("rope_theta", Field(NUM, 1e6, null=None)),   # default_theta)
-        partial_rotary_factor=("partial_rotary_factor", Field(NUM, 1.0, null=1.0)),
-        rope_scaling=("", ROPE_OBJECT)),
+    "LLaMA lineage": LLAMA,
+    # the LLaMA lineage's fields, its RoPE base 1e6 where absent (4.x's default, 5.x's default_theta)
+    "MixtralForCausalLM": dict(LLAMA, rope_theta=("rope_theta", Field(NUM, 1e6, null=None))),
     "Phi3ForCausalLM": dict(      # Phi-3's class reads the rotary fraction in both versions: a null fails in 4.x
         rope_theta=("rope_theta", Field(NUM, 10000.0, null=None)),
         partial_rotary_factor=("partial_rotary_factor", Field(NUM, 1.0, null=None)),
@@ -391,7 +397,6 @@ SPELLINGS = {
     # absent, a null false): they must say the same
     "Gemma3ForConditionalGeneration": {"text_config.tie_word_embeddings": ("tie_word_embeddings", flag(True))},
 }
-LLAMA = SPELLINGS["LLaMA lineage"]
 
 
 def spelled(row: dict, v5: str) -> str:
@@ -441,8 +446,9 @@ QWEN_WINDOWS = dict(use_sliding_window=flag(False), sliding_window=Field(INT, 40
                     max_window_layers=Field(COUNT, 28, null=None),   # null: refused where the window needs it
                     layer_types=LAYER_TYPES)
 # Qwen2-MoE reads Qwen2's window fields, but 5.x writes sliding_window 0 where use_sliding_window is false, and 4.57
-# and 5.x slide other layers where it is true (_decoder_config refuses a window)
-QWEN_MOE_WINDOWS = dict(QWEN_WINDOWS, sliding_window=Field(COUNT, 4096, null=None))
+# and 5.x slide other layers where it is true (refused: OFF)
+QWEN_MOE_WINDOWS = dict(QWEN_WINDOWS, use_sliding_window=Field(OFF, False, null=False),
+                        sliding_window=Field(COUNT, 4096, null=None))
 GEMMA_SCALE = dict(query_pre_attn_scalar=Field(NUM, 256), sliding_window=Field(INT, 4096),  # a null window fails:
                    layer_types=LAYER_TYPES)                   # Gemma 2 and 3 build a sliding mask unconditionally
 FIELDS = {
@@ -744,19 +750,16 @@ def _decoder_config(f: Fields, arch: str) -> GPTConfig:
     the family's fields (FIELDS) hold it."""
     H, n_embd, L = f("num_attention_heads"), f("hidden_size"), f("num_hidden_layers")
     n_kv = f("num_key_value_heads") or H
-    head_dim = (f("head_dim") if "head_dim" in f.table else None) or n_embd // H
+    head_dim = f.get("head_dim") or n_embd // H
     max_pos = f("max_position_embeddings")
     activation = _activation(f, arch)
     # Qwen2 has q/k/v biases and no others whatever attention_bias says, Qwen2-MoE where qkv_bias says; Mistral and
     # Phi-3 none (check_unread)
-    bias = {key: f(key) if key in f.table else False for key in ("attention_bias", "mlp_bias")}
-    qkv_bias = f("qkv_bias") if "qkv_bias" in f.table else arch == "Qwen2ForCausalLM"
+    bias = {key: f.get(key, False) for key in ("attention_bias", "mlp_bias")}
+    qkv_bias = f.get("qkv_bias", arch == "Qwen2ForCausalLM")
     norm, norm_position, qk_norm = NORMS.get(arch, ("rmsnorm", "pre", "none"))
     window, sliding_layers = _windows(f, L)
-    if arch == "Qwen2MoeForCausalLM" and window is not None:
-        raise ValueError("use_sliding_window is true: transformers 4.57 slides every layer of a Qwen2-MoE (eager "
-                         "attention), 5.x every other layer below max_window_layers, two models; refused")
-    clip = f("clip_qkv") if "clip_qkv" in f.table else None
+    clip = f.get("clip_qkv")
     if clip is not None:
         raise ValueError(f"clip_qkv={clip}: OLMoE clamps q, k and v to it, which model.py does not; refused, not "
                          f"approximated (OLMoE's published configs have it null)")
@@ -798,9 +801,8 @@ def _experts(f: Fields, n_layer: int) -> dict:
             raise ValueError(f"fields num_local_experts ({n}, transformers 5.x's spelling) and num_experts ({other}) "
                              f"differ: which one holds is unclear; keep one")
         n, key = (n, key) if n is not None else (other, "num_experts")
-    renormalized = f("norm_topk_prob") if "norm_topk_prob" in f.table else True
-    width = f("moe_intermediate_size") if "moe_intermediate_size" in f.table else None
-    shared = f("shared_expert_intermediate_size") if "shared_expert_intermediate_size" in f.table else None
+    renormalized = f.get("norm_topk_prob", True)
+    width, shared = f.get("moe_intermediate_size"), f.get("shared_expert_intermediate_size")
     layers = ["m"] * n_layer
     if "decoder_sparse_step" in f.table:
         step, dense = f("decoder_sparse_step"), f("mlp_only_layers")
@@ -821,7 +823,7 @@ def _windows(f: Fields, n_layer: int) -> tuple:
         return None, None
     window = f("sliding_window")
     if "layer_types" not in f.table:             # Mistral, Phi-3: every layer (a null window: none); Qwen3-MoE:
-        on = f("use_sliding_window") if "use_sliding_window" in f.table else True     # where use_sliding_window
+        on = f.get("use_sliding_window", True)                                        # where use_sliding_window
         return window if on else None, None
     layers = f("layer_types")
     if "use_sliding_window" in f.table:          # Qwen: a window only with use_sliding_window, from max_window_layers

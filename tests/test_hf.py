@@ -613,6 +613,12 @@ def resized(name, *shape):
     ("olmoe", dict(shared_expert_intermediate_size=16), None,
      r"shared_expert_intermediate_size=16, which transformers' OlmoeForCausalLM does not read"),
     ("qwen2-moe", dict(num_local_experts=8), None, r"num_local_experts=8, which transformers' Qwen2MoeForCausalLM"),
+    # a Qwen2-MoE window: 4.57 slides every layer, 5.x every other one below max_window_layers -- whether or not this
+    # reader would have found a sliding layer (max_window_layers at the depth: none; full-attention layer_types: none)
+    ("qwen2-moe", dict(use_sliding_window=True, sliding_window=4, max_window_layers=1, layer_types=None), None,
+     r"field use_sliding_window must be false \(where it is true, transformers 4\.57 slides every layer"),
+    ("qwen2-moe", dict(use_sliding_window=True, sliding_window=4, max_window_layers=3), None,
+     r"field use_sliding_window must be false"),
     # an expert's weight missing, in either layout: the tensor and the fields that make it part of the model
     ("mixtral", None, without("model.layers.1.block_sparse_moe.experts.3.w2.weight"),
      r"layers\.1\.block_sparse_moe\.experts\.3\.w2\.weight .* missing .*num_local_experts=4"),
