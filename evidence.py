@@ -490,6 +490,8 @@ def comparable_sets(models: list, plan) -> tuple:
     and those bases)], {base index: why it is not compared}). All the bases at once where plan accepts them; else a
     set of tokens at a time (token_groups), a set plan refuses (the suspect lacks some of its tokens) not compared,
     with the reason. plan: models -> checks (seedprint.plan, every check before any weight is read)."""
+    if len(models) < 2:
+        raise ValueError("no base to search: give one or more models or fingerprint files")
     try:
         return [(list(range(len(models) - 1)), plan(models))], {}
     except ValueError:
@@ -505,6 +507,12 @@ def comparable_sets(models: list, plan) -> tuple:
     if not planned:
         raise ValueError(f"the suspect can be compared with none of the bases: {refused[0]}")
     return planned, refused
+
+
+def hashes_weights(models: list) -> bool:
+    """Whether a comparison hashes each model's weight files on their one read: where a fingerprint file is compared,
+    whose record names its weights' sha256s (shared_by_construction tells a copy by them)."""
+    return any(isinstance(m, Fingerprint) for m in models)
 
 
 def loaded(m, device="cpu", dtype: str = None, digests: bool = False):

@@ -278,10 +278,10 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
 
 def plan(models: list, asked: dict, temperature: float = 10.0, alpha: float = ALPHA, align: bool = False) -> dict:
     """Every check of a comparison, in one place, before any weight is read: the options agreed (the files' and the
-    asked ones: evidence.agreed_options), the statistic's in range, the models against the inputs (evidence.check_models).
-    models: as evidence.read_model leaves them; asked: evidence.OPTIONS and fingerprint()'s options (None: not
-    given; "tokenizer": of the models that record none). -> {"inputs", "test", "configs" (None: unknown), "matched"
-    (B's coordinates matched: align, two widths), "tokens" (evidence.token_inputs: two tokenizers' shared tokens)}"""
+    asked ones: evidence.agreed_options), the statistic's in range, the models against the inputs
+    (evidence.check_models). models: as evidence.read_model leaves them; asked: evidence.OPTIONS and fingerprint()'s
+    options (None: not given; "tokenizer": of the models that record none). -> {"inputs", "test", "configs" (None:
+    unknown), "matched" (B's coordinates matched: align, two widths), "tokens" (evidence.token_inputs)}"""
     files, tokenizer = [m for m in models if isinstance(m, Fingerprint)], asked.get("tokenizer")
     opts = evidence.agreed_options(files, {k: v for k, v in asked.items() if k != "tokenizer"})
     test = {key: opts.pop(key) for key in ("k", "rank_by", "set_mode")}
@@ -294,9 +294,12 @@ def plan(models: list, asked: dict, temperature: float = 10.0, alpha: float = AL
         opts["vocab"] = min(c.vocab_size for c in known)
     evidence.check_models(configs, [evidence.name_of(m) for m in models], opts["seq_len"], opts["vocab"],
                           asked.get("k"), [f.path for f in files])
+    if matched and any(isinstance(m, np.ndarray) for m in models):
+        raise ValueError("a fingerprint array holds the exact verdict's inputs alone; give the model (or its "
+                         "fingerprint file) for the aligned verdict's test and held-out inputs")
     if matched and opts["vocab"] is None:
         raise ValueError("the aligned verdict draws token ids from two halves of the vocabulary: give vocab= for "
-                         "models whose vocabulary is not known (callables, fingerprint arrays)")
+                         "models whose vocabulary is not known (callables)")
     return dict(inputs=opts, test=test, configs=configs, matched=matched, tokens=tokens)
 
 
@@ -306,8 +309,6 @@ def fingerprints_of(m, sets: dict, vocab: int = None, device="cpu", dtype: str =
     vocab or a table; ids: fingerprint's, of those positions), its record for evidence.shared_by_construction).
     held: (model, record) of m loaded already (evidence.loaded), where it is fingerprinted on several token sets."""
     if isinstance(m, (Fingerprint, np.ndarray)):         # a file's sets were made under the options plan agreed on
-        if isinstance(m, np.ndarray) and set(sets) != {"exact"}:
-            raise ValueError("a fingerprint array holds one set of inputs; give the model for held-out inputs")
         H = {"exact": m} if isinstance(m, np.ndarray) else {name: m.sets[name] for name in sets}
         return H, getattr(m, "rows", None), evidence.record_of(m)
     model, record = held or evidence.loaded(m, device, dtype, digests)
@@ -327,7 +328,7 @@ def fingerprint_models(models: list, checked: dict, temperature: float, alpha: f
     # mixed widths without --align: a pair of one width keeps the exact verdict
     every = input_sets(opts["vocab"], opts["seed"]) if matched else dict(exact={})   # unmatched: vocab may be None
     names = ([] if align else ["exact"]) + (["test", "held_out"] if matched else [])
-    digests = any(isinstance(m, Fingerprint) for m in models)
+    digests = evidence.hashes_weights(models)
     run = dict(configs=checked["configs"], H=[], tables=[], records=[], recurring=set(recurring), align=align,
                matched=matched, test=dict(checked["test"], temperature=temperature, alpha=alpha),
                options=dict(opts, **checked["test"]))
@@ -352,11 +353,11 @@ def verdict(run: dict, i: int, j: int) -> Verdict:
                           signed=signs_keep_function(run["configs"][i], run["configs"][j]))
 
 
-def holm_verdicts(entries: list) -> dict:
-    """{key: verdict} of (key, run, i, j) entries, models i (the base) and j of a fingerprint_models() run: p and the
+def holm_verdicts(pairs: dict) -> dict:
+    """{key: verdict} of {key: (run, i, j)}, models i (the base) and j of a fingerprint_models() run: p and the
     verdict Holm-adjusted across all of them (p_raw: before)."""
-    results = {key: verdict(run, i, j) for key, run, i, j in entries}
-    for (key, run, i, j), p in zip(entries, holm([results[e[0]].p for e in entries])):
+    results = {key: verdict(*pair) for key, pair in pairs.items()}
+    for (key, (run, i, j)), p in zip(pairs.items(), holm([r.p for r in results.values()])):
         r = results[key]
         r.p_raw, r.p, r.related = r.p, p, bool(p < run["test"]["alpha"])
         r.shared = evidence.shared_by_construction(run["records"][i], run["records"][j], r.related)
@@ -386,21 +387,20 @@ def compare(model_a, model_b, **options) -> Verdict:
     return compare_many([model_a, model_b], **options)["results"][(0, 1)]
 
 
-def compare_many(models: list, k: int = None, rank_by: str = None, set_mode: str = None, temperature: float = 10.0,
-                 alpha: float = ALPHA, device="cpu", dtype: str = None, align: bool = False, **fingerprint_options):
+def compare_many(models: list, temperature: float = 10.0, alpha: float = ALPHA, device="cpu", dtype: str = None,
+                 align: bool = False, **asked):
     """Every pair of models, each read and fingerprinted once: GPTs, paths (train.py checkpoints, Hugging Face
-    directories, fingerprint files), Fingerprints, callables ids -> states or fingerprint arrays. Options left out
-    (None) are the files', else Options' defaults, all checked before any work (plan). align=True: the aligned
-    verdict; two widths: the matched one. -> {"results": {(i, j): Verdict}, i < j, Holm-adjusted; "groups": the
-    lineages; "options"}."""
+    directories, fingerprint files), Fingerprints, callables ids -> states or fingerprint arrays. asked: the options
+    (evidence.OPTIONS: k, sequences, ...; left out, the files', else Options' defaults), all checked before any work
+    (plan). align=True: the aligned verdict; two widths: the matched one. -> {"results": {(i, j): Verdict}, i < j,
+    Holm-adjusted; "groups": the lineages; "options"}."""
     models = [evidence.read_model(m) for m in models]
-    checked = plan(models, dict(fingerprint_options, k=k, rank_by=rank_by, set_mode=set_mode), temperature, alpha,
-                   align)
+    checked = plan(models, asked, temperature, alpha, align)
     # with three models or more, every table is matched in several pairs: each whitened once, kept for the run
     run = fingerprint_models(models, checked, temperature, alpha, align, device, dtype,
                              recurring=range(len(models)) if len(models) > 2 else ())
     pairs = [(i, j) for i in range(len(models)) for j in range(i + 1, len(models))]
-    results = holm_verdicts([(pair, run, *pair) for pair in pairs])
+    results = holm_verdicts({pair: (run, *pair) for pair in pairs})
     return dict(results=results, groups=lineages(len(models), [pr for pr in pairs if results[pr].related]),
                 options=run["options"])
 
@@ -409,36 +409,34 @@ def search(suspect, bases: list, temperature: float = 10.0, alpha: float = ALPHA
            align: bool = False, **asked) -> dict:
     """One suspect against many bases (models or fingerprint files): does it derive from one? Each base's verdict is
     Holm-adjusted across them, so "derives from" is said of a suspect related to none with chance below alpha however
-    many bases there are. "answer": "derives from" (one base related), "none", or "inconclusive" (several; tested
-    against one another, "one_lineage" says if they are one lineage, among whose members this test cannot tell; None
-    where they were made on other tokens). Files of token sets that cannot be compared at once are compared a set at
-    a time (evidence.comparable_sets), the suspect read once and fed each set's tokens; "not_compared" says why a set
-    it cannot be fed was not, base by base.
-    -> {"results": [per base; None: not compared], "answer", "base" (index or None), "related", "one_lineage",
-    "among_related", "not_compared" ({index: why}), "options" (the first set's)}"""
+    many bases there are. "answer": "derives from" (one base related), "none" or "inconclusive" (several, tested
+    against one another: "one_lineage", None where they were made on other tokens). Files of several token sets are
+    compared a set at a time (evidence.comparable_sets), the suspect read once; a set it cannot be fed is named in
+    "not_compared", with why. -> {"results": [per base; None: not compared], "answer", "base" (index or None),
+    "related", "one_lineage", "among_related", "not_compared" ({index: why}), "options" (the first set's)}"""
     models = [evidence.read_model(m) for m in [suspect, *bases]]
-    if not bases:
-        raise ValueError("no base to search: give one or more models or fingerprint files")
     planned, not_compared = evidence.comparable_sets(models, lambda some: plan(some, asked, temperature, alpha, align))
-    digests = any(isinstance(m, Fingerprint) for m in models)
-    loadable = len(planned) > 1 and not isinstance(models[0], (Fingerprint, np.ndarray))
-    held = evidence.loaded(models[0], device, dtype, digests) if loadable else None
-    entries = []                        # the suspect's table is whitened once per set; a base's for its own pair
-    for group, checked in planned:
+    # the suspect is read once, whatever the number of token sets it is fed
+    held = None if isinstance(models[0], (Fingerprint, np.ndarray)) else \
+        evidence.loaded(models[0], device, dtype, evidence.hashes_weights(models))
+    runs = {}                           # base b -> (its token set's run, b's index in it); the suspect is 0 in each
+    for group, checked in planned:      # the suspect's table is whitened once per set; a base's for its own pair
         run = fingerprint_models([models[0], *(models[b + 1] for b in group)], checked, temperature, alpha, align,
                                  device, dtype, recurring={0}, held=held)
-        entries += [(b, run, n + 1, 0) for n, b in enumerate(group)]       # the base first: B is the suspect
-    results, where = holm_verdicts(entries), {b: (run, i) for b, run, i, _ in entries}
+        runs.update({b: (run, n + 1) for n, b in enumerate(group)})
+    results = holm_verdicts({b: (run, i, 0) for b, (run, i) in runs.items()})     # the base first: B is the suspect
     related = sorted(b for b, r in results.items() if r.related)
-    among = holm_verdicts([((i, j), where[i][0], where[i][1], where[j][1]) for n, i in enumerate(related)
-                           for j in related[n + 1:] if where[i][0] is where[j][0]])
-    joined = [(related.index(i), related.index(j)) for (i, j), r in among.items() if r.related]
-    apart = len({id(where[b][0]) for b in related}) > 1          # made on other tokens: never tested together
+    # related bases are tested against one another where they were made on the same tokens (one run)
+    pairs = [(a, b) for n, a in enumerate(related) for b in related[n + 1:]]
+    among = holm_verdicts({(a, b): (runs[a][0], runs[a][1], runs[b][1]) for a, b in pairs
+                           if runs[a][0] is runs[b][0]})
+    joined = [(related.index(a), related.index(b)) for (a, b), r in among.items() if r.related]
     answer = "derives from" if len(related) == 1 else "none" if not related else "inconclusive"
+    apart = len(among) < len(pairs)             # some related bases made on other tokens: never tested together
+    one_lineage = None if apart else len(related) > 1 and len(lineages(len(related), joined)) == 1
     return dict(results=[results.get(b) for b in range(len(bases))], answer=answer,
-                base=related[0] if len(related) == 1 else None, related=related,
-                one_lineage=None if apart else len(related) > 1 and len(lineages(len(related), joined)) == 1,
-                among_related=among, not_compared=not_compared, options=entries[0][1]["options"])
+                base=related[0] if len(related) == 1 else None, related=related, one_lineage=one_lineage,
+                among_related=among, not_compared=not_compared, options=next(iter(runs.values()))[0]["options"])
 
 
 def make_fingerprint(m, device="cpu", dtype: str = None, **options) -> Fingerprint:

@@ -743,8 +743,9 @@ def test_a_file_that_is_not_whole_or_not_ours_or_made_otherwise_is_refused_in_on
         seedprint.compare(good, paths["child"], sequences=100)
 
 
-def test_input_sets_are_named_and_a_file_gives_its_arrays_by_those_names(files):
-    """Which array is which goes by name, never by a set's options or its place in a list."""
+def test_input_sets_are_named_and_a_file_gives_its_arrays_by_those_names(family, files, monkeypatch):
+    """Which array is which goes by name, never by a set's options or its place in a list. An array holds the exact
+    verdict's set alone: asked for the aligned one, it is refused before any weight is read, in either place."""
     assert align.input_sets(400, 7) == dict(exact={}, test=dict(vocab=200, low=0, seed=7),
                                             held_out=dict(vocab=400, low=200, seed=7 + align.HELD_OUT_SEED))
     fp = evidence.read(files["base"])
@@ -753,8 +754,10 @@ def test_input_sets_are_named_and_a_file_gives_its_arrays_by_those_names(files):
     H, rows, _ = seedprint.fingerprints_of(fp, {name: {} for name in ("held_out", "exact", "test")})
     assert list(H) == ["held_out", "exact", "test"] and rows is fp.rows
     assert all(np.array_equal(H[name], stored[name]) for name in stored)
-    with pytest.raises(ValueError, match="a fingerprint array holds one set of inputs"):
-        seedprint.fingerprints_of(stored["exact"], {"test": {}, "held_out": {}})
+    monkeypatch.setattr(seedprint.hf, "load", lambda *a, **kw: pytest.fail("a weight was read"))
+    for models in ([stored["exact"], family[1]["child"]], [family[1]["child"], stored["exact"]]):
+        with pytest.raises(ValueError, match="a fingerprint array holds the exact verdict's inputs alone"):
+            seedprint.compare(*models, align=True, vocab=400, **FILE_OPTS)
 
 
 def test_a_file_is_made_under_the_checks_of_a_comparison(family):
