@@ -24,6 +24,9 @@ A file records the base name of the weights it came from, never a path of its ma
     read(path)              a file, checked
     registry(folder)        every file of a folder, read
     report, report_search   a comparison and a suspect's search of a registry, printed and recorded
+    plan(models, asked)     every check of a comparison, before any weight is read: the options agreed, the
+                            statistic in range, the models against the inputs
+    comparable_sets(...)    a suspect against a registry's bases: all at once, else a set of tokens at a time
     agreed_options(...)     the options of a comparison: the files' (all alike), the flags' (alike with them)
     check_models(...)       the models a comparison's inputs can be taken of (context, vocabulary, k)
     check_statistic(...)    the statistic's options in range (Options', temperature and alpha)
@@ -485,15 +488,16 @@ def token_groups(bases: list) -> list:
     return list(groups.values())
 
 
-def comparable_sets(models: list, plan) -> tuple:
+def comparable_sets(models: list, asked: dict, temperature: float, alpha: float, align: bool) -> tuple:
     """How a suspect (models[0]) meets a registry's bases (models[1:]): ([(base indices, plan's checks of the suspect
     and those bases)], {base index: why it is not compared}). All the bases at once where plan accepts them; else a
     set of tokens at a time (token_groups), a set plan refuses (the suspect lacks some of its tokens) not compared,
-    with the reason. plan: models -> checks (seedprint.plan, every check before any weight is read)."""
+    with the reason. asked, temperature, alpha, align: plan's."""
+    plan_of = lambda some: plan(some, asked, temperature, alpha, align)
     if len(models) < 2:
         raise ValueError("no base to search: give one or more models or fingerprint files")
     try:
-        return [(list(range(len(models) - 1)), plan(models))], {}
+        return [(list(range(len(models) - 1)), plan_of(models))], {}
     except ValueError:
         groups = token_groups(models[1:])
         if len(groups) == 1:
@@ -501,7 +505,7 @@ def comparable_sets(models: list, plan) -> tuple:
     planned, refused = [], {}
     for group in groups:
         try:
-            planned.append((group, plan([models[0], *(models[b + 1] for b in group)])))
+            planned.append((group, plan_of([models[0], *(models[b + 1] for b in group)])))
         except ValueError as e:
             refused.update({b: str(e) for b in group})
     if not planned:
@@ -533,6 +537,34 @@ def record_of(m) -> dict:
     weights = m.weights if isinstance(m, Fingerprint) else {} if isinstance(m, (hf.Stored, np.ndarray)) else \
         dict(in_memory=type(m).__name__)
     return dict(path=name_of(m), checkpoint=getattr(m, "checkpoint", None), weights=weights)
+
+
+def plan(models: list, asked: dict, temperature: float = 10.0, alpha: float = 0.01, align: bool = False) -> dict:
+    """Every check of a comparison, in one place, before any weight is read (seedprint.py's compare_many, search and
+    make_fingerprint): the options agreed (the files' and the asked ones: agreed_options), the statistic's in range,
+    the models against the inputs (check_models). models: as read_model leaves them; asked: OPTIONS and
+    seedprint.fingerprint's options (None: not given; "tokenizer": of the models that record none). -> {"inputs",
+    "test", "configs" (None: unknown), "matched" (B's coordinates matched: align, two widths), "tokens"
+    (token_inputs: two tokenizers' shared tokens)}"""
+    files, tokenizer = [m for m in models if isinstance(m, Fingerprint)], asked.get("tokenizer")
+    opts = agreed_options(files, {k: v for k, v in asked.items() if k != "tokenizer"})
+    test = {key: opts.pop(key) for key in ("k", "rank_by", "set_mode")}
+    check_statistic(**test, temperature=temperature, alpha=alpha)
+    configs = [config_of(m) for m in models]
+    known = [c for c in configs if c is not None]
+    matched = align or len({c.n_embd for c in known}) > 1      # a pair of two widths has no exact test: matched
+    tokens = token_inputs(models, opts, matched, tokenizer)
+    if opts.get("inputs", "tokens") == "tokens" and opts["vocab"] is None and known:
+        opts["vocab"] = min(c.vocab_size for c in known)
+    check_models(configs, [name_of(m) for m in models], opts["seq_len"], opts["vocab"], asked.get("k"),
+                 [f.path for f in files])
+    if matched and any(isinstance(m, np.ndarray) for m in models):
+        raise ValueError("a fingerprint array holds the exact verdict's inputs alone; give the model (or its "
+                         "fingerprint file) for the aligned verdict's test and held-out inputs")
+    if matched and opts["vocab"] is None:
+        raise ValueError("the aligned verdict draws token ids from two halves of the vocabulary: give vocab= for "
+                         "models whose vocabulary is not known (callables)")
+    return dict(inputs=opts, test=test, configs=configs, matched=matched, tokens=tokens)
 
 
 def agreed_options(files: list, asked: dict) -> dict:

@@ -32,8 +32,9 @@ allow (studies/lineage_fpr.py measures how often each errs).
     python seedprint.py A --save reg/a.npz      # A's fingerprint file (evidence.py), made where A lives
     python seedprint.py SUSPECT --against reg   # the suspect against every fingerprint file in reg/
 
-Each model is read once: its config and every check first (plan), then its weights in one pass. Imports align.py,
-evidence.py (fingerprint files, options, records), hf.py (models on disk), model.py, data.py (inputs), common.py.
+Each model is read once: its config and every check first (evidence.plan), then its weights in one pass. Imports
+align.py, evidence.py (fingerprint files, options, checks, records), hf.py (models on disk), model.py, data.py
+(inputs), common.py.
 """
 import dataclasses
 import math
@@ -276,33 +277,6 @@ def seedprint_test(HA: np.ndarray, HB: np.ndarray, k: int = 400, rank_by: str = 
 
 # ----------------------------------------------------------------------------- 6. many models, each read once
 
-def plan(models: list, asked: dict, temperature: float = 10.0, alpha: float = ALPHA, align: bool = False) -> dict:
-    """Every check of a comparison, in one place, before any weight is read: the options agreed (the files' and the
-    asked ones: evidence.agreed_options), the statistic's in range, the models against the inputs
-    (evidence.check_models). models: as evidence.read_model leaves them; asked: evidence.OPTIONS and fingerprint()'s
-    options (None: not given; "tokenizer": of the models that record none). -> {"inputs", "test", "configs" (None:
-    unknown), "matched" (B's coordinates matched: align, two widths), "tokens" (evidence.token_inputs)}"""
-    files, tokenizer = [m for m in models if isinstance(m, Fingerprint)], asked.get("tokenizer")
-    opts = evidence.agreed_options(files, {k: v for k, v in asked.items() if k != "tokenizer"})
-    test = {key: opts.pop(key) for key in ("k", "rank_by", "set_mode")}
-    evidence.check_statistic(**test, temperature=temperature, alpha=alpha)
-    configs = [evidence.config_of(m) for m in models]
-    known = [c for c in configs if c is not None]
-    matched = align or len({c.n_embd for c in known}) > 1      # a pair of two widths has no exact test: matched
-    tokens = evidence.token_inputs(models, opts, matched, tokenizer)
-    if opts.get("inputs", "tokens") == "tokens" and opts["vocab"] is None and known:
-        opts["vocab"] = min(c.vocab_size for c in known)
-    evidence.check_models(configs, [evidence.name_of(m) for m in models], opts["seq_len"], opts["vocab"],
-                          asked.get("k"), [f.path for f in files])
-    if matched and any(isinstance(m, np.ndarray) for m in models):
-        raise ValueError("a fingerprint array holds the exact verdict's inputs alone; give the model (or its "
-                         "fingerprint file) for the aligned verdict's test and held-out inputs")
-    if matched and opts["vocab"] is None:
-        raise ValueError("the aligned verdict draws token ids from two halves of the vocabulary: give vocab= for "
-                         "models whose vocabulary is not known (callables)")
-    return dict(inputs=opts, test=test, configs=configs, matched=matched, tokens=tokens)
-
-
 def fingerprints_of(m, sets: dict, vocab: int = None, device="cpu", dtype: str = None, digests: bool = False, ids=None,
                     held: tuple = None):
     """({name: m's fingerprint on that input set}, its token table's rows [vocab // 2, vocab) as loaded (None without
@@ -392,10 +366,10 @@ def compare_many(models: list, temperature: float = 10.0, alpha: float = ALPHA, 
     """Every pair of models, each read and fingerprinted once: GPTs, paths (train.py checkpoints, Hugging Face
     directories, fingerprint files), Fingerprints, callables ids -> states or fingerprint arrays. asked: the options
     (evidence.OPTIONS: k, sequences, ...; left out, the files', else Options' defaults), all checked before any work
-    (plan). align=True: the aligned verdict; two widths: the matched one. -> {"results": {(i, j): Verdict}, i < j,
-    Holm-adjusted; "groups": the lineages; "options"}."""
+    (evidence.plan). align=True: the aligned verdict; two widths: the matched one. -> {"results": {(i, j): Verdict},
+    i < j, Holm-adjusted; "groups": the lineages; "options"}."""
     models = [evidence.read_model(m) for m in models]
-    checked = plan(models, asked, temperature, alpha, align)
+    checked = evidence.plan(models, asked, temperature, alpha, align)
     # with three models or more, every table is matched in several pairs: each whitened once, kept for the run
     run = fingerprint_models(models, checked, temperature, alpha, align, device, dtype,
                              recurring=range(len(models)) if len(models) > 2 else ())
@@ -415,7 +389,7 @@ def search(suspect, bases: list, temperature: float = 10.0, alpha: float = ALPHA
     "not_compared", with why. -> {"results": [per base; None: not compared], "answer", "base" (index or None),
     "related", "one_lineage", "among_related", "not_compared" ({index: why}), "options" (the first set's)}"""
     models = [evidence.read_model(m) for m in [suspect, *bases]]
-    planned, not_compared = evidence.comparable_sets(models, lambda some: plan(some, asked, temperature, alpha, align))
+    planned, not_compared = evidence.comparable_sets(models, asked, temperature, alpha, align)
     # the suspect is read once, whatever the number of token sets it is fed
     held = None if isinstance(models[0], (Fingerprint, np.ndarray)) else \
         evidence.loaded(models[0], device, dtype, evidence.hashes_weights(models))
@@ -441,13 +415,14 @@ def search(suspect, bases: list, temperature: float = 10.0, alpha: float = ALPHA
 
 def make_fingerprint(m, device="cpu", dtype: str = None, **options) -> Fingerprint:
     """A model's fingerprint file in memory (evidence.write saves it): a path or a GPT, fingerprinted on every input
-    set under the checks of a comparison (plan), its weights hashed on their one read. options: evidence.OPTIONS
-    (vocab: the model's own vocabulary by default), tokenizer; it records the tokens its ids name (file_tokens)."""
+    set under the checks of a comparison (evidence.plan), its weights hashed on their one read. options:
+    evidence.OPTIONS (vocab: the model's own vocabulary by default), tokenizer; it records the tokens its ids name
+    (file_tokens)."""
     m = evidence.read_model(m)
     if not isinstance(m, (GPT, hf.Stored)) or set(options) - {*evidence.OPTIONS, "tokenizer"}:
         raise ValueError(f"a fingerprint file is made of a model (a path or a GPT), with the options "
                          f"{', '.join(evidence.OPTIONS)}")
-    checked = plan([m], options)
+    checked = evidence.plan([m], options)
     opts, tokens = checked["inputs"], evidence.file_tokens(m, checked["inputs"]["vocab"], options.get("tokenizer"))
     sets = {name: dict(opts, **s) for name, s in input_sets(opts["vocab"], opts["seed"]).items()}
     H, rows, record = fingerprints_of(m, sets, opts["vocab"], device, dtype, digests=True)

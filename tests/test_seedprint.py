@@ -159,7 +159,7 @@ def test_bad_input_is_refused_before_any_work(tmp_path, monkeypatch):
     write_checkpoint(path, build(get_config("tiny", n_layer=1), 0))
     monkeypatch.setattr(seedprint.hf, "load", lambda *a, **kw: pytest.fail("a weight was read"))
     with pytest.raises(ValueError, match="--k must be an integer >= 2"):
-        seedprint.compare(path, path, k=0)          # checked on the configs (plan), before any weight is read
+        seedprint.compare(path, path, k=0)          # checked on the configs (evidence.plan), before any weight is read
     monkeypatch.undo()
     with pytest.raises(ValueError, match="inputs"):
         seedprint.fingerprint(build(get_config("tiny", n_layer=1), 0), sequences=2, inputs="images")
@@ -761,7 +761,8 @@ def test_input_sets_are_named_and_a_file_gives_its_arrays_by_those_names(family,
 
 
 def test_a_file_is_made_under_the_checks_of_a_comparison(family):
-    """make_fingerprint and a comparison share one set of checks (plan): what one refuses, so does the other."""
+    """make_fingerprint and a comparison share one set of checks (evidence.plan): what one refuses, so does the
+    other."""
     root, paths = family
     for options, why in ((dict(seq_len=999), "--seq_len 999 exceeds the context"),
                          (dict(vocab=401), r"token ids below 401 reach beyond the vocabulary of .*base.pt \(400\)"),
@@ -795,6 +796,8 @@ def test_one_suspect_against_many_bases(family, files):
     assert seedprint.search(paths["other"], bases[:2])["answer"] == "none"
     res = seedprint.search(paths["base"], [files["base"], files["child"], files["stranger"]])
     assert res["answer"] == "inconclusive" and res["related"] == [0, 1] and res["one_lineage"]
+    with pytest.raises(ValueError, match="no base to search"):
+        seedprint.search(paths["child"], [])
 
 
 def matched_like(r, alone) -> bool:
