@@ -24,8 +24,8 @@ import os
 import time
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
-from common import (ArgumentParser, Distinct, atomic_write, check_output, figure, flag_type, lock_dir, print_table,
-                    provenance, resolve_device, run_script, save_figure, seed_int, update_results)
+from common import (ArgumentParser, Distinct, SEED_LIMIT, atomic_write, check_output, figure, flag_type, lock_dir,
+                    print_table, provenance, resolve_device, run_script, save_figure, seed_int, update_results)
 from model import GPT, read_checkpoint, write_checkpoint
 import torch
 import torch.nn.functional as F
@@ -35,7 +35,7 @@ import hf
 import train
 from init import build
 from studies.lineage import (Lineage, add_lineage_flags, architecture, check_lineage_flags, checkpoints, corpus,
-                             trained, training)
+                             run_settings, trained, training, weights_identity)
 
 STUDENT, INDEPENDENT = 1000, 2000       # the student's and the independent model's init seeds: s + these
 KINDS = ("student (distilled)", "fine-tuned (related control)", "independent (unrelated control)")
@@ -54,11 +54,11 @@ def distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor
                     reduction="batchmean")
 
 
-def distill(teacher: GPT, student: GPT, tokens, settings: train.TrainConfig, steps: int, device) -> list:
-    """Train `student` in place for `steps` steps on the teacher's next-token distributions over windows of
-    `tokens`, with train.py's optimizer and schedule (settings: its lr, batch, clipping and data order); the loss of
-    every step."""
-    settings = settings.resolved()
+def distill(teacher: GPT, student: GPT, tokens, settings: train.TrainConfig, device) -> list:
+    """Train `student` in place for settings.max_steps steps on the teacher's next-token distributions over windows
+    of `tokens`, with train.py's optimizer and schedule (settings: its lr, warmup, batch, clipping and data order);
+    the loss of every step."""
+    settings, steps = settings.resolved(), settings.max_steps
     T = student.config.block_size
     optimizer = train.make_optimizer(student, settings, torch.device(device).type)
     teacher.eval()
@@ -71,7 +71,7 @@ def distill(teacher: GPT, student: GPT, tokens, settings: train.TrainConfig, ste
             target = teacher(x, y)[0]           # with targets, the logits of every position
         loss = distillation_loss(student(x, y)[0], target)
         for group in optimizer.param_groups:
-            group["lr"] = train.lr_at(step, settings.lr, settings.min_lr, min(30, steps // 10), steps)
+            group["lr"] = train.lr_at(step, settings.lr, settings.min_lr, settings.warmup, steps)
         loss.backward()
         if settings.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(student.parameters(), settings.grad_clip)
@@ -81,48 +81,54 @@ def distill(teacher: GPT, student: GPT, tokens, settings: train.TrainConfig, ste
     return losses
 
 
-def distilled(out: str, teacher_path: str, seed: int, corpus_data: dict, settings: train.TrainConfig, steps: int,
-              device) -> str:
-    """out/runs/studentS/ckpt.pt: a student of the teacher's architecture from init seed `seed`, distilled `steps`
-    steps, made on first use and reused after while the teacher and the settings are the same."""
-    path = os.path.join(out, "runs", f"student{seed}", "ckpt.pt")
-    recipe = dict(teacher=os.path.abspath(teacher_path), teacher_mtime=os.stat(teacher_path).st_mtime_ns,
-                  init_seed=seed, steps=steps, **{k: getattr(settings, k) for k in train.RUN_DEFINING
-                                                   if k not in ("init_seed", "embed_seed", "init_from", "max_steps")})
+def distilled(settings: train.TrainConfig, teacher: GPT, teacher_path: str, corpus_data: dict, device) -> str:
+    """settings.out_dir/ckpt.pt: a student of the teacher's architecture from init seed settings.init_seed, distilled
+    settings.max_steps steps on the corpus (settings.data, read as corpus_data), made on first use and reused after
+    while the teacher's weights (as the file system tells) and every setting of the run are the same."""
+    path = os.path.join(settings.out_dir, "ckpt.pt")
+    recipe = dict(teacher=weights_identity(teacher_path),
+                  **{k: getattr(settings, k) for k in train.RUN_DEFINING if k != "init_from"})
     if os.path.isfile(path) and read_checkpoint(path).get("distillation") == recipe:
         return path
-    teacher = hf.load(teacher_path).to(device)
-    student = build(teacher.config, seed, seed).to(device)
+    student = build(teacher.config, settings.init_seed, settings.embed_seed).to(device)
     t0 = time.time()
-    losses = distill(teacher, student, corpus_data["train"], settings, steps, device)
-    print(f"student {seed}: distilled {steps} steps in {time.time() - t0:.0f} s, KL {losses[0]:.3f} -> "
-          f"{losses[-1]:.3f} nats/token")
+    losses = distill(teacher.to(device), student, corpus_data["train"], settings, device)
+    print(f"student {settings.init_seed}: distilled {settings.max_steps} steps in {time.time() - t0:.0f} s, KL "
+          f"{losses[0]:.3f} -> {losses[-1]:.3f} nats/token")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    meta = dict(seeds=dict(init_seed=seed, embed_seed=seed), tokenizer=corpus_data["meta"]["tokenizer"],
-                distillation=recipe,
-                losses=losses, provenance=provenance())
-    atomic_write(path, lambda tmp: write_checkpoint(tmp, student.cpu(), step=steps, **meta))
+    meta = dict(seeds=dict(init_seed=settings.init_seed, embed_seed=settings.embed_seed),
+                tokenizer=corpus_data["meta"]["tokenizer"], distillation=recipe, losses=losses, provenance=provenance())
+    atomic_write(path, lambda tmp: write_checkpoint(tmp, student.cpu(), step=settings.max_steps, **meta))
     return path
 
 
 @torch.no_grad()
-def closeness(teacher: GPT, model: GPT, tokens, T: int, windows: int = 64) -> dict:
-    """How close model's function is to the teacher's on `windows` held-out windows of T tokens: the KL from the
-    teacher per token (nats) and the share of positions where the two models' most likely next tokens agree."""
-    offsets = data.batch_offsets(0, 0, len(tokens), T, windows)
-    x, y = data.get_batch(tokens, offsets, T, "cpu")
-    a, b = teacher(x, y)[0], model(x, y)[0]
+def held_out(teacher: GPT, tokens, windows: int = 64) -> tuple:
+    """(x, y, the teacher's logits) on `windows` held-out windows of `tokens` as long as its context, on the CPU:
+    what closeness compares each model with, computed once per teacher."""
+    T = teacher.config.block_size
+    x, y = data.get_batch(tokens, data.batch_offsets(0, 0, len(tokens), T, windows), T, "cpu")
+    return x, y, teacher(x, y)[0]
+
+
+@torch.no_grad()
+def closeness(model: GPT, reference: tuple) -> dict:
+    """How close model's function is to the teacher's on its held-out windows (reference: held_out's): the KL from
+    the teacher per token (nats) and the share of positions where the two models' most likely next tokens agree."""
+    x, y, a = reference
+    b = model(x, y)[0]
     return dict(kl=distillation_loss(b, a).item(), top1=(a.argmax(-1) == b.argmax(-1)).float().mean().item(),
                 val_loss=F.cross_entropy(b.flatten(0, 1), y.flatten()).item())
 
 
 # ----------------------------------------------------------------------------- the verdicts
 
-def row(lineage: Lineage, teacher: str, model: str, seed: int, kind: str, val) -> dict:
-    """One pair's line: how close the model's function is to the teacher's, and both verdicts."""
+def row(lineage: Lineage, teacher: str, model: str, seed: int, kind: str, reference: tuple) -> dict:
+    """One pair's line: how close the model's function is to the teacher's (reference: held_out's), and both
+    verdicts."""
     exact, aligned = lineage.pair(teacher, model)
     a = aligned.alignment
-    near = closeness(hf.load(teacher).eval(), hf.load(model).eval(), val, hf.read_config(teacher).block_size)
+    near = closeness(hf.load(model).eval(), reference)
     return dict(teacher=seed, model=kind, kl=near["kl"], top1=near["top1"], val_loss=near["val_loss"],
                 exact="RELATED" if exact.related else "unrelated", p=exact.p, mean_tau=exact.mean_tau,
                 aligned="RELATED" if aligned.related else "unrelated", p_aligned=aligned.p,
@@ -169,6 +175,9 @@ def main(argv=None):
     add_lineage_flags(p, out="out/distilled")
     p.set_defaults(block_size=64)
     args = p.parse_args(argv)
+    if max(args.seeds) + INDEPENDENT >= SEED_LIMIT:
+        p.error(f"--seeds: the independent model's init seed s + {INDEPENDENT} passes the largest seed 2^63 - 1; "
+                f"lower the largest of --seeds")
     check_lineage_flags(args)
     check_output(args.out)
     device = str(resolve_device(args.device))
@@ -182,14 +191,17 @@ def main(argv=None):
         rows = []
         for s in args.seeds:
             teacher = checkpoints(trained(template, args.out, f"teacher{s}", s, text))[-1][1]
+            teacher_model = hf.load(teacher).eval()                  # read once: the reference, then the distilling
+            reference = held_out(teacher_model, corpus_data["val"])
+            student = run_settings(template, args.out, f"student{s + STUDENT}", s + STUDENT, text,
+                                   steps=args.distill_steps)
             models = {
-                KINDS[0]: distilled(args.out, teacher, s + STUDENT, corpus_data, template,
-                                    args.distill_steps, device),
+                KINDS[0]: distilled(student, teacher_model, teacher, corpus_data, device),
                 KINDS[1]: checkpoints(trained(template, args.out, f"teacher{s}_{data.corpus_label(args.corpus2)}", s,
                                               text2, steps=args.ft_steps, init_from=teacher))[-1][1],
                 KINDS[2]: checkpoints(trained(template, args.out, f"independent{s + INDEPENDENT}", s + INDEPENDENT,
                                               text))[-1][1]}
-            rows += [row(lineage, teacher, m, s, kind, corpus_data["val"]) for kind, m in models.items()]
+            rows += [row(lineage, teacher, m, s, kind, reference) for kind, m in models.items()]
         table = summary(rows)
         print_table(rows, floats="{:.3g}")
         print_table(table, floats="{:.3g}")

@@ -153,16 +153,22 @@ def training(args, device: str, template: train.TrainConfig = TRAINING) -> train
                                warmup=min(30, given["max_steps"] // 10), device=device)
 
 
-def trained(template: train.TrainConfig, out: str, name: str, seed: int, data_dir: str, steps: int = None,
-            init_from: str = None, data_seed: int = None, ckpt_every: int = None) -> str:
-    """out/runs/name: a run from init seed `seed` (blocks and embeddings alike) on `data_dir`, or continued from the
-    checkpoint `init_from`, trained on first use (or resumed to completion) and reused after."""
+def run_settings(template: train.TrainConfig, out: str, name: str, seed: int, data_dir: str, steps: int = None,
+                 init_from: str = None, data_seed: int = None, ckpt_every: int = None) -> train.TrainConfig:
+    """The settings of the run out/runs/name: from init seed `seed` (blocks and embeddings alike) on `data_dir`, or
+    continued from the checkpoint `init_from`, `steps` long (the template's by default), warmed up over a tenth."""
     steps = steps or template.max_steps
-    cfg = dataclasses.replace(
+    return dataclasses.replace(
         template, data=data_dir, out_dir=os.path.join(out, "runs", name), init_seed=seed, embed_seed=seed,
         init_from=init_from, model=None if init_from else template.model, knobs={} if init_from else template.knobs,
         data_seed=template.data_seed if data_seed is None else data_seed, max_steps=steps, warmup=min(30, steps // 10),
         ckpt_every=ckpt_every or template.ckpt_every)
+
+
+def trained(template: train.TrainConfig, out: str, name: str, seed: int, data_dir: str, steps: int = None,
+            init_from: str = None, data_seed: int = None, ckpt_every: int = None) -> str:
+    """out/runs/name (run_settings), trained on first use (or resumed to completion) and reused after."""
+    cfg = run_settings(template, out, name, seed, data_dir, steps, init_from, data_seed, ckpt_every)
     train.ensure(cfg)
     return cfg.out_dir
 

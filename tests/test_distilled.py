@@ -1,6 +1,7 @@
 """studies/distilled.py: the distillation loss against a naive loop over tokens, the loop bringing a student's
 function to its teacher's, and the study end to end at a tiny size: the fine-tuned copy related, the independent
 model unrelated, the student's verdict whatever it is, recorded beside how close it came."""
+import dataclasses
 import json
 import math
 
@@ -10,9 +11,9 @@ import torch
 import data
 import train
 from init import build
-from model import LLAMA_KNOBS, get_config
+from model import LLAMA_KNOBS, get_config, read_checkpoint
 from studies import distilled
-from studies.distilled import KINDS, closeness, distill, distillation_loss
+from studies.distilled import KINDS, closeness, distill, distillation_loss, held_out
 
 
 def test_the_distillation_loss_is_the_forward_kl_per_token():
@@ -40,9 +41,10 @@ def test_distilling_brings_a_student_from_another_init_near_its_teacher(data_dir
     tokens = data.load_data(data_dir)
     kept = {n: p.clone() for n, p in teacher.state_dict().items()}
     student = build(teacher.config, 1)
-    before = closeness(teacher.eval(), student.eval(), tokens["val"], 32)["kl"]
-    losses = distill(teacher, student, tokens["train"], settings, 60, "cpu")
-    after = closeness(teacher.eval(), student.eval(), tokens["val"], 32)["kl"]
+    reference = held_out(teacher.eval(), tokens["val"])
+    before = closeness(student.eval(), reference)["kl"]
+    losses = distill(teacher, student, tokens["train"], dataclasses.replace(settings, max_steps=60, warmup=6), "cpu")
+    after = closeness(student.eval(), reference)["kl"]
     assert after < 0.5 * before and losses[-1] < 0.5 * losses[0], (before, after, losses[0], losses[-1])
     assert all(torch.equal(p, kept[n]) for n, p in teacher.state_dict().items())
 
@@ -62,3 +64,17 @@ def test_the_study_end_to_end_at_a_tiny_size(tmp_path):
     assert [t["pairs"] for t in res["table"]] == [1, 1, 1]
     student = next(p for p in (out / "runs").iterdir() if p.name.startswith("student"))
     assert student.name == f"student{distilled.STUDENT}"
+    # the student's recorded recipe is the run it had: the teacher's corpus (as train.py recorded the teacher's run),
+    # its own steps, and a warmup of a tenth of them, as every run of the study
+    recipe = read_checkpoint(student / "ckpt.pt")["distillation"]
+    teacher = out / "runs" / "teacher0" / "ckpt_0000030.pt"
+    assert recipe["data"] == read_checkpoint(teacher)["args"]["data"]
+    assert recipe["max_steps"] == 30 and recipe["warmup"] == 3 and recipe["init_seed"] == distilled.STUDENT
+    assert recipe["teacher"][0][0] == str(teacher)
+
+
+def test_a_seed_whose_independent_model_passes_the_last_seed_is_refused_before_any_work(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        distilled.main(["--seeds", str(2 ** 63 - 1000), "--out", str(tmp_path / "out")])
+    assert e.value.code == 2 and "passes the largest seed" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
