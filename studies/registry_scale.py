@@ -20,6 +20,7 @@ merged tokens, so those files are not compared). The suspects, per vocabulary:
         --sequences 500 --widths 64 96        # 100 bases, 300 unrelated suspects: 0 said to derive, 28 min
     ... the same with --one_registry          # one folder of 100 files, the models reused: 0 of 300, 11 min
 
+results.json: "registry_scale" (a registry per vocabulary) and "registry_scale_one" (--one_registry), each with its PNG.
 (docs/seedprint.md, "In a dispute": every number and the rule they were measured under.)
 """
 import dataclasses
@@ -27,7 +28,6 @@ import os
 import resource
 import time
 import tracemalloc
-from types import SimpleNamespace
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from common import (ArgumentParser, Progress, check_output, figure, flag_type, lock_dir, print_table,
@@ -40,7 +40,7 @@ import seedprint
 from studies.lineage import (TRAINING, add_lineage_flags, architecture, check_lineage_flags, checkpoints,
                              fingerprint_file, fresh_init, test_options, trained, training)
 from studies.registry import rates, register
-from studies.vocab_derivatives import tokenizers as made_tokenizers
+from studies.vocab_derivatives import bytes_first_bpe, tokenizer_label
 
 BASE_SEED0, SUSPECT_SEED0 = 10_000, 20_000      # every model its own init seed: bases and suspects never share one
 
@@ -74,7 +74,8 @@ def main(argv=None):
     p.add_argument("--bases", type=flag_type("int>=2"), default=6, help="bases per vocabulary (its registry)")
     p.add_argument("--suspects", type=flag_type("int>=0"), default=3,
                    help="unrelated suspects per vocabulary trained from other seeds on the bases' data")
-    p.add_argument("--fresh", type=flag_type("int>=0"), default=3, help="unrelated suspects per vocabulary: fresh inits")
+    p.add_argument("--fresh", type=flag_type("int>=0"), default=3,
+                   help="unrelated suspects per vocabulary: fresh inits")
     p.add_argument("--related", type=flag_type("int>=0"), default=2,
                    help="bases per vocabulary continued on --corpus2 (related suspects)")
     p.add_argument("--child_steps", type=flag_type("int>=1"), default=50, help="steps of each continuation")
@@ -104,10 +105,8 @@ def main(argv=None):
     with lock_dir(args.out):
         t0 = time.time()
         toks = dict(bytes="bytes")
-        if "bpe" in args.tokenizers:                # the BPE of --corpus, the bytes first (the others made beside it)
-            toks["bpe"] = made_tokenizers(args.out, SimpleNamespace(
-                corpus=args.corpus, corpus2=args.corpus2, perm_seed=0, data_from=args.data_from,
-                bpe_vocab=args.bpe_vocab))["bpe_corpus"]
+        if "bpe" in args.tokenizers:                # the BPE of --corpus, the bytes first
+            toks["bpe"] = bytes_first_bpe(args.out, args.corpus, args.bpe_vocab, args.data_from)
         template = training(args, device)
         cache = os.path.join(args.out, "fingerprints")
         final = lambda run: checkpoints(run)[-1][1]
@@ -116,7 +115,7 @@ def main(argv=None):
         of_width = lambda w: dataclasses.replace(template, knobs=dict(template.knobs, n_embd=w))
         texts, bases, files = {}, {}, {}
         for tok in dict.fromkeys(args.tokenizers):      # the registries: each base trained, then its file made
-            folder = lambda c: os.path.join(args.out, "data", f"{data.corpus_label(c)}_{tok}")
+            folder = lambda c: os.path.join(args.out, "data", f"{data.corpus_label(c)}_{tokenizer_label(toks[tok])}")
             texts[tok] = [data.prepared([c], folder(c), toks[tok], args.data_from) for c in (args.corpus, args.corpus2)]
             vocab = data.load_data(texts[tok][0])["meta"]["vocab_size"]
             # one registry: each file records its tokens, so that a suspect of the other vocabulary can be fed them
@@ -197,8 +196,9 @@ def main(argv=None):
                       peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
         print_table([dict(registry=k, **v) for k, v in registries.items()])
         print(f"medians: {timing}")
-        plot(trials, os.path.join(args.out, "registry_scale.png"))
-        update_results(os.path.join(args.out, "results.json"), {"registry_scale": dict(
+        key = "registry_scale_one" if args.one_registry else "registry_scale"     # both kept, the models shared
+        plot(trials, os.path.join(args.out, f"{key}.png"))
+        update_results(os.path.join(args.out, "results.json"), {key: dict(
             table=table, trials=trials, registries=registries, timing=timing, max_steps=args.max_steps,
             seconds=time.time() - t0)}, device, args.dtype)
 

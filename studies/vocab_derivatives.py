@@ -77,23 +77,45 @@ def reordered(spec: dict, order: list) -> dict:
     return dict(spec, model=dict(spec["model"], vocab=vocab, merges=merges))
 
 
+def tokenizer_file(out: str, name: str, make) -> str:
+    """out/tokenizers/NAME/tokenizer.json, made once by make() (a tokenizer.json, parsed) and reused after: NAME
+    says what it is made from (corpus, size, seed), so that other settings make another file, never reuse this one."""
+    path = os.path.join(out, "tokenizers", name, "tokenizer.json")
+    if not os.path.isfile(path):
+        spec = make()
+        atomic_write(path, lambda tmp: open(tmp, "w", encoding="utf-8").write(json.dumps(spec)))
+    return path
+
+
+def tokenizer_label(tok: str) -> str:
+    """How a data folder names the tokenizer it was cut by: a file made here by its folder (tokenizer_file's NAME),
+    else the name given (bytes)."""
+    return os.path.basename(os.path.dirname(tok)) if tok.endswith("tokenizer.json") else tok
+
+
+def bytes_first_bpe(out: str, corpus: str, vocab: int, data_from: str = None) -> str:
+    """The BPE of `corpus` (`vocab` tokens) with the 256 bytes first, in byte order, then its merges: an extension
+    of the byte-level tokenizer (byte b keeps id b)."""
+    def make():
+        bpe = trained_bpe(data.read_text(data.text_file(corpus, data_from)), vocab)
+        first = [byte_char(b) for b in range(256)]
+        merged = [t for t, _ in sorted(bpe["model"]["vocab"].items(), key=lambda kv: kv[1]) if t not in first]
+        return reordered(bpe, first + merged)
+    return tokenizer_file(out, f"bpe_{data.corpus_label(corpus)}_v{vocab}_bytes_first", make)
+
+
 def tokenizers(out: str, args) -> dict:
     """{name: tokenizer name as data.get_tokenizer takes it}: bytes, and three tokenizer.json files made once under
     out/tokenizers: the BPE of --corpus with the bytes first in byte order (an extension of bytes), the BPE of
     --corpus2 in the library's order, the 256 bytes in a permuted order (no merges)."""
-    paths = {name: os.path.join(out, "tokenizers", name, "tokenizer.json")
-             for name in ("bpe_corpus", "bpe_corpus2", "bytes_permuted")}
-    if not all(os.path.isfile(p) for p in paths.values()):
-        texts = [data.read_text(data.text_file(c, args.data_from)) for c in (args.corpus, args.corpus2)]
-        bpe, bpe2 = (trained_bpe(t, args.bpe_vocab) for t in texts)
-        bytes_first = [byte_char(b) for b in range(256)]
-        merged = [t for t, _ in sorted(bpe["model"]["vocab"].items(), key=lambda kv: kv[1]) if t not in bytes_first]
-        perm = np.random.default_rng(args.perm_seed).permutation(256)
-        specs = dict(bpe_corpus=reordered(bpe, bytes_first + merged), bpe_corpus2=bpe2,
-                     bytes_permuted=reordered(bpe, [bytes_first[p] for p in perm]))
-        for name, spec in specs.items():
-            atomic_write(paths[name], lambda tmp, spec=spec: open(tmp, "w", encoding="utf-8").write(json.dumps(spec)))
-    return dict(bytes="bytes", **paths)
+    first = bytes_first_bpe(out, args.corpus, args.bpe_vocab, args.data_from)
+    second = lambda: trained_bpe(data.read_text(data.text_file(args.corpus2, args.data_from)), args.bpe_vocab)
+    perm = np.random.default_rng(args.perm_seed).permutation(256)
+    # the bytes alone, permuted, in the first BPE's spec: reordered keeps none of its merges
+    permuted = lambda: reordered(json.loads(data.read_text(first)), [byte_char(b) for b in perm])
+    return dict(bytes="bytes", bpe_corpus=first,
+                bpe_corpus2=tokenizer_file(out, f"bpe_{data.corpus_label(args.corpus2)}_v{args.bpe_vocab}", second),
+                bytes_permuted=tokenizer_file(out, f"bytes_permuted_seed{args.perm_seed}", permuted))
 
 
 # ----------------------------------------------------------------------------- a model moved onto another tokenizer
@@ -129,19 +151,17 @@ def derivative(out: str, parent: str, tokenizer: str, name: str, seed: int = 0) 
 
 
 def extended_tokenizer(out: str, base: str, extra: int) -> str:
-    """out/tokenizers/base_extended: --base's tokenizer.json with `extra` tokens appended as a user adds them
+    """out/tokenizers/BASE_plusEXTRA: --base's tokenizer.json with `extra` tokens appended as a user adds them
     (Tokenizer.add_tokens): GPT-2's tokens of ASCII letters alone that --base lacks, in GPT-2's id order."""
-    path = os.path.join(out, "tokenizers", "base_extended", "tokenizer.json")
-    if not os.path.isfile(path):
+    def make():
         held = set(data.token_bytes(base))
         new = [t.decode() for t in data.token_bytes("gpt2") if t.isascii() and t.isalpha() and t not in held]
         if len(new) < extra:
             raise ValueError(f"--base_extra {extra}: GPT-2 has only {len(new)} tokens of letters that --base lacks")
         tok, _ = data.hf_tokenizer(base)
         tok.add_tokens(new[:extra])
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        atomic_write(path, lambda tmp: tok.save(tmp))
-    return path
+        return json.loads(tok.to_str())
+    return tokenizer_file(out, f"{data.corpus_label(base)}_plus{extra}", make)
 
 
 # ----------------------------------------------------------------------------- verdicts by token and by id
@@ -206,7 +226,8 @@ def tiny_study(args, device: str, seeds: list) -> None:
     # the tokenizers, the data each is trained on, the parents
     toks = tokenizers(args.out, args)
     label = {c: data.corpus_label(c) for c in (args.corpus, args.corpus2)}
-    text = lambda c, t: data.prepared([c], os.path.join(args.out, "data", f"{label[c]}_{t}"), toks[t], args.data_from)
+    text = lambda c, t: data.prepared([c], os.path.join(args.out, "data", f"{label[c]}_{tokenizer_label(toks[t])}"),
+                                      toks[t], args.data_from)
     template = training(args, device)
     final = lambda run: checkpoints(run)[-1][1]
     parents = dict(bytes=final(trained(template, args.out, "parent_bytes", 1, text(args.corpus, "bytes"))),
@@ -259,19 +280,19 @@ def tiny_study(args, device: str, seeds: list) -> None:
 def released_study(args, device: str) -> None:
     """--base's extension and its transplant onto GPT-2's tokenizer, each against --base: untrained, and trained
     --base_steps on --corpus where asked."""
-    kinds = [(f"extension (+{args.base_extra} tokens)", extended_tokenizer(args.out, args.base, args.base_extra),
-              "base_extended"),
-             ("transplant onto GPT-2's tokenizer", "gpt2", "base_onto_gpt2")]
+    kinds = [(f"extension (+{args.base_extra} tokens)", extended_tokenizer(args.out, args.base, args.base_extra)),
+             ("transplant onto GPT-2's tokenizer", "gpt2")]
     # a short fine-tune of a released model: small batches of short windows, its own learning rate
     template = dataclasses.replace(training(args, device), batch_size=4, seq_len=64, lr=1e-4)
     lineage = Lineage(args, args.out, device)
     rows = []
-    for name, tok, run_name in kinds:
+    for name, tok in kinds:
+        run_name = f"{data.corpus_label(args.base)}_onto_{tokenizer_label(tok)}"    # another base or tokenizer: anew
         moved = derivative(args.out, args.base, tok, run_name)
         rows.append(child_row(lineage, f"{name}, untrained", args.base, moved, args))
         if args.base_steps:
-            text = data.prepared([args.corpus], os.path.join(args.out, "data", f"{data.corpus_label(args.corpus)}_"
-                                                                              f"{run_name}"), tok, args.data_from)
+            folder = f"{data.corpus_label(args.corpus)}_{tokenizer_label(tok)}"
+            text = data.prepared([args.corpus], os.path.join(args.out, "data", folder), tok, args.data_from)
             child = checkpoints(trained(template, args.out, run_name, 0, text, steps=args.base_steps,
                                         init_from=moved, ckpt_every=args.base_steps))[-1][1]
             rows.append(child_row(lineage, f"{name}, trained {args.base_steps} steps", args.base, child, args))

@@ -887,6 +887,7 @@ def test_the_scaled_registry_study_searches_each_vocabulary_apart_and_counts_wha
     res = json.loads((out / "results.json").read_text())["registry_scale"]
     assert all(t["right"] for t in res["trials"]), res["trials"]
     assert (out / "registry_scale.png").is_file()
+    assert len(os.listdir(out / "tokenizers")) == 1                 # the BPE of --corpus alone, the bytes first
     assert [t["registry"] for t in res["trials"]] == ["bytes"] * 4 + ["bpe"] * 4
     # each suspect once timed, once traced per registry: every search against one vocabulary's files only
     assert searched == [["registry_bytes"]] * 5 + [["registry_bpe"]] * 5
@@ -907,7 +908,9 @@ def test_the_scaled_registry_study_searches_each_vocabulary_apart_and_counts_wha
                          "--widths", "32", "48", "--tokenizers", "bytes", "bpe", "--bpe_vocab", "300", "--one_registry",
                          "--corpus", str(corpora / "a.txt"), "--corpus2", str(corpora / "b.txt"), "--out", str(out)])
     assert sorted(os.listdir(out / "runs")) == trained_before                  # not one model more
-    one = json.loads((out / "results.json").read_text())["registry_scale"]
+    results = json.loads((out / "results.json").read_text())
+    one = results["registry_scale_one"]
+    assert results["registry_scale"] == res and (out / "registry_scale_one.png").is_file()    # each mode kept
     assert all(t["right"] for t in one["trials"]), one["trials"]
     assert searched == [["registry"]] * 10
     assert [t["compared"] for t in one["trials"]] == [3] * 4 + [6] * 4

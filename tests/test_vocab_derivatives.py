@@ -54,6 +54,20 @@ def test_the_tokenizers_cut_text_as_the_library_does_bytes_first_or_permuted(stu
     assert sorted(set(ids)) != ids and len(set(ids)) == 26                            # other ids, one each
 
 
+def test_a_tokenizer_made_here_is_named_by_what_it_was_made_from(study, tmp_path):
+    """Another size, corpus or permutation seed makes another file, never the one made before (reused only for the
+    same settings); its data folder's name follows."""
+    out, res = study
+    corpus = str(out.parent / "a.txt")
+    again = vocab_derivatives.bytes_first_bpe(str(out), corpus, 300)
+    assert again == res["tokenizers"]["bpe_corpus"]                                  # the same settings: reused
+    other = vocab_derivatives.bytes_first_bpe(str(out), corpus, 280)
+    assert other != again and Tokenizer.from_file(other).get_vocab_size() == 280
+    assert Tokenizer.from_file(again).get_vocab_size() == 300
+    assert vocab_derivatives.tokenizer_label(other) != vocab_derivatives.tokenizer_label(again)
+    assert vocab_derivatives.tokenizer_label("bytes") == "bytes"
+
+
 def test_a_model_moved_onto_another_vocabulary_keeps_each_tokens_rows():
     config = get_config("tiny", n_layer=1, n_embd=16, vocab_size=6, block_size=8, tie_embeddings=False)
     model = build(config, 0, 0)
