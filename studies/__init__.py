@@ -11,12 +11,13 @@ top what it measures, which numbers it makes, its full command and its time. Run
     python -m studies.seedprint_tables    # Tables 4a-4c and 5, Fig 11, the baselines (Section 6.1)
     python -m studies.lineage_fpr         # SeedPrint's false-positive rate and power on trained models
     python -m studies.fresh_inits         # its false-positive rate on fresh inits, at any width
-    python -m studies.aligned_floor       # the aligned verdict's floor and calibration
+    python -m studies.aligned_floor       # the aligned verdict's calibration: related and unrelated pairs' matches
     python -m studies.derivatives --base DIR   # SeedPrint on a real model's derivatives
     python -m studies.vocab_derivatives   # children of another vocabulary; unrelated pairs of two tokenizers
     python -m studies.pruned              # children pruned in width (the matched verdict) or depth, and strangers
     python -m studies.upcycling           # mixtures of experts upcycled from a dense model, and strangers
     python -m studies.registry            # one suspect against a registry of fingerprint files
+    python -m studies.registry_scale      # a registry of a hundred bases: times, memory, false 'derives from'
     python -m studies.reparametrized      # attention and norms reparametrized, the function kept: both verdicts
     python -m studies.distilled           # a student distilled from a teacher but initialized apart
     python -m studies.fingerprint_speed   # the time of one fingerprint

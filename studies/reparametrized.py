@@ -18,7 +18,7 @@ Each is checked to keep the logits (max |diff| / max |logit| over every position
 refused above 1e-4) and tested against its base with the exact and the aligned verdicts, beside the base against
 itself. Makes docs/seedprint.md's "Reparametrized attention and norms":
 
-    python -m studies.reparametrized                                  # 5 tiny byte-level bases: 2.5 min on 2 cores
+    python -m studies.reparametrized                                  # 5 tiny byte-level bases: 2 min 19 s on 2 cores
     python -m studies.reparametrized --base DIR --sequences 300       # SmolLM2-135M: 7 min on 2 cores
 """
 import dataclasses
