@@ -42,7 +42,7 @@ import align
 import data
 import seedprint
 from studies.lineage import (Lineage, add_lineage_flags, architecture, check_lineage_flags, checkpoints, corpus,
-                            fit_floor, init_checkpoint, permuted, rate_summary, sign_flip, trained, training)
+                            fit_floor, init_checkpoint, permuted, rate_summary, sign_flip, span, trained, training)
 
 # The conditions: where an earlier aligned verdict called same-data pairs related (GPT-2 vocabulary, few steps: most
 # tokens never seen) and where it did not (bytes, long training), at two widths. Each overrides these flags.
@@ -164,17 +164,16 @@ def aligned_summary(rows: list) -> dict:
     print("power against the length of the continuation (each condition's base, plain and permuted):")
     print_table(curve, floats="{:.3f}")
     same_data = [r["tau_raw_inputs"] for r in test if r["kind"] == "trained vs trained, same data"]
-    span = lambda v: f"{min(v):.3f}-{max(v):.3f}" if v else "-"
     fits = []
+    fit_range = lambda rs, key: span([r[key] for r in rs if r[key] is not None], "{:.3f}")
     for cond in dict.fromkeys(r["condition"] for r in rows):
         for related in (False, True):
             rs = [r for r in rows if r["condition"] == cond and r["related"] == related]
             if rs:
                 fits.append(dict(condition=cond, pairs=("related" if related else "unrelated") + f" ({len(rs)})",
-                                 table_rows=span([r["table_fit"] for r in rs if r["table_fit"] is not None]),
-                                 table_test_rows=span([r["table_fit_test_rows"] for r in rs
-                                                       if r["table_fit_test_rows"] is not None]),
-                                 held_out_inputs=span([r["input_fit"] for r in rs if r["input_fit"] is not None])))
+                                 table_rows=fit_range(rs, "table_fit"),
+                                 table_test_rows=fit_range(rs, "table_fit_test_rows"),
+                                 held_out_inputs=fit_range(rs, "input_fit")))
     print(f"the whitened matches' mean |r| (every seed), trusted from TABLE_MATCH_R {align.TABLE_MATCH_R}: the token "
           f"tables on the rows they use and on the test tokens' rows, which training moves (a stress test, not the "
           f"verdict's), and the held-out inputs:")

@@ -35,7 +35,7 @@ import hf
 import train
 from init import build
 from studies.lineage import (Lineage, add_lineage_flags, architecture, check_lineage_flags, checkpoints, corpus,
-                             run_settings, trained, training, weights_identity)
+                             run_settings, span, trained, training, weights_identity)
 
 STUDENT, INDEPENDENT = 1000, 2000       # the student's and the independent model's init seeds: s + these
 KINDS = ("student (distilled)", "fine-tuned (related control)", "independent (unrelated control)")
@@ -126,13 +126,8 @@ def closeness(model: GPT, reference: tuple) -> dict:
 def row(lineage: Lineage, teacher: str, model: str, seed: int, kind: str, reference: tuple) -> dict:
     """One pair's line: how close the model's function is to the teacher's (reference: held_out's), and both
     verdicts."""
-    exact, aligned = lineage.pair(teacher, model)
-    a = aligned.alignment
     near = closeness(hf.load(model).eval(), reference)
-    return dict(teacher=seed, model=kind, kl=near["kl"], top1=near["top1"], val_loss=near["val_loss"],
-                exact="RELATED" if exact.related else "unrelated", p=exact.p, mean_tau=exact.mean_tau,
-                aligned="RELATED" if aligned.related else "unrelated", p_aligned=aligned.p,
-                tau_aligned=a.tau_aligned, matched_on=a.matched_on)
+    return dict(teacher=seed, model=kind, **near, **lineage.verdicts(teacher, model))
 
 
 def summary(rows: list) -> list:
@@ -140,12 +135,12 @@ def summary(rows: list) -> list:
     out = []
     for kind in KINDS:
         rs = [r for r in rows if r["model"] == kind]
-        span = lambda key, f: f"{f.format(min(r[key] for r in rs))} to {f.format(max(r[key] for r in rs))}"
-        out.append(dict(model=kind, pairs=len(rs), kl=span("kl", "{:.3f}"), top1=span("top1", "{:.1%}"),
-                        exact=f"{sum(r['exact'] == 'RELATED' for r in rs)}/{len(rs)}", p_min=min(r["p"] for r in rs),
-                        mean_tau=span("mean_tau", "{:+.3f}"),
-                        aligned=f"{sum(r['aligned'] == 'RELATED' for r in rs)}/{len(rs)}",
-                        p_aligned_min=min(r["p_aligned"] for r in rs), tau_aligned=span("tau_aligned", "{:+.3f}")))
+        of = lambda key: [r[key] for r in rs]
+        out.append(dict(model=kind, pairs=len(rs), kl=span(of("kl"), "{:.3f}"), top1=span(of("top1"), "{:.1%}"),
+                        exact=f"{sum(of('exact'))}/{len(rs)}", p_min=min(of("p")),
+                        mean_tau=span(of("mean_tau")),
+                        aligned=f"{sum(of('aligned'))}/{len(rs)}",
+                        p_aligned_min=min(of("p_aligned")), tau_aligned=span(of("tau_aligned"))))
     return out
 
 

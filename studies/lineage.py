@@ -384,6 +384,17 @@ class Lineage:
                                            signed=signed, tables=tables, whitened=True)
         return exact, matched
 
+    def verdicts(self, a, b) -> dict:
+        """Both verdicts of a pair of one width as a table row's fields: the exact one (exact, p, mean_tau, S) and
+        the aligned one (aligned, p_aligned, tau_aligned, S_aligned), with how B's coordinates were matched
+        (matched_on, table_fit, input_fit, moved)."""
+        exact, aligned = self.pair(a, b)
+        m = aligned.alignment
+        return dict(exact=bool(exact.related), p=exact.p, mean_tau=exact.mean_tau, S=exact.n_identity,
+                    aligned=bool(aligned.related), p_aligned=aligned.p, tau_aligned=m.tau_aligned,
+                    S_aligned=m.n_identity_aligned, matched_on=m.matched_on, table_fit=m.table_fit,
+                    input_fit=m.input_fit, moved=m.moved)
+
     def row(self, a, b, label: str, related: bool = None) -> dict:
         """A table row of the exact verdict of a pair, with the reference tests beside it."""
         r, _ = self.pair(a, b, aligned=False)
@@ -448,6 +459,12 @@ def rate(x: int, n: int) -> dict:
     """x of n as a percentage with its 95% Clopper-Pearson interval, as the tables print them."""
     lo, hi = clopper_pearson(x, n)
     return dict(rate=f"{100 * x / n:.2f}%", CI95=f"[{100 * lo:.2f}, {100 * hi:.2f}]%")
+
+
+def span(values, fmt: str = "{:+.3f}") -> str:
+    """The range of some values as the tables print it: "min to max" in `fmt`; "-" where there are none."""
+    values = list(values)
+    return f"{fmt.format(min(values))} to {fmt.format(max(values))}" if values else "-"
 
 
 def fit_floor(taus: list):

@@ -36,7 +36,8 @@ import data
 import hf
 from studies.edits import fold_norms, logit_change, map_qk, map_vo, permute_heads
 from studies.lineage import (TRAINING_FLAGS, Lineage, Recipe, add_lineage_flags, check_base, check_k,
-                             check_lineage_flags, checkpoints, corpus, released, trained, training, weights_identity)
+                             check_lineage_flags, checkpoints, corpus, released, span, trained, training,
+                             weights_identity)
 
 EDITS = {   # name: (the edit, its key in the fingerprint cache)
     "W_q, W_k mapped per head (map_qk)": (lambda m: map_qk(m, seed=1), "map_qk1"),
@@ -50,12 +51,7 @@ TINY_KNOBS = dict(n_kv_head=2, rope_dims=8, block_size=64)    # the tiny bases' 
 
 def row(lineage: Lineage, base, edited, base_label: str, edit: str, change) -> dict:
     """One pair's verdicts, exact and aligned, as a table row."""
-    exact, aligned = lineage.pair(base, edited)
-    a = aligned.alignment
-    return dict(base=base_label, edit=edit, logit_change=change, verdict="RELATED" if exact.related else "unrelated",
-                p=exact.p, mean_tau=exact.mean_tau, S=exact.n_identity,
-                aligned="RELATED" if aligned.related else "unrelated", p_aligned=aligned.p, tau_aligned=a.tau_aligned,
-                S_aligned=a.n_identity_aligned, matched_on=a.matched_on, table_fit=a.table_fit, moved=a.moved)
+    return dict(base=base_label, edit=edit, logit_change=change, **lineage.verdicts(base, edited))
 
 
 def pairs(lineage: Lineage, bases: dict, vocab: int) -> list:
@@ -83,12 +79,12 @@ def summary(rows: list) -> list:
     out = []
     for edit in dict.fromkeys(r["edit"] for r in rows):
         rs = [r for r in rows if r["edit"] == edit]
-        span = lambda key, f="{:+.3f}": f"{f.format(min(r[key] for r in rs))} to {f.format(max(r[key] for r in rs))}"
-        out.append(dict(edit=edit, bases=len(rs), logit_change=max(r["logit_change"] for r in rs),
-                        exact=f"{sum(r['verdict'] == 'RELATED' for r in rs)}/{len(rs)}", p_max=max(r["p"] for r in rs),
-                        mean_tau=span("mean_tau"), S=span("S", "{}"),
-                        aligned=f"{sum(r['aligned'] == 'RELATED' for r in rs)}/{len(rs)}",
-                        p_aligned_max=max(r["p_aligned"] for r in rs), tau_aligned=span("tau_aligned")))
+        of = lambda key: [r[key] for r in rs]
+        out.append(dict(edit=edit, bases=len(rs), logit_change=max(of("logit_change")),
+                        exact=f"{sum(of('exact'))}/{len(rs)}", p_max=max(of("p")),
+                        mean_tau=span(of("mean_tau")), S=span(of("S"), "{}"),
+                        aligned=f"{sum(of('aligned'))}/{len(rs)}",
+                        p_aligned_max=max(of("p_aligned")), tau_aligned=span(of("tau_aligned"))))
     return out
 
 

@@ -42,8 +42,8 @@ import numpy as np
 import data
 import hf
 from studies.edits import logit_change, upcycle
-from studies.lineage import (Lineage, add_lineage_flags, check_lineage_flags, checkpoints, corpus, rate, trained,
-                             training, weights_identity)
+from studies.lineage import (Lineage, add_lineage_flags, check_lineage_flags, checkpoints, corpus, rate, span,
+                             trained, training, weights_identity)
 
 EXPERTS = dict(n_experts=4, experts_per_token=2)        # the study's MoE by default (the knob flags change it)
 UPCYCLE_KNOBS = ("n_experts", "experts_per_token", "router_norm")    # what upcycle sets; the rest is the parent's
@@ -77,11 +77,7 @@ def upcycled_file(parent: str, folder: str, seed: int, args, tokenizer: str) -> 
 
 def row(lineage: Lineage, a, b, kind: str, label: str) -> dict:
     """One pair's exact and aligned verdicts, as a table row."""
-    exact, aligned = lineage.pair(a, b)
-    al = aligned.alignment
-    return dict(kind=kind, pair=label, related=KINDS[kind], exact=bool(exact.related), p=exact.p,
-                mean_tau=exact.mean_tau, S=exact.n_identity, aligned=bool(aligned.related), p_aligned=aligned.p,
-                tau_aligned=al.tau_aligned, matched_on=al.matched_on, table_fit=al.table_fit)
+    return dict(kind=kind, pair=label, related=KINDS[kind], **lineage.verdicts(a, b))
 
 
 def summary(rows: list) -> list:
@@ -99,7 +95,7 @@ def summary(rows: list) -> list:
             shown = rate(x, len(rs))
             entry.update({verdict: f"{x}/{len(rs)}", f"{verdict}_rate": shown["rate"], f"{verdict}_CI95": shown["CI95"],
                           f"{verdict}_worst_p": worst(r[p] for r in rs)})
-        entry["mean_tau"] = f"{min(r['mean_tau'] for r in rs):+.3f} to {max(r['mean_tau'] for r in rs):+.3f}"
+        entry["mean_tau"] = span(r["mean_tau"] for r in rs)
         out.append(entry)
     return out
 

@@ -60,7 +60,7 @@ def test_the_study_end_to_end_at_a_tiny_size(tmp_path):
     res = json.loads((out / "results.json").read_text())["distilled"]
     rows = {r["model"]: r for r in res["pairs"]}
     assert sorted(rows) == sorted(KINDS) and (out / "distilled.png").is_file()
-    assert rows[KINDS[1]]["exact"] == "RELATED" and rows[KINDS[2]]["exact"] == "unrelated"
+    assert rows[KINDS[1]]["exact"] is True and rows[KINDS[2]]["exact"] is False
     assert [t["pairs"] for t in res["table"]] == [1, 1, 1]
     student = next(p for p in (out / "runs").iterdir() if p.name.startswith("student"))
     assert student.name == f"student{distilled.STUDENT}"

@@ -211,3 +211,29 @@ def test_each_edit_refuses_a_model_whose_function_it_would_change():
         ln.transformer.h[0].ln_1.weight[3] = 0
     with pytest.raises(ValueError, match="ln_1 has a gain of 0 beside its bias"):
         fold_norms(ln)
+
+
+def test_the_reparametrized_study_end_to_end_at_a_tiny_size(tmp_path):
+    """Two tiny bases, every edit: the logits kept (below the study's refusal), both verdicts related; the base
+    against itself as seedprint.compare finds it from the checkpoint (a second path); the summary recounted."""
+    import json
+    from studies import reparametrized
+    from studies.lineage import checkpoints
+    text = tmp_path / "a.txt"
+    text.write_text("".join(chr(32 + (i * 7919) % 90) for i in range(20000)))
+    out = tmp_path / "out"
+    reparametrized.main(["--seeds", "0", "1", "--n_embd", "32", "--n_layer", "2", "--rope_dims", "4", "--block_size",
+                         "16", "--seq_len", "16", "--max_steps", "20", "--ckpt_every", "20", "--batch_size", "8",
+                         "--sequences", "200", "--k", "8", "--device", "cpu", "--corpus", str(text), "--corpus2",
+                         str(text), "--out", str(out)])
+    res = json.loads((out / "results.json").read_text())["reparametrized"]
+    assert (out / "reparametrized.png").is_file() and len(res["pairs"]) == 2 * 6
+    assert all(r["exact"] and r["aligned"] and r["logit_change"] < 1e-4 for r in res["pairs"]), res["pairs"]
+    for s in (0, 1):
+        path = checkpoints(str(out / "runs" / f"seed{s}"))[-1][1]
+        alone = seedprint.compare(path, path, sequences=200, seq_len=16, k=8)
+        itself = next(r for r in res["pairs"] if r["base"] == f"seed {s}" and r["edit"].startswith("none"))
+        assert itself["p"] == pytest.approx(alone.p, rel=1e-9) and itself["mean_tau"] == pytest.approx(alone.mean_tau)
+    for t in res["table"]:
+        rs = [r for r in res["pairs"] if r["edit"] == t["edit"]]
+        assert t["exact"] == f"{sum(r['exact'] for r in rs)}/{len(rs)}" and t["p_max"] == max(r["p"] for r in rs)

@@ -305,10 +305,10 @@ def test_aligned_summary_counts_each_rule_on_the_test_seeds_and_fits_the_rule_be
     assert counts["the rule before"] == ("2/3", "1/1", "1/1")     # the exact one at 2 x 0.004, and tau 0.07 >= 0.07
     assert counts["**aligned verdict**"] == ("1/3", "1/1", "1/1")
     assert counts["the same without tables"] == ("1/3", "1/1", "0/1")   # the table-matched pair is lost without them
-    assert res["fits"] == [dict(condition="c", pairs="unrelated (5)", table_rows="0.020-0.020",
-                                table_test_rows="0.030-0.030", held_out_inputs="0.200-0.200"),
-                           dict(condition="c", pairs="related (2)", table_rows="0.020-0.990",
-                                table_test_rows="0.030-0.800", held_out_inputs="0.200-0.900")]
+    assert res["fits"] == [dict(condition="c", pairs="unrelated (5)", table_rows="0.020 to 0.020",
+                                table_test_rows="0.030 to 0.030", held_out_inputs="0.200 to 0.200"),
+                           dict(condition="c", pairs="related (2)", table_rows="0.020 to 0.990",
+                                table_test_rows="0.030 to 0.800", held_out_inputs="0.200 to 0.900")]
 
 
 def test_the_paper_tables_reuse_the_calibration_models_and_call_each_pair_as_the_paper_does(fpr_study, corpora):
@@ -918,3 +918,9 @@ def test_the_scaled_registry_study_searches_each_vocabulary_apart_and_counts_wha
     files = sorted(os.listdir(out / "registry"))
     assert len(files) == 6 and all(evidence.read(str(out / "registry" / f)).tokens[:256] == data.token_bytes("bytes")
                                    for f in files if f.startswith("bytes"))
+
+
+def test_a_range_is_printed_min_to_max():
+    from studies.lineage import span
+    assert span([0.25, -0.125, 0.0]) == "-0.125 to +0.250"
+    assert span((x for x in [3, 1, 2]), "{}") == "1 to 3" and span([]) == "-"
