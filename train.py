@@ -266,7 +266,8 @@ def resolve_run(args: TrainConfig) -> dict:
     base = None
     if args.init_from:
         base = read_checkpoint(args.init_from, mmap=True)      # checks only: the weights are read below
-        hf.check_weights_finite(args.init_from)
+        if not args.resume:         # resumed, the run's own checkpoint holds the weights: --init_from's are not read
+            hf.check_weights_finite(args.init_from)
         config = GPTConfig(**base["config"])
         asked = get_config(args.model, **overrides) if args.model else dataclasses.replace(config, **overrides)
         differ = [f"{k}: flags {getattr(asked, k)!r}, checkpoint {getattr(config, k)!r}"
@@ -363,6 +364,7 @@ def ensure(args: TrainConfig) -> dict:
     refused, never passed off as this one."""
     args = args.resolved()
     found = list_checkpoints(args.out_dir)
+    args = dataclasses.replace(args, resume=bool(found))
     log_path = os.path.join(args.out_dir, "log.json")
     if found:
         run = resolve_run(args)
@@ -372,7 +374,7 @@ def ensure(args: TrainConfig) -> dict:
                              + "). Use another --out, or remove that directory, to train this one")
         if found[-1][0] >= args.max_steps and os.path.isfile(log_path):
             return read_json(log_path, "training log")
-    return train(dataclasses.replace(args, resume=bool(found)))
+    return train(args)
 
 
 # ----------------------------------------------------------------------------- the log
@@ -511,9 +513,11 @@ def tf32(device: torch.device):
 
 
 def init_model(args, run: dict) -> tuple:
-    """The model and the seeds its checkpoints record: a fresh seeded init, or the weights of --init_from."""
+    """The model and the seeds its checkpoints record: a fresh seeded init, or the weights of --init_from (resumed:
+    its architecture alone, the run's checkpoint loads the weights)."""
     if run["base"] is not None:
-        model = load_checkpoint(args.init_from, device=str(run["device"]))
+        model = GPT(run["config"]).to(run["device"]) if args.resume else \
+            load_checkpoint(args.init_from, device=str(run["device"]))
         seeds = run["base"].get("seeds", {})    # the init seeds of the lineage, not of this command
     else:
         model = build(run["config"], args.init_seed, args.embed_seed, device=str(run["device"]))

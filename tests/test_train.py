@@ -386,7 +386,11 @@ def test_ensure_trains_once_and_finishes_a_run_that_stopped(data_dir, tmp_path, 
     whole = final_state(child)
     os.remove(train.checkpoint_path(str(child), 4))
     os.remove(child / "log.json")
+    start = os.path.realpath(cont.init_from)           # resumed, --init_from's weights are never read: the run's are
+    monkeypatch.setattr(train.hf, "check_weights_finite", lambda p: os.path.realpath(p) != start or pytest.fail(p))
+    monkeypatch.setattr(train, "load_checkpoint", lambda *a, **kw: pytest.fail("--init_from loaded on resume"))
     train.ensure(cont)
+    monkeypatch.undo()
     assert all(torch.equal(whole["model"][k], final_state(child)["model"][k]) for k in whole["model"])
 
 
