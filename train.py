@@ -461,7 +461,8 @@ def validate(args, run: dict, raw: GPT, step: int, log: dict) -> None:
 def save_log(args, run: dict, log: dict) -> None:
     """log.json: the records so far with the run's settings, seeds and provenance, written whole. Not at every
     record: rewriting it (provenance, a JSON encode, an fsync) while the device waits would cost each step
-    milliseconds, more as the log grows; see eval_and_save and LOG_SECONDS for when it is written."""
+    milliseconds, more as the log grows. It is written at pauses (eval_and_save), at the end, and between pauses
+    every LOG_SECONDS while the device works through the steps queued (_train's loop)."""
     how = provenance(run["device"], run["autocast_dtype"], run["began"])    # this run's wall time, not the process's
     write_json(os.path.join(args.out_dir, "log.json"), dict(log, args=dataclasses.asdict(args), seeds=run["seeds"],
                                                             provenance=how))
@@ -613,23 +614,29 @@ def _train(args: TrainConfig, run: dict) -> dict:
     batches = micro_batches(args, run, start)
     flight = None                      # the last train record, on its way from the device (Interval.send)
     interval.t0 = written = time.time()
+    saved = len(log["train"])          # the train records in log.json's last write
     for step in range(start, args.max_steps):
         done = step + 1
         lr = lr_at(step, args.lr, args.min_lr, args.warmup, args.max_steps)
         interval.add(train_step(model, raw, optimizer, lr, islice(batches, run["accum"]), args, run), done)
         if step == start:
             log["first_step"] = first_step(done, args, run, interval.t0)
+        pause = due(done, args.eval_every, args.max_steps) or due(done, args.ckpt_every, args.max_steps)
+        if master and not pause and len(log["train"]) > saved and time.time() - written >= LOG_SECONDS:
+            # before the record in flight is read: the device works through this step and the one before it while
+            # the host writes, so it never waits for the write (at a pause the log is written anyway)
+            save_log(args, run, log)
+            written, saved = time.time(), len(log["train"])
         if flight is not None:         # read a step late: by now this step is queued behind it on the device
             interval.t0 = log_train(log, flight, args, run)
         flight = interval.send(done, lr, ddp) if due(done, args.log_every, args.max_steps) else None
-        if (due(done, args.eval_every, args.max_steps) or due(done, args.ckpt_every, args.max_steps)
-                or (flight and master and time.time() - written >= LOG_SECONDS)):
+        if pause:
             if flight is not None:     # read at once: the device waits for what follows anyway
                 log_train(log, flight, args, run)
                 flight = None
             eval_and_save(done, args, run, raw, optimizer, log, interval.first_bad)
-            written = time.time()
-            if interval.steps == 0:    # evaluation, checkpoints and log.json's writing are not training throughput
+            written, saved = time.time(), len(log["train"])
+            if interval.steps == 0:    # evaluation, checkpoints and their log.json are not training throughput
                 interval.t0 = written
     if master:
         save_log(args, run, log)

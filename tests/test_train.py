@@ -76,12 +76,12 @@ def test_loss_falls_on_repeated_text(data_dir, tmp_path):
     assert os.path.isfile(tmp_path / "loss.png") and json.load(open(tmp_path / "log.json"))["val"][-1]["step"] == 80
 
 
-def test_writing_the_log_is_not_counted_as_training_time(data_dir, tmp_path, monkeypatch):
-    """tokens/s and ms/step time the steps alone: the log written after a record (a JSON file, fsynced) falls
-    outside the next record's clock, as checkpoints and evaluation do, while the wall stamps hold it. Each write
-    is made to take 0.5 s here, and log.json is written at every record (LOG_SECONDS 0): the clock of each record
-    is then at least 0.5 s shorter than the wall time since the last one (however long a step takes on a busy
-    machine), where it would be longer had it counted the write."""
+def test_writing_the_log_at_a_pause_is_not_counted_as_training_time(data_dir, tmp_path, monkeypatch):
+    """tokens/s and ms/step time the steps alone: the log written at a pause (here a checkpoint after every step; a
+    JSON file, fsynced) falls outside the next record's clock, as the checkpoint and evaluation do, while the wall
+    stamps hold it. Each write is made to take 0.5 s here: the clock of each record is then at least 0.5 s shorter
+    than the wall time since the last one (however long a step takes on a busy machine), where it would be longer
+    had it counted the write."""
     import time
     write = train.write_json
 
@@ -89,10 +89,9 @@ def test_writing_the_log_is_not_counted_as_training_time(data_dir, tmp_path, mon
         time.sleep(0.5)
         write(path, obj)
     monkeypatch.setattr(train, "write_json", slow_write)
-    monkeypatch.setattr(train, "LOG_SECONDS", 0.0)
-    log = run(data_dir, tmp_path, "--max_steps", "2", "--eval_every", "0")
-    assert [r["step"] for r in log["train"]] == [1, 2]
-    walls = [0.0] + [r["wall"] for r in log["train"]]      # each gap holds a write: after the init, after step 1
+    log = run(data_dir, tmp_path, "--max_steps", "3", "--eval_every", "0", "--ckpt_every", "1")
+    assert [r["step"] for r in log["train"]] == [1, 2, 3]
+    walls = [0.0] + [r["wall"] for r in log["train"]]      # each gap holds a write: after the init, after each step
     for r, gap in zip(log["train"], np.diff(walls)):
         assert r["ms_per_step"] / 1000 < gap - 0.45, (log["train"], walls)
 
@@ -100,25 +99,35 @@ def test_writing_the_log_is_not_counted_as_training_time(data_dir, tmp_path, mon
 def test_the_log_is_written_at_pauses_not_at_every_record(data_dir, tmp_path, monkeypatch):
     """With --log_every 1, log.json is written before each checkpoint, after each evaluation, at the end and every
     LOG_SECONDS, not at each record (rewriting the whole file while the device waits); each write is the whole log
-    so far, in order. Then, with LOG_SECONDS 0, once at every record as well."""
-    writes = []
-    write = train.write_json
+    so far, in order. Then, with LOG_SECONDS 0, between pauses too, whenever a record was read since the last
+    write: at step s once step s is run and before record s - 1 is read (so the device, with both steps queued, works
+    on while the host writes), holding the records up to s - 2."""
+    writes, events = [], []
+    write, train_step = train.write_json, train.train_step
 
     def counted(path, obj):
         if os.path.basename(path) == "log.json":
             writes.append(([r["step"] for r in obj["train"]], [r["step"] for r in obj["val"]]))
+            events.append(("write", writes[-1][0]))
         write(path, obj)
     monkeypatch.setattr(train, "write_json", counted)
+    monkeypatch.setattr(train, "train_step", lambda *a: (events.append("step"), train_step(*a))[1])
+    log_train = train.log_train
+    monkeypatch.setattr(train, "log_train", lambda log, flight, *a: (events.append(("read", flight["step"])),
+                                                                      log_train(log, flight, *a))[1])
     monkeypatch.setattr(train, "LOG_SECONDS", 1e9)
     log = run(data_dir, tmp_path / "a", "--max_steps", "8", "--ckpt_every", "4", "--eval_every", "6")
     # at the init's evaluation and checkpoint, step 4's checkpoint, step 6's evaluation, step 8, the end
     assert writes == [([], [0]), ([1, 2, 3, 4], [0]), ([1, 2, 3, 4, 5, 6], [0, 6]),
                       ([*range(1, 9)], [0, 6, 8]), ([*range(1, 9)], [0, 6, 8])]
     assert json.loads((tmp_path / "a" / "log.json").read_text())["train"] == log["train"]
-    writes.clear()
+    writes.clear(), events.clear()
     monkeypatch.setattr(train, "LOG_SECONDS", 0.0)
-    run(data_dir, tmp_path / "b", "--max_steps", "3", "--eval_every", "0")
-    assert writes == [([], []), ([1], []), ([1, 2], []), ([1, 2, 3], []), ([1, 2, 3], [])]
+    run(data_dir, tmp_path / "b", "--max_steps", "5", "--eval_every", "0")
+    assert writes == [([], []), ([1], []), ([1, 2], []), ([*range(1, 6)], []), ([*range(1, 6)], [])]
+    for s in (3, 4):                           # the writes between pauses
+        at = events.index(("write", list(range(1, s - 1))))
+        assert events[:at].count("step") == s and events[at + 1] == ("read", s - 1), events
 
 
 def test_logged_losses_are_their_steps_losses(data_dir, tmp_path):
