@@ -35,9 +35,10 @@ provenance; gpu_check.png; stages.log, every command's whole output:
                timed apart, the fingerprint end to end, its flops and MFU; and fingerprint files of two seeded tiny
                models made on the card and on the CPU (kept beside results.json): how far the verdicts move between a
                GPU's file and a CPU's
-  profile      (only when asked) where the benchmarks' time goes: the top kernels of a train.py step, of nanoGPT's
-               step (its model and its iteration, run here as its train.py runs them), of a probe pass and of a
-               fingerprint pass, by device time; the device's busy time as the union of its kernels' intervals
+  profile      (only when asked) where the benchmarks' time goes: the top kernels of a train.py step, of train.py's
+               own loop (its records read a step late; with the host's time launching a step and reading a record),
+               of nanoGPT's step (its model and its iteration, run here as its train.py runs them), of a probe pass
+               and of a fingerprint pass, by device time; the device's busy time as the union of its kernels' intervals
                (overlapping kernels counted once) against the wall of the same work timed without the profiler, beside
                the profiled wall and the rate the flops imply while busy (profile_rows says why each)
 and the check's targets read off those numbers (not tests): train.py >= 1.05 x nanoGPT's tokens/s (the median of the
@@ -66,6 +67,7 @@ cores, and tests/test_studies_gpu.py runs it with a stand-in for nanoGPT.
 import contextlib
 import hashlib
 import importlib.util
+import io
 import math
 import os
 import platform
@@ -132,7 +134,7 @@ SIZES = {
                               warm=10, timed=40, pairs=3, drain=1.0, lr_warmup=20, ddp_steps=20),
                  rope=dict(model="gpt2-nano", knobs={}, warm=10, timed=40),
                  fingerprint=dict(model="llama2-7b", sequences=2000, seq_len=1024, batch_size=50),
-                 profile=dict(steps=3, probe_batches=4, fingerprint_batches=2),
+                 profile=dict(steps=3, loop_warm=10, loop_steps=20, probe_batches=4, fingerprint_batches=2),
                  tests=("tests",),
                  limits=dict(env=60, table1=240, compare=330, train_rope=150, ddp=150, fingerprint=240, tests=300,
                              profile=240)),
@@ -144,7 +146,7 @@ SIZES = {
                  rope=dict(model="gpt2-nano", knobs=dict(n_layer=2, n_head=2, n_embd=64, block_size=64), warm=2,
                            timed=4),
                  fingerprint=dict(model="tiny", sequences=100, seq_len=64, batch_size=25),
-                 profile=dict(steps=2, probe_batches=2, fingerprint_batches=2),
+                 profile=dict(steps=2, loop_warm=2, loop_steps=3, probe_batches=2, fingerprint_batches=2),
                  tests=("tests/test_gpu.py",),
                  # each stage takes under 20 s on 2 CPU cores; 90 s is several times that, and all seven limits fit in
                  # the default --budget, so that one run makes every stage
@@ -1007,8 +1009,8 @@ def stage_profile(run: Run) -> dict:
     """Each benchmark after its warm-up, timed without the profiler and then once under it: what costs the time. In
     this process (the compiler's caches of the stages before make the warm-ups short); one model at a time. No
     command runs here, so neither the stage's limit nor --budget can stop it."""
-    out = dict(train=profile_train(run), nanogpt=profile_nanogpt(run), table1=profile_probe(run),
-               fingerprint=profile_fingerprint(run))
+    out = dict(train=profile_train(run), train_loop=profile_train_loop(run), nanogpt=profile_nanogpt(run),
+               table1=profile_probe(run), fingerprint=profile_fingerprint(run))
     if run.device.type == "cuda":
         torch.cuda.empty_cache()
     return out
@@ -1041,6 +1043,63 @@ def profile_train(run: Run) -> dict:
         for _ in range(n):
             train.train_step(step_model, model, optimizer, LR, islice(batches, t["accum"]), args, state)
     return profile_steps(run, steps, run.train_flops_per_token * run.tokens_per_step)
+
+
+def profile_train_loop(run: Run) -> dict:
+    """train.py's own loop, where profile_train runs its step alone: train.train in this process on the compare
+    stage's flags (a record every step, each read a step late, log.json written every train.LOG_SECONDS). After
+    loop_warm steps (the compile), loop_steps steps timed by the wall, with the host's seconds in each step's launch
+    (train_step's call) and in reading the record before it (log_train: mostly waiting for that step to end); then as
+    many under the profiler. A host that launches a step in less time than the device runs one waits in every read;
+    one that waits for nothing keeps the device waiting. On a GPU the profiler records the device alone: its hooks on
+    the host slowed this loop from 139 to 170 ms a step on one H200, so that a full profile's gaps were its own."""
+    from torch.profiler import ProfilerActivity, profile
+    p, cuda = run.size["profile"], run.device.type == "cuda"
+    warm, n = p["loop_warm"], p["loop_steps"]
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    prof = profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU])
+    edges, launch, read, calls = {}, [], [], [0]
+    step_fn, read_fn = train.train_step, train.log_train
+
+    def timed_step(*a):
+        i = calls[0]
+        calls[0] += 1
+        if i in (warm, warm + n, warm + 2 * n):     # the windows' edges, each with the device synced
+            sync()
+            edges[i] = time.perf_counter()
+        if i == warm + n:                           # the profiler's start-up left out of its window
+            prof.start()
+            edges["profiled"] = time.perf_counter()
+        elif i == warm + 2 * n:
+            prof.stop()
+        t0 = time.perf_counter()
+        out = step_fn(*a)
+        if warm <= i < warm + n:
+            launch.append(time.perf_counter() - t0)
+        return out
+
+    def timed_read(*a):
+        t0 = time.perf_counter()
+        out = read_fn(*a)
+        if warm < calls[0] <= warm + n:             # the record read in the step train_step just launched
+            read.append(time.perf_counter() - t0)
+        return out
+    args = train.parse_args(trainer_flags(run, warm + 2 * n + 1, run.scratch("profile_train_loop")))
+    printed = io.StringIO()
+    train.train_step, train.log_train = timed_step, timed_read
+    try:
+        with contextlib.redirect_stdout(printed):
+            train.train(args)
+    finally:
+        train.train_step, train.log_train = step_fn, read_fn
+        run.append_log(f"=== {run.stage}: train.py's loop in this process\n{printed.getvalue()}\n")
+    wall, profiled_wall = edges[warm + n] - edges[warm], edges[warm + 2 * n] - edges["profiled"]
+    # means, not medians: the launches and the reads are disjoint parts of the window, so that their means add up
+    # to at most the step's wall
+    return dict(steps=n, warm_steps=warm, ms_per_step=1000 * wall / n, launch_ms=1000 * float(np.mean(launch)),
+                launch_ms_max=1000 * max(launch), read_ms=1000 * float(np.mean(read)), read_ms_max=1000 * max(read),
+                **profile_rows(prof, cuda, wall=wall, profiled_wall=profiled_wall,
+                               flops=run.train_flops_per_token * run.tokens_per_step * n, peak=run.peak))
 
 
 def profile_nanogpt(run: Run) -> dict:
@@ -1226,6 +1285,9 @@ def report(results: dict, order: list) -> None:
                   f"({pct(p['busy_share_profiled'])} of the profiled, {fmt(p['device_tflops'], '{:.0f}')} TFLOP/s "
                   f"while busy); "
                   + "; ".join(f"{r['op'][:40]} {pct(r['share'])}" for r in p["top"][:4]))
+            if "launch_ms" in p:
+                print(f"profile {name}: {p['ms_per_step']:.1f} ms a step, the host {p['launch_ms']:.1f} ms launching "
+                      f"a step and {p['read_ms']:.1f} ms reading a record (means)")
     for t in results.get("targets", []):
         value = "/".join(fmt(v) for v in t["value"]) if isinstance(t["value"], list) else fmt(t["value"])
         print(f"target {t['target']}: {value} vs {t['threshold']} ({t['kind']}) -> "

@@ -644,18 +644,26 @@ def test_the_busy_share_counts_overlapping_kernels_once_on_the_devices_clock_aga
 
 
 def test_the_profile_stage_reads_each_benchmark_at_the_tiny_size(gpu_dir, tmp_path):
-    """--stages profile at the tiny size, as a GPU runs it: train.py's step, nanoGPT's (its model.py, here the
-    stand-in), the probe's timed loop (the window probe.py names; a renamed range would fail the stage) and the
+    """--stages profile at the tiny size, as a GPU runs it: train.py's step, its own loop, nanoGPT's (its model.py, here
+    the stand-in), the probe's timed loop (the window probe.py names; a renamed range would fail the stage) and the
     fingerprint, each with its top ops, its busy time against the unprofiled wall and the rate its flops imply."""
     out = tmp_path / "out"
     gpu_check.main(["--stages", "profile", "--gpu_dir", str(gpu_dir), "--out", str(out)])
     prof = json.loads((out / "results.json").read_text())["profile"]
-    names = ("train", "nanogpt", "table1", "fingerprint")
+    names = ("train", "train_loop", "nanogpt", "table1", "fingerprint")
     assert set(names) <= set(prof) and prof["table1"]["window"] == "probe.timed_pass"
     for name in names:
         p = prof[name]
         assert p["top"] and 0 < p["busy_seconds"] and 0 < p["wall_seconds"] and p["device_tflops"] > 0, name
         assert p["busy_share"] == pytest.approx(p["busy_seconds"] / p["wall_seconds"]), name
+    # train.py's own loop on a CPU, where a step's launch is its work: most of each step's wall is the launch, and
+    # reading a record (there at once) takes less; the two are parts of the step's wall; the windows' steps as the
+    # size says
+    loop = prof["train_loop"]
+    assert loop["steps"] == TINY["profile"]["loop_steps"] and loop["warm_steps"] == TINY["profile"]["loop_warm"]
+    assert loop["wall_seconds"] == pytest.approx(loop["ms_per_step"] * loop["steps"] / 1000)
+    assert 0.5 * loop["ms_per_step"] < loop["launch_ms"] and loop["read_ms"] < loop["launch_ms"], loop
+    assert loop["launch_ms"] + loop["read_ms"] <= loop["ms_per_step"], loop
 
 
 def test_the_probes_profile_reads_its_pass_against_the_same_pass_unprofiled(gpu_dir, tmp_path, monkeypatch):
