@@ -436,8 +436,10 @@ def log_train(log: dict, flight: dict, args, run: dict) -> float:
     tok_s = steps * args.batch_size * run["T"] / dt
     mfu = run["flops_per_token"] * tok_s / (run["peak"] * run["world"]) if run["peak"] else None
     # wall: seconds from this process's start of the run to the moment this record's step was known done. The gap
-    # between two records holds all that ran between them (evaluation, checkpoints, log.json's writing), which
-    # ms_per_step leaves out: the clock that another program's wall-clock step times are read against
+    # between two records holds all that ran between them, pauses included (evaluation, checkpoints, the log.json
+    # written there), which ms_per_step leaves out: the clock that another program's wall-clock step times are read
+    # against. A log.json written between pauses is in both: on a GPU it overlaps the steps queued, and counts only
+    # where it outlasts them
     log["train"].append(dict(step=flight["step"], loss=loss, lr=flight["lr"], tokens_per_s=tok_s, mfu=mfu,
                              ms_per_step=1000 * dt / steps, wall=at - run["began"]))
     if run["rank"] == 0:

@@ -523,8 +523,9 @@ def train_log(out_dir: str, steps: int) -> dict:
 
 def wall_seconds(records: list, first: int, last: int) -> float:
     """train.py's steps first + 1 .. last, timed as nanoGPT's times add up: the wall time between the ends of steps
-    first and last (each record's wall stamp), each step's print included and any write of log.json between them.
-    train.py's own ms_per_step leaves those out, so it is not read here."""
+    first and last (each record's wall stamp), each step's print included and any pause between them (an evaluation,
+    a checkpoint, and the log.json written there), which train.py's own ms_per_step leaves out, so it is not read
+    here."""
     wall = {r["step"]: r["wall"] for r in records}
     return wall[last] - wall[first]
 
@@ -927,6 +928,7 @@ def profile_rows(prof, cuda: bool, window: str = None, wall: float = None, profi
       busy_seconds           the union of those ops' intervals: kernels that overlap (two streams, or a kernel begun
                              before the one before it ends, as Hopper's programmatic dependent launch lets cuBLAS do)
                              counted once, where their summed times would count them twice
+      span_seconds           from the first op's start to the last one's end
       wall_seconds           the same work timed without the profiler (given): the profiler's hooks add host time at
                              every launch, so a loop that waits on its host runs longer under it, and its busy share
                              read against that profiled wall comes out low. busy_share is busy_seconds / wall_seconds
@@ -964,11 +966,12 @@ def profile_rows(prof, cuda: bool, window: str = None, wall: float = None, profi
             entry[1] += self_time(e)
             intervals.append((e.time_range.start, e.time_range.end))
     summed, busy = sum(us for _, us in by_op.values()) / 1e6, union_length(intervals) / 1e6
+    span = (max(end for _, end in intervals) - min(start for start, _ in intervals)) / 1e6 if intervals else None
     top = sorted(by_op.items(), key=lambda item: item[1][1], reverse=True)[:k]
     share = lambda seconds, of: seconds / of if of else None
     rate = flops / busy if flops and busy else None
     return dict(window=window, wall_seconds=wall, profiled_wall_seconds=profiled_wall, busy_seconds=busy,
-                kernel_seconds=summed, busy_share=share(busy, wall or profiled_wall),
+                span_seconds=span, kernel_seconds=summed, busy_share=share(busy, wall or profiled_wall),
                 busy_share_profiled=share(busy, profiled_wall), summed_share_profiled=share(summed, profiled_wall),
                 profiler_slowdown=share(profiled_wall, wall), device_tflops=rate and rate / 1e12,
                 over_peak=rate > peak if rate and peak else None,
@@ -1047,41 +1050,46 @@ def profile_train(run: Run) -> dict:
 
 def profile_train_loop(run: Run) -> dict:
     """train.py's own loop, where profile_train runs its step alone: train.train in this process on the compare
-    stage's flags (a record every step, each read a step late, log.json written every train.LOG_SECONDS). After
-    loop_warm steps (the compile), loop_steps steps timed by the wall, with the host's seconds in each step's launch
-    (train_step's call) and in reading the record before it (log_train: mostly waiting for that step to end); then as
-    many under the profiler. A host that launches a step in less time than the device runs one waits in every read;
-    one that waits for nothing keeps the device waiting. On a GPU the profiler records the device alone: its hooks on
-    the host slowed this loop from 139 to 170 ms a step on one H200, so that a full profile's gaps were its own."""
+    stage's flags (a record every step, each read a step late; log.json written every train.LOG_SECONDS between
+    pauses). After loop_warm steps (the compile), loop_steps steps as they run, nothing synced: their wall by the log's
+    wall stamps, as the compare stage reads it, with the host's seconds in each step's launch (train_step's call) and
+    in reading the record before it (log_train: mostly waiting for that step to end). A host that launches a step in
+    less time than the device runs one waits at every read; one that waits for nothing keeps the device waiting.
+    Then as many steps under the profiler, the device synced at the window's two edges: the device's busy time against
+    the unprofiled steps' wall, the profiled window's, and its own span (first kernel to last, which leaves out the
+    queue drained at the edges). On a GPU the profiler records the device alone: a full profile's hooks on the host slowed this loop
+    from 139 to 170 ms a step on one H200, so that most of its gaps were its own."""
     from torch.profiler import ProfilerActivity, profile
     p, cuda = run.size["profile"], run.device.type == "cuda"
     warm, n = p["loop_warm"], p["loop_steps"]
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     prof = profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU])
-    edges, launch, read, calls = {}, [], [], [0]
+    launch, read, calls, profiling, edges = [], [], [0], [False], []
     step_fn, read_fn = train.train_step, train.log_train
 
     def timed_step(*a):
         i = calls[0]
         calls[0] += 1
-        if i in (warm, warm + n, warm + 2 * n):     # the windows' edges, each with the device synced
+        if i == warm + n:
             sync()
-            edges[i] = time.perf_counter()
-        if i == warm + n:                           # the profiler's start-up left out of its window
             prof.start()
-            edges["profiled"] = time.perf_counter()
+            profiling[0] = True
+            edges.append(time.perf_counter())       # the profiler's start-up left out
         elif i == warm + 2 * n:
+            sync()
+            edges.append(time.perf_counter())
             prof.stop()
+            profiling[0] = False
         t0 = time.perf_counter()
         out = step_fn(*a)
-        if warm <= i < warm + n:
+        if warm <= i < warm + n:                    # the launches of steps warm + 1 .. warm + n
             launch.append(time.perf_counter() - t0)
         return out
 
     def timed_read(*a):
         t0 = time.perf_counter()
         out = read_fn(*a)
-        if warm < calls[0] <= warm + n:             # the record read in the step train_step just launched
+        if warm < calls[0] <= warm + n:             # read in the iterations of those launches
             read.append(time.perf_counter() - t0)
         return out
     args = train.parse_args(trainer_flags(run, warm + 2 * n + 1, run.scratch("profile_train_loop")))
@@ -1089,17 +1097,23 @@ def profile_train_loop(run: Run) -> dict:
     train.train_step, train.log_train = timed_step, timed_read
     try:
         with contextlib.redirect_stdout(printed):
-            train.train(args)
+            log = train.train(args)
     finally:
         train.train_step, train.log_train = step_fn, read_fn
+        if profiling[0]:                            # train.py failed inside the profiled window
+            prof.stop()
         run.append_log(f"=== {run.stage}: train.py's loop in this process\n{printed.getvalue()}\n")
-    wall, profiled_wall = edges[warm + n] - edges[warm], edges[warm + 2 * n] - edges["profiled"]
-    # means, not medians: the launches and the reads are disjoint parts of the window, so that their means add up
-    # to at most the step's wall
+    if len(launch) != n or len(read) != n:
+        raise StageFailed(f"train.py's loop made {len(launch)} launches and {len(read)} reads in a window of {n} "
+                          f"steps, not {n} of each: a pause (an evaluation, a checkpoint) fell inside it")
+    wall = wall_seconds(log["train"], warm, warm + n)
+    rows = profile_rows(prof, cuda, wall=wall, profiled_wall=edges[1] - edges[0],
+                        flops=run.train_flops_per_token * run.tokens_per_step * n, peak=run.peak)
+    # means, not medians: a step's launch and its read are disjoint parts of its wall, so their means add up to at
+    # most the mean step
     return dict(steps=n, warm_steps=warm, ms_per_step=1000 * wall / n, launch_ms=1000 * float(np.mean(launch)),
                 launch_ms_max=1000 * max(launch), read_ms=1000 * float(np.mean(read)), read_ms_max=1000 * max(read),
-                **profile_rows(prof, cuda, wall=wall, profiled_wall=profiled_wall,
-                               flops=run.train_flops_per_token * run.tokens_per_step * n, peak=run.peak))
+                busy_share_span=rows["busy_seconds"] / rows["span_seconds"], **rows)
 
 
 def profile_nanogpt(run: Run) -> dict:
@@ -1287,7 +1301,8 @@ def report(results: dict, order: list) -> None:
                   + "; ".join(f"{r['op'][:40]} {pct(r['share'])}" for r in p["top"][:4]))
             if "launch_ms" in p:
                 print(f"profile {name}: {p['ms_per_step']:.1f} ms a step, the host {p['launch_ms']:.1f} ms launching "
-                      f"a step and {p['read_ms']:.1f} ms reading a record (means)")
+                      f"a step and {p['read_ms']:.1f} ms reading a record (means); the device busy "
+                      f"{pct(p['busy_share_span'])} of its span under the profiler")
     for t in results.get("targets", []):
         value = "/".join(fmt(v) for v in t["value"]) if isinstance(t["value"], list) else fmt(t["value"])
         print(f"target {t['target']}: {value} vs {t['threshold']} ({t['kind']}) -> "

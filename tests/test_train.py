@@ -121,7 +121,8 @@ def test_the_log_is_written_at_pauses_not_at_every_record(data_dir, tmp_path, mo
     assert writes == [([], [0]), ([1, 2, 3, 4], [0]), ([1, 2, 3, 4, 5, 6], [0, 6]),
                       ([*range(1, 9)], [0, 6, 8]), ([*range(1, 9)], [0, 6, 8])]
     assert json.loads((tmp_path / "a" / "log.json").read_text())["train"] == log["train"]
-    writes.clear(), events.clear()
+    writes.clear()
+    events.clear()
     monkeypatch.setattr(train, "LOG_SECONDS", 0.0)
     run(data_dir, tmp_path / "b", "--max_steps", "5", "--eval_every", "0")
     assert writes == [([], []), ([1], []), ([1, 2], []), ([*range(1, 6)], []), ([*range(1, 6)], [])]
