@@ -928,7 +928,8 @@ def profile_rows(prof, cuda: bool, window: str = None, wall: float = None, profi
       busy_seconds           the union of those ops' intervals: kernels that overlap (two streams, or a kernel begun
                              before the one before it ends, as Hopper's programmatic dependent launch lets cuBLAS do)
                              counted once, where their summed times would count them twice
-      span_seconds           from the first op's start to the last one's end
+      span_seconds           from the first op's start to the last one's end; busy_share_span is busy_seconds /
+                             span_seconds, the share of it the device was busy (no edges' drain in it)
       wall_seconds           the same work timed without the profiler (given): the profiler's hooks add host time at
                              every launch, so a loop that waits on its host runs longer under it, and its busy share
                              read against that profiled wall comes out low. busy_share is busy_seconds / wall_seconds
@@ -971,7 +972,8 @@ def profile_rows(prof, cuda: bool, window: str = None, wall: float = None, profi
     share = lambda seconds, of: seconds / of if of else None
     rate = flops / busy if flops and busy else None
     return dict(window=window, wall_seconds=wall, profiled_wall_seconds=profiled_wall, busy_seconds=busy,
-                span_seconds=span, kernel_seconds=summed, busy_share=share(busy, wall or profiled_wall),
+                span_seconds=span, busy_share_span=share(busy, span), kernel_seconds=summed,
+                busy_share=share(busy, wall or profiled_wall),
                 busy_share_profiled=share(busy, profiled_wall), summed_share_profiled=share(summed, profiled_wall),
                 profiler_slowdown=share(profiled_wall, wall), device_tflops=rate and rate / 1e12,
                 over_peak=rate > peak if rate and peak else None,
@@ -1057,8 +1059,8 @@ def profile_train_loop(run: Run) -> dict:
     less time than the device runs one waits at every read; one that waits for nothing keeps the device waiting.
     Then as many steps under the profiler, the device synced at the window's two edges: the device's busy time against
     the unprofiled steps' wall, the profiled window's, and its own span (first kernel to last, which leaves out the
-    queue drained at the edges). On a GPU the profiler records the device alone: a full profile's hooks on the host slowed this loop
-    from 139 to 170 ms a step on one H200, so that most of its gaps were its own."""
+    queue drained at the edges). On a GPU the profiler records the device alone: a full profile's hooks on the host
+    slowed this loop from 139 to 170 ms a step on one H200, so that most of its gaps were its own."""
     from torch.profiler import ProfilerActivity, profile
     p, cuda = run.size["profile"], run.device.type == "cuda"
     warm, n = p["loop_warm"], p["loop_steps"]
@@ -1113,7 +1115,7 @@ def profile_train_loop(run: Run) -> dict:
     # most the mean step
     return dict(steps=n, warm_steps=warm, ms_per_step=1000 * wall / n, launch_ms=1000 * float(np.mean(launch)),
                 launch_ms_max=1000 * max(launch), read_ms=1000 * float(np.mean(read)), read_ms_max=1000 * max(read),
-                busy_share_span=rows["busy_seconds"] / rows["span_seconds"], **rows)
+                **rows)
 
 
 def profile_nanogpt(run: Run) -> dict:

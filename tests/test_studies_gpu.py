@@ -632,6 +632,7 @@ def test_the_busy_share_counts_overlapping_kernels_once_on_the_devices_clock_aga
     r = gpu_check.profile_rows(prof, cuda=True, window="timed", wall=9.8e-3, flops=5e12, peak=989e12)
     assert r["busy_seconds"] == pytest.approx(9.5e-3) and r["kernel_seconds"] == pytest.approx(10.5e-3)
     assert r["span_seconds"] == pytest.approx(10e-3)            # the first product's start to GELU's end
+    assert r["busy_share_span"] == pytest.approx(0.95)           # 9.5 ms busy of the 10 ms span
     assert r["profiled_wall_seconds"] == pytest.approx(10e-3) and r["wall_seconds"] == 9.8e-3
     assert r["busy_share"] == pytest.approx(9.5 / 9.8) and r["busy_share_profiled"] == pytest.approx(0.95)
     assert r["summed_share_profiled"] == pytest.approx(1.05) and r["profiler_slowdown"] == pytest.approx(10 / 9.8)
