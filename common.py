@@ -319,6 +319,11 @@ def add_compile_flags(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--compile_mode", choices=COMPILE_MODES, default="default", help=COMPILE_MODE_HELP)
 
 
+def replays_cuda_graphs(compile: bool, mode: str, device: torch.device) -> bool:
+    """Whether a model compiled so replays CUDA graphs: "max-autotune" and "reduce-overhead" do, on CUDA only."""
+    return compile and mode in ("max-autotune", "reduce-overhead") and device.type == "cuda"
+
+
 def check_compile_mode(compile: bool, mode: str) -> None:
     """A compile mode other than the default without --compile on would do nothing: refused."""
     if mode != "default" and not compile:

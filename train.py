@@ -36,7 +36,8 @@ from typing import Optional
 from common import (COMPILE_MODE_HELP, COMPILE_MODES, DEVICE_HELP, DTYPES, ArgumentParser, add_settings_flags,
                     atomic_write, check_compile_mode, check_dtype_runs, check_output, check_settings, figure,
                     join_process_group, leave_process_group, lock_dir, peak_flops, provenance, rank_device, read_json,
-                    resolve_device, run_script, save_figure, setting, settings_given, torchrun_rank, write_json)
+                    replays_cuda_graphs, resolve_device, run_script, save_figure, setting, settings_given,
+                    torchrun_rank, write_json)
 from model import GPT, GPTConfig, get_config, load_checkpoint, read_checkpoint, write_checkpoint
 import numpy as np
 import torch
@@ -130,18 +131,37 @@ def make_optimizer(model: GPT, args, device_type: str) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=args.lr, betas=(args.beta1, args.beta2), **fused)
 
 
-def forward_backward(model, batches, accum: int, ddp: bool, autocast) -> torch.Tensor:
+def forward_backward(model, batches, accum: int, ddp: bool, autocast, graphs: bool = False) -> torch.Tensor:
     """Accumulate into .grad the gradient of the mean loss over `accum` equal micro-batches (x, y),
-    i.e. the gradient of one batch `accum` times larger; return that mean loss (a device tensor)."""
+    i.e. the gradient of one batch `accum` times larger; return that mean loss (a device tensor).
+    graphs: the model replays CUDA graphs (run["graphs"]). Each micro-step is then a replay of its own, and the
+    gradients a replay hands to .grad are the graph's own buffers, which the next replay overwrites while autograd
+    would add into them (pytorch/pytorch#169545). So the micro-steps' sum is kept in tensors of our own, taken
+    from .grad after each backward, in the order autograd adds them, and given to .grad after the last."""
     mean_loss = torch.zeros((), device=next(model.parameters()).device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    summed = None
     for m, (x, y) in enumerate(batches):
         # DDP all-reduces gradients on every backward; only the last micro-step needs it
         sync = model.no_sync() if ddp and m < accum - 1 else contextlib.nullcontext()
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
         with sync:
             with autocast:
                 _, loss = model(x, y)
             (loss / accum).backward()
         mean_loss += loss.detach().float() / accum
+        if graphs and accum > 1:
+            grads = [p.grad for p in params]
+            if summed is None:
+                summed = [g.clone() for g in grads]
+            else:
+                torch._foreach_add_(summed, grads)
+            for p in params:
+                p.grad = None
+    if summed is not None:
+        for p, g in zip(params, summed):
+            p.grad = g
     return mean_loss
 
 
@@ -150,7 +170,7 @@ def train_step(model, raw: GPT, optimizer, lr: float, batches, args, run: dict) 
     raw: the model whose gradients are clipped); returns the step's mean loss, on the device."""
     for group in optimizer.param_groups:
         group["lr"] = lr
-    step_loss = forward_backward(model, batches, run["accum"], run["ddp"], run["autocast"])
+    step_loss = forward_backward(model, batches, run["accum"], run["ddp"], run["autocast"], run["graphs"])
     if args.grad_clip > 0:
         torch.nn.utils.clip_grad_norm_(raw.parameters(), args.grad_clip)
     optimizer.step()
@@ -306,9 +326,16 @@ def resolve_run(args: TrainConfig) -> dict:
                          f"--micro_batch {micro} x {world} processes")
     autocast = (torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype != torch.float32
                 else contextlib.nullcontext())
+    graphs = replays_cuda_graphs(args.compile, args.compile_mode, device)
+    if graphs and "RANK" in os.environ:
+        raise ValueError(f"--compile_mode {args.compile_mode} replays CUDA graphs, which train.py runs in a plain "
+                         f"process only: the micro-steps' gradient is summed outside autograd (forward_backward), "
+                         f"where DDP's all-reduce would not see it. Under torchrun use --compile_mode default or "
+                         f"max-autotune-no-cudagraphs")
     return dict(data=data, config=config, base=base, micro=micro, accum=args.batch_size // (micro * world),
                 device=device, autocast_dtype=autocast_dtype, autocast=autocast, T=T, doc_len=doc_len,
-                rank=torchrun_rank()[0], world=world)
+                rank=torchrun_rank()[0], world=world,
+                graphs=graphs)
 
 
 def resume_state(args: TrainConfig, config: GPTConfig, meta: dict) -> Optional[dict]:

@@ -85,7 +85,8 @@ from itertools import islice
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from common import (COMPILE_MODES, DEBUG_ENV, TORCHRUN_VARS, ArgumentParser, Distinct, atomic_write, check_output,
                     figure, flag_type, lock_dir, one_line, peak_flops, print_table, provenance, read_json,
-                    resolve_device, refuse_unused, run_script, save_figure, teardown_abort, update_results)
+                    replays_cuda_graphs, resolve_device, refuse_unused, run_script, save_figure, teardown_abort,
+                    update_results)
 import numpy as np
 import torch
 
@@ -1041,7 +1042,8 @@ def profile_train(run: Run) -> dict:
     autocast = (torch.autocast(d.type, dtype=getattr(torch, run.dtype)) if run.dtype != "float32"
                 else contextlib.nullcontext())
     state = dict(data=data.load_data(run.data_dir), T=run.train_config.block_size, micro=t["micro"],
-                 accum=t["accum"], doc_len=0, rank=0, world=1, device=d, ddp=False, autocast=autocast)
+                 accum=t["accum"], doc_len=0, rank=0, world=1, device=d, ddp=False, autocast=autocast,
+                 graphs=replays_cuda_graphs(run.compile, run.compile_mode, d))
     batches = train.micro_batches(args, state, 0)
 
     def steps(n):

@@ -13,6 +13,7 @@ import data
 
 import train
 from conftest import TEXT, cli_error, torchrun
+from common import TORCHRUN_VARS
 from model import load_checkpoint, read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -261,12 +262,31 @@ def test_forward_backward_accumulates_the_gradient_of_the_whole_batch():
     ref = torch.autograd.grad(loss, list(model.parameters()))
     import contextlib
     for accum in (1, 2, 4):
-        model.zero_grad()
-        chunks = ((x[i:i + 8 // accum], y[i:i + 8 // accum]) for i in range(0, 8, 8 // accum))
-        mean = train.forward_backward(model, chunks, accum, ddp=False, autocast=contextlib.nullcontext())
-        assert mean.item() == pytest.approx(loss.item(), rel=1e-6)
-        for g, p in zip(ref, model.parameters()):
-            assert torch.allclose(p.grad, g, rtol=1e-4, atol=1e-7)
+        autograd_sum = None
+        # graphs: the sum kept outside autograd, as under CUDA graphs; the same additions in the same order
+        for graphs in (False, True):
+            model.zero_grad(set_to_none=True)
+            chunks = ((x[i:i + 8 // accum], y[i:i + 8 // accum]) for i in range(0, 8, 8 // accum))
+            mean = train.forward_backward(model, chunks, accum, ddp=False, autocast=contextlib.nullcontext(),
+                                          graphs=graphs)
+            assert mean.item() == pytest.approx(loss.item(), rel=1e-6)
+            for g, p in zip(ref, model.parameters()):
+                assert torch.allclose(p.grad, g, rtol=1e-4, atol=1e-7)
+            if autograd_sum is None:
+                autograd_sum = [p.grad.clone() for p in model.parameters()]
+            else:
+                assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), autograd_sum))
+
+
+def test_cuda_graphs_are_refused_under_torchrun(data_dir, tmp_path, monkeypatch):
+    """DDP all-reduces the gradient autograd holds; under CUDA graphs the micro-steps' sum is kept outside it."""
+    for k in TORCHRUN_VARS:
+        monkeypatch.setenv(k, "0" if k != "WORLD_SIZE" else "1")
+    monkeypatch.setattr(train, "replays_cuda_graphs", lambda compile, mode, device: True)   # as on a GPU
+    args = train.TrainConfig(data=data_dir, out_dir=str(tmp_path / "o"), eval_every=0, compile=True,
+                             compile_mode="reduce-overhead")
+    with pytest.raises(ValueError, match="replays CUDA graphs, which train.py runs in a plain process only"):
+        train.resolve_run(args)
 
 
 @pytest.mark.parametrize("nproc", [2, 1])
