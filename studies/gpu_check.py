@@ -40,7 +40,8 @@ provenance; gpu_check.png; stages.log, every command's whole output:
                of nanoGPT's step (its model and its iteration, run here as its train.py runs them), of a probe pass
                and of a fingerprint pass, by device time; the device's busy time as the union of its kernels' intervals
                (overlapping kernels counted once) against the wall of the same work timed without the profiler, beside
-               the profiled wall and the rate the flops imply while busy (profile_rows says why each)
+               the profiled wall and the rate the flops imply while busy (profile_rows says why each); and where the
+               device waited: its largest idle gaps, by the kernels before and after them
 and the check's targets read off those numbers (not tests): train.py >= 1.05 x nanoGPT's tokens/s (the median of the
 pairs, no pair below 1) and >= 40% MFU; the probe at T = 1,024 >= 50% MFU; the 7B fingerprint under 45 s; top-1
 counts of the order of the paper's 58.5 times the top count of uniform draws.
@@ -938,6 +939,8 @@ def profile_rows(prof, cuda: bool, window: str = None, wall: float = None, profi
                              summed_share_profiled (kernel_seconds / profiled wall) is the old reading (kernel times summed)
       device_tflops          flops (given) / busy_seconds, the rate while busy: above the card's peak (over_peak),
                              the profile misses some of the work's kernels and no share read off it holds
+      idle                   where the device waited inside the span (idle_gaps): the k largest groups of gaps, each
+                             named by the op before it and the op after it
     window: the name of a torch.profiler.record_function range; where given, only what ran inside it is read and the
     profiled wall is its length (a probe pass's timed loop, apart from the compiling before it). Its ops are placed
     on the device's own clock, by the range's annotation on the device's timeline where the profiler makes one (a
@@ -958,7 +961,7 @@ def profile_rows(prof, cuda: bool, window: str = None, wall: float = None, profi
     inside = lambda e: spans is None or any(start <= e.time_range.start and e.time_range.end <= end
                                             for start, end in spans)
     self_time = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
-    by_op, intervals = {}, []                # name -> [calls, microseconds]; (start, end) of each
+    by_op, intervals, named = {}, [], []     # name -> [calls, microseconds]; (start, end) of each; with its name
     for e in events:
         # a record_function range is no op (the window's own, optimizer.step's): on a GPU each also stands as an
         # annotation over its kernels, which would count their time twice
@@ -967,6 +970,7 @@ def profile_rows(prof, cuda: bool, window: str = None, wall: float = None, profi
             entry[0] += 1
             entry[1] += self_time(e)
             intervals.append((e.time_range.start, e.time_range.end))
+            named.append((e.time_range.start, e.time_range.end, e.name))
     summed, busy = sum(us for _, us in by_op.values()) / 1e6, union_length(intervals) / 1e6
     span = (max(end for _, end in intervals) - min(start for start, _ in intervals)) / 1e6 if intervals else None
     top = sorted(by_op.items(), key=lambda item: item[1][1], reverse=True)[:k]
@@ -979,7 +983,25 @@ def profile_rows(prof, cuda: bool, window: str = None, wall: float = None, profi
                 profiler_slowdown=share(profiled_wall, wall), device_tflops=rate and rate / 1e12,
                 over_peak=rate > peak if rate and peak else None,
                 top=[dict(op=name, calls=calls, seconds=us / 1e6, share=share(us / 1e6, summed))
-                     for name, (calls, us) in top])
+                     for name, (calls, us) in top],
+                idle=idle_gaps(named, k))
+
+
+def idle_gaps(ops: list, k: int = 8) -> list:
+    """Where the device waited: each gap between ops (start, end, name; microseconds) in which none ran, grouped by
+    the op the device had last finished and the op that ended the wait. The k groups with the most idle time, each
+    with its gaps and seconds: a gap after a step's last kernel and before the next step's first is the host's time
+    between the steps; one after a kernel that waits for the host (a copy to it), that wait."""
+    groups, reach, last = {}, -math.inf, None
+    for start, end, name in sorted(ops):
+        if last is not None and start > reach:
+            group = groups.setdefault((last, name), [0, 0.0])
+            group[0] += 1
+            group[1] += start - reach
+        if end >= reach:                     # of ops ending together, the one begun last
+            reach, last = end, name
+    top = sorted(groups.items(), key=lambda item: item[1][1], reverse=True)[:k]
+    return [dict(after=after, before=before, gaps=gaps, seconds=us / 1e6) for (after, before), (gaps, us) in top]
 
 
 def union_length(intervals: list) -> float:
@@ -1303,6 +1325,10 @@ def report(results: dict, order: list) -> None:
                   f"({pct(p['busy_share_profiled'])} of the profiled, {fmt(p['device_tflops'], '{:.0f}')} TFLOP/s "
                   f"while busy); "
                   + "; ".join(f"{r['op'][:40]} {pct(r['share'])}" for r in p["top"][:4]))
+            if p.get("idle"):
+                print(f"profile {name}: idle " + "; ".join(
+                    f"{1000 * g['seconds']:.2f} ms in {g['gaps']} gap(s) after {g['after'][:40]}, before "
+                    f"{g['before'][:40]}" for g in p["idle"][:3]))
             if "launch_ms" in p:
                 print(f"profile {name}: {p['ms_per_step']:.1f} ms a step, the host {p['launch_ms']:.1f} ms launching "
                       f"a step and {p['read_ms']:.1f} ms reading a record (means); the device busy "

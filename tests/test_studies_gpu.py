@@ -646,6 +646,35 @@ def test_the_busy_share_counts_overlapping_kernels_once_on_the_devices_clock_aga
     assert gpu_check.union_length([(0, 2), (1, 3), (5, 6), (5.5, 5.7), (3, 4)]) == 5
 
 
+def test_idle_gaps_name_where_the_device_waited_against_a_naive_timeline():
+    """idle_gaps against a count over a timeline of microseconds: each microsecond of the span that no op covers
+    belongs to the gap between the op that ended last before it (of ops ending together, the one begun last) and the
+    op that begins first after it."""
+    import random
+    rng = random.Random(0)
+    names = ["gemm", "gelu", "copy", "adam"]
+    for _ in range(20):
+        ops, t = [], 0
+        for _ in range(12):
+            t += rng.choice([0, 0, 1, 3, 7])                   # some ops start at once, some after a wait
+            end = t + rng.randint(1, 6)
+            ops.append((t, end, rng.choice(names)))
+            t = rng.choice([t, end])                         # the next begins inside this one, or after it
+        expect = {}
+        for us in range(min(s for s, _, _ in ops), max(e for _, e, _ in ops)):
+            if any(s <= us < e for s, e, _ in ops):
+                continue
+            ended = [(e, i) for i, (s, e, _) in enumerate(sorted(ops)) if e <= us]
+            after = sorted(ops)[max(ended)[1]][2]             # the latest end; among equal ends the last begun
+            before = min((s, i) for i, (s, _, _) in enumerate(sorted(ops)) if s > us)
+            key = (after, sorted(ops)[before[1]][2])
+            expect[key] = expect.get(key, 0) + 1e-6
+        got = {(g["after"], g["before"]): g["seconds"] for g in gpu_check.idle_gaps(ops, k=100)}
+        assert got.keys() == expect.keys() and all(got[key] == pytest.approx(expect[key]) for key in got)
+    top = gpu_check.idle_gaps([(0, 1, "a"), (5, 6, "b"), (7, 8, "a"), (9, 10, "b")], k=1)
+    assert top == [dict(after="a", before="b", gaps=2, seconds=pytest.approx(5e-6))]
+
+
 def test_the_profile_stage_reads_each_benchmark_at_the_tiny_size(gpu_dir, tmp_path):
     """--stages profile at the tiny size, as a GPU runs it: train.py's step, its own loop, nanoGPT's (its model.py, here
     the stand-in), the probe's timed loop (the window probe.py names; a renamed range would fail the stage) and the
@@ -667,6 +696,8 @@ def test_the_profile_stage_reads_each_benchmark_at_the_tiny_size(gpu_dir, tmp_pa
     assert loop["steps"] == TINY["profile"]["loop_steps"] and loop["warm_steps"] == TINY["profile"]["loop_warm"]
     assert 0.8 * loop["ms_per_step"] <= loop["launch_ms"] + loop["read_ms"] <= loop["ms_per_step"], loop
     assert loop["read_ms"] < loop["launch_ms"] <= loop["launch_ms_max"] and loop["busy_share_span"] <= 1, loop
+    idle = sum(g["seconds"] for g in loop["idle"])           # at most the span's idle time (the largest groups)
+    assert 0 <= idle <= loop["span_seconds"] - loop["busy_seconds"] + 1e-9, loop["idle"]
     assert train.train_step.__module__ == "train" and train.log_train.__module__ == "train"
 
 
