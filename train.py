@@ -334,8 +334,7 @@ def resolve_run(args: TrainConfig) -> dict:
                          f"max-autotune-no-cudagraphs")
     return dict(data=data, config=config, base=base, micro=micro, accum=args.batch_size // (micro * world),
                 device=device, autocast_dtype=autocast_dtype, autocast=autocast, T=T, doc_len=doc_len,
-                rank=torchrun_rank()[0], world=world,
-                graphs=graphs)
+                rank=torchrun_rank()[0], world=world, graphs=graphs)
 
 
 def resume_state(args: TrainConfig, config: GPTConfig, meta: dict) -> Optional[dict]:

@@ -961,7 +961,7 @@ def profile_rows(prof, cuda: bool, window: str = None, wall: float = None, profi
     inside = lambda e: spans is None or any(start <= e.time_range.start and e.time_range.end <= end
                                             for start, end in spans)
     self_time = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
-    by_op, intervals, named = {}, [], []     # name -> [calls, microseconds]; (start, end) of each; with its name
+    by_op, ops = {}, []                      # name -> [calls, microseconds]; (start, end, name) of each op
     for e in events:
         # a record_function range is no op (the window's own, optimizer.step's): on a GPU each also stands as an
         # annotation over its kernels, which would count their time twice
@@ -969,10 +969,10 @@ def profile_rows(prof, cuda: bool, window: str = None, wall: float = None, profi
             entry = by_op.setdefault(e.name, [0, 0.0])
             entry[0] += 1
             entry[1] += self_time(e)
-            intervals.append((e.time_range.start, e.time_range.end))
-            named.append((e.time_range.start, e.time_range.end, e.name))
-    summed, busy = sum(us for _, us in by_op.values()) / 1e6, union_length(intervals) / 1e6
-    span = (max(end for _, end in intervals) - min(start for start, _ in intervals)) / 1e6 if intervals else None
+            ops.append((e.time_range.start, e.time_range.end, e.name))
+    summed = sum(us for _, us in by_op.values()) / 1e6
+    busy = union_length([(start, end) for start, end, _ in ops]) / 1e6
+    span = (max(end for _, end, _ in ops) - min(start for start, _, _ in ops)) / 1e6 if ops else None
     top = sorted(by_op.items(), key=lambda item: item[1][1], reverse=True)[:k]
     share = lambda seconds, of: seconds / of if of else None
     rate = flops / busy if flops and busy else None
@@ -984,7 +984,7 @@ def profile_rows(prof, cuda: bool, window: str = None, wall: float = None, profi
                 over_peak=rate > peak if rate and peak else None,
                 top=[dict(op=name, calls=calls, seconds=us / 1e6, share=share(us / 1e6, summed))
                      for name, (calls, us) in top],
-                idle=idle_gaps(named, k))
+                idle=idle_gaps(ops, k))
 
 
 def idle_gaps(ops: list, k: int = 8) -> list:
