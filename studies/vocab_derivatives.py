@@ -38,7 +38,8 @@ import os
 
 # common.py first: before torch is imported, it checks the requirements (and answers --help without them)
 from common import (ArgumentParser, Progress, atomic_write, check_output, figure, flag_type, lock_dir, print_table,
-                    provenance, resolve_device, run_script, save_figure, seed_int, seed_range, update_results)
+                    provenance, resolve_device, run_script, save_figure, seed_int, seed_range, update_results,
+                    write_json)
 from model import GPT, write_checkpoint
 import numpy as np
 from tokenizers import ByteLevelBPETokenizer
@@ -82,8 +83,7 @@ def tokenizer_file(out: str, name: str, make) -> str:
     says what it is made from (corpus, size, seed), so that other settings make another file, never reuse this one."""
     path = os.path.join(out, "tokenizers", name, "tokenizer.json")
     if not os.path.isfile(path):
-        spec = make()
-        atomic_write(path, lambda tmp: open(tmp, "w", encoding="utf-8").write(json.dumps(spec)))
+        write_json(path, make())
     return path
 
 
