@@ -1081,9 +1081,9 @@ def profile_train_loop(run: Run) -> dict:
     wall stamps, as the compare stage reads it, with the host's seconds in each step's launch (train_step's call) and
     in reading the record before it (log_train: mostly waiting for that step to end). A host that launches a step in
     less time than the device runs one waits at every read; one that waits for nothing keeps the device waiting.
-    Then as many steps under the profiler, the device synced at the window's two edges: the device's busy time against
-    the unprofiled steps' wall, the profiled window's, and its own span (first kernel to last, which leaves out the
-    queue drained at the edges). On a GPU the profiler records the device alone: a full profile's hooks on the host
+    Then, one step later, as many steps under the profiler, the device synced at the window's two edges: the device's
+    busy time against the unprofiled steps' wall, the profiled window's, and its own span (first kernel to last, which
+    leaves out the queue drained at the edges). On a GPU the profiler records the device alone: a full profile's hooks on the host
     slowed this loop from 139 to 170 ms a step on one H200, so that most of its gaps were its own."""
     from torch.profiler import ProfilerActivity, profile
     p, cuda = run.size["profile"], run.device.type == "cuda"
@@ -1091,34 +1091,39 @@ def profile_train_loop(run: Run) -> dict:
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     prof = profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU])
     launch, read, calls, profiling, edges = [], [], [0], [False], []
+    # the window's records are stamped as they end on a CPU, but as they are read on a GPU, in the call after their
+    # step's: there the launches and reads that lie between the window's two stamps come one call later
+    lag = 1 if cuda else 0
     step_fn, read_fn = train.train_step, train.log_train
 
     def timed_step(*a):
         i = calls[0]
         calls[0] += 1
-        if i == warm + n:
+        # one call past the unprofiled window: on a GPU its last record is read in iteration warm + n, after the
+        # launch there, so a sync and the profiler's start-up in that call would fall inside the window's wall
+        if i == warm + n + 1:
             sync()
             prof.start()
             profiling[0] = True
             edges.append(time.perf_counter())       # the profiler's start-up left out
-        elif i == warm + 2 * n:
+        elif i == warm + 2 * n + 1:
             sync()
             edges.append(time.perf_counter())
             prof.stop()
             profiling[0] = False
         t0 = time.perf_counter()
         out = step_fn(*a)
-        if warm <= i < warm + n:                    # the launches of steps warm + 1 .. warm + n
+        if warm + lag <= i < warm + n + lag:        # the n launches between the window's stamps
             launch.append(time.perf_counter() - t0)
         return out
 
     def timed_read(*a):
         t0 = time.perf_counter()
         out = read_fn(*a)
-        if warm < calls[0] <= warm + n:             # read in the iterations of those launches
+        if warm + lag < calls[0] <= warm + n + lag:     # read in the iterations of those launches
             read.append(time.perf_counter() - t0)
         return out
-    args = train.parse_args(trainer_flags(run, warm + 2 * n + 1, run.scratch("profile_train_loop")))
+    args = train.parse_args(trainer_flags(run, warm + 2 * n + 2, run.scratch("profile_train_loop")))
     printed = io.StringIO()
     train.train_step, train.log_train = timed_step, timed_read
     try:
@@ -1388,10 +1393,15 @@ def main(argv=None):
     if args.compile_mode != "default" and not size["compile"]:
         raise ValueError(f"--compile_mode {args.compile_mode} goes with --size full: the {args.size} size compiles "
                          f"nothing")
+    stages = list(args.stages or STAGES)
+    if "ddp" in stages and replays_cuda_graphs(size["compile"], args.compile_mode, torch.device(size["device"])):
+        # train.py refuses CUDA graphs under torchrun: refused here, not minutes later in the ddp stage
+        raise ValueError(f"--compile_mode {args.compile_mode} replays CUDA graphs, which train.py refuses under "
+                         f"torchrun (the ddp stage): leave ddp out of --stages, or use --compile_mode default or "
+                         f"max-autotune-no-cudagraphs")
     if size["device"] == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"--size {args.size} runs on a CUDA GPU, and torch {torch.__version__} sees none here; "
                          f"--size tiny runs the same stages on the CPU")
-    stages = list(args.stages or STAGES)
     check_output(args.out)
     if args.work:
         check_output(os.path.join(args.work, SCRATCH), "--work")

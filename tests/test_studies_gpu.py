@@ -701,6 +701,44 @@ def test_the_profile_stage_reads_each_benchmark_at_the_tiny_size(gpu_dir, tmp_pa
     assert train.train_step.__module__ == "train" and train.log_train.__module__ == "train"
 
 
+def test_the_loops_profile_starts_after_the_windows_last_record_is_read(gpu_dir, tmp_path, monkeypatch):
+    """On a GPU a record is stamped when it is read, in the call after its step's: the profiler starts (a sync and its
+    start-up) only once the unprofiled window's last record has been read, and stops after as many steps again, so
+    neither falls inside the wall the window is read by. The order as it happens, by the trainer's own calls."""
+    import torch.profiler
+    events, real_profile, real_read = [], torch.profiler.profile, train.log_train
+
+    class Recorded:
+        def __init__(self, *a, **k):
+            self.inner = real_profile(*a, **k)
+
+        def start(self):
+            events.append("start")
+            self.inner.start()
+
+        def stop(self):
+            events.append("stop")
+            self.inner.stop()
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    def read(log, flight, *a):
+        events.append(flight["step"])
+        return real_read(log, flight, *a)
+    monkeypatch.setattr(torch.profiler, "profile", Recorded)
+    monkeypatch.setattr(train, "log_train", read)
+    run = a_run(gpu_dir, tmp_path)
+    run.stage = "profile"
+    loop = gpu_check.profile_train_loop(run)
+    warm, n = TINY["profile"]["loop_warm"], TINY["profile"]["loop_steps"]
+    start, stop = events.index("start"), events.index("stop")
+    # records warm .. warm + n bound the unprofiled window; the profiled one holds n steps of its own after it
+    assert events[:start] == list(range(1, warm + n + 1)), events
+    assert events[start + 1:stop] == list(range(warm + n + 1, warm + 2 * n + 1)), events
+    assert loop["steps"] == n
+
+
 def test_the_probes_profile_reads_its_pass_against_the_same_pass_unprofiled(gpu_dir, tmp_path, monkeypatch):
     """probe() compiles and warms before its own clock, and the profile reads only that clock's window: one pass
     timed by its own clock without the profiler, then the same pass under it, that clock the wall its busy time is
@@ -794,6 +832,9 @@ def test_bad_input_is_refused_in_one_line_before_any_work(gpu_dir, tmp_path):
     assert gpu_check.MIN_STAGE_SECONDS == 20 and "--budget: must be an integer >= 20, got 19" in run("--budget", "19")
     assert "--prepare first" in run("--stages", "compare", "--gpu_dir", str(tmp_path / "none"))
     assert "--compile_mode max-autotune goes with --size full" in run("--compile_mode", "max-autotune")
+    # the ddp stage's torchrun refuses CUDA graphs (train.py): refused before the stages before it, not in it
+    graphs = run("--size", "full", "--compile_mode", "reduce-overhead", "--gpu_dir", str(gpu_dir))
+    assert "replays CUDA graphs, which train.py refuses under torchrun (the ddp stage)" in graphs
     prepare = lambda *argv: cli_error(gpu_check.main, "studies.gpu_check", ["--prepare", *argv])
     assert "--prepare runs alone: --stages would do nothing beside it; drop it" in prepare("--stages", "env")
     # flags with a default are refused too, when given at another value
