@@ -390,9 +390,10 @@ def search(suspect, bases: list, temperature: float = 10.0, alpha: float = ALPHA
     "related", "one_lineage", "among_related", "not_compared" ({index: why}), "options" (the first set's)}"""
     models = [evidence.read_model(m) for m in [suspect, *bases]]
     planned, not_compared = evidence.comparable_sets(models, asked, temperature, alpha, align)
-    # the suspect is read once, whatever the number of token sets it is fed
-    held = None if isinstance(models[0], (Fingerprint, np.ndarray)) else \
-        evidence.loaded(models[0], device, dtype, evidence.hashes_weights(models))
+    # the suspect is read once: held loaded where it is fed several token sets, else read in its turn and let go
+    # before the bases are (one model in memory at a time)
+    held = evidence.loaded(models[0], device, dtype, evidence.hashes_weights(models)) \
+        if len(planned) > 1 and not isinstance(models[0], (Fingerprint, np.ndarray)) else None
     runs = {}                           # base b -> (its token set's run, b's index in it); the suspect is 0 in each
     for group, checked in planned:      # the suspect's table is whitened once per set; a base's for its own pair
         run = fingerprint_models([models[0], *(models[b + 1] for b in group)], checked, temperature, alpha, align,

@@ -784,6 +784,23 @@ def test_a_vocab_below_2_is_refused_not_read_as_the_models_own(family, monkeypat
             make()
 
 
+def test_a_search_of_models_holds_one_model_at_a_time(family, monkeypatch):
+    """A search of models on disk, all fed one token set: the suspect is read in its turn and let go before the bases
+    are read (a 7B suspect held beside each 7B base would double the memory the search needs)."""
+    import weakref
+    root, paths = family
+    alive, real = [], seedprint.hf.load
+
+    def load(*a, **kw):
+        assert all(ref() is None for ref in alive), "a model read earlier is still held"
+        model = real(*a, **kw)
+        alive.append(weakref.ref(model))
+        return model
+    monkeypatch.setattr(seedprint.hf, "load", load)
+    found = seedprint.search(paths["child"], [paths["base"], paths["other"]], **FILE_OPTS)
+    assert len(alive) == 3 and found["answer"] == "derives from" and found["base"] == 0
+
+
 def test_one_suspect_against_many_bases(family, files):
     """The registry: a suspect derived from one base is named; a stranger derives from none; a suspect whose
     lineage is registered twice (the base and its own child) is inconclusive, the two bases one lineage."""
