@@ -124,13 +124,8 @@ def main(argv=None):
                 change = logit_change(base, m.build(), V)
                 if change > 1e-4:
                     raise FloatingPointError(f"{name} changed the logits by {change:.2e}: not function-preserving")
-            exact, aligned = lineage.pair(released_base, m)
             rows.append(dict(pair=f"base vs {name}", truth="related" if truth else "unrelated",
-                             verdict="RELATED" if exact.related else "unrelated", p=exact.p, mean_tau=exact.mean_tau,
-                             S=exact.n_identity, aligned="RELATED" if aligned.related else "unrelated",
-                             p_aligned=aligned.p, tau_aligned=aligned.alignment.tau_aligned,
-                             S_aligned=aligned.alignment.n_identity_aligned, moved=aligned.alignment.moved, matched_on=aligned.alignment.matched_on,
-                             table_fit=aligned.alignment.table_fit, logit_change=change, seconds=time.time() - t0))
+                             **lineage.verdicts(released_base, m), logit_change=change, seconds=time.time() - t0))
             bar.update()
         print_table(rows, floats="{:.3g}")
         update_results(os.path.join(args.out, "results.json"), {"derivatives": rows}, device, args.dtype)

@@ -384,11 +384,11 @@ class Lineage:
                                            signed=signed, tables=tables, whitened=True)
         return exact, matched
 
-    def verdicts(self, a, b) -> dict:
+    def verdicts(self, a, b, tokens=None) -> dict:
         """Both verdicts of a pair of one width as a table row's fields: the exact one (exact, p, mean_tau, S) and
         the aligned one (aligned, p_aligned, tau_aligned, S_aligned), with how B's coordinates were matched
-        (matched_on, table_fit, input_fit, moved)."""
-        exact, aligned = self.pair(a, b)
+        (matched_on, table_fit, input_fit, moved). tokens: as pair's (None: by id)."""
+        exact, aligned = self.pair(a, b, tokens=tokens)
         m = aligned.alignment
         return dict(exact=bool(exact.related), p=exact.p, mean_tau=exact.mean_tau, S=exact.n_identity,
                     aligned=bool(aligned.related), p_aligned=aligned.p, tau_aligned=m.tau_aligned,

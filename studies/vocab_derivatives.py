@@ -173,14 +173,6 @@ def token_maps(a: str, b: str, args) -> list:
     return evidence.token_inputs([evidence.read_model(m) for m in (a, b)], opts, matched=True)
 
 
-def verdicts(lineage: Lineage, a: str, b: str, tokens=None) -> dict:
-    """The exact and aligned verdicts of a pair, on the inputs `tokens` maps (None: by id)."""
-    exact, aligned = lineage.pair(a, b, tokens=tokens)
-    word = lambda v: "RELATED" if v.related else "unrelated"
-    return dict(exact=word(exact), p=exact.p, mean_tau=exact.mean_tau, aligned=word(aligned), p_aligned=aligned.p,
-                tau_aligned=aligned.alignment.tau_aligned, matched_on=aligned.alignment.matched_on)
-
-
 def plot(rows: list, pairs: list, path: str) -> None:
     """Left: each child's p against its parent, by token and by id; right: the unrelated pairs' p, by token."""
     plt, fig, (left, right) = figure(1, 2, figsize=(11, 4))
@@ -206,16 +198,17 @@ def plot(rows: list, pairs: list, path: str) -> None:
 def child_row(lineage: Lineage, name: str, parent: str, child: str, args) -> dict:
     """A child against its parent: both verdicts by token and by id (id_*), with the shared tokens' count."""
     maps = token_maps(parent, child, args)
-    by_id = verdicts(lineage, parent, child)
+    by_id = lineage.verdicts(parent, child)
     return dict(child=name, a=parent, b=child, vocab=evidence.config_of(evidence.read_model(child)).vocab_size,
-                shared=None if maps is None else len(maps[0]), **verdicts(lineage, parent, child, maps),
+                shared=None if maps is None else len(maps[0]), **lineage.verdicts(parent, child, maps),
                 **{f"id_{k}": v for k, v in by_id.items()})
 
 
 def report(rows: list) -> None:
     """The children's table, as printed."""
-    print_table([{k: v for k, v in r.items() if k not in ("a", "b", "matched_on", "id_matched_on")} for r in rows],
-                floats="{:.3g}")
+    how = ("matched_on", "table_fit", "input_fit", "moved")            # how B was matched: in results.json
+    left_out = {"a", "b", *how, *(f"id_{k}" for k in how)}
+    print_table([{k: v for k, v in r.items() if k not in left_out} for r in rows], floats="{:.3g}")
 
 
 # ----------------------------------------------------------------------------- the study
@@ -257,12 +250,12 @@ def tiny_study(args, device: str, seeds: list) -> None:
     for a in models_a:
         for b in models_b:
             maps = token_maps(a, b, args)
-            pairs.append(dict(a=a, b=b, shared=len(maps[0]), **verdicts(lineage, a, b, maps)))
+            pairs.append(dict(a=a, b=b, shared=len(maps[0]), **lineage.verdicts(a, b, maps)))
             bar.update()
     n = len(pairs)
     fpr = []
     for verdict in ("exact", "aligned"):
-        x = sum(r[verdict] == "RELATED" for r in pairs)
+        x = sum(r[verdict] for r in pairs)
         fpr.append(dict(verdict=verdict, pairs=n, related=x, **rate(x, n),
                         upper95=f"{100 * clopper_pearson(x, n)[1]:.2f}%"))
     # the pairs a 95% upper bound of 1% needs where none is called related: 1 - 0.025^(1/n) <= 0.01

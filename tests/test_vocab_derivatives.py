@@ -101,7 +101,7 @@ def test_the_study_finds_every_child_by_token_as_seedprint_does_and_counts_its_u
     assert rows["transplant BPE -> BPE2"]["shared"] == len(vocab["bpe_corpus"] & vocab["bpe_corpus2"])
     assert [rows[c]["shared"] for c in ("extension", "transplant bytes -> BPE2", "permuted ids")] == [256] * 3
     for name, r in rows.items():
-        assert r["exact"] == r["aligned"] == "RELATED", name
+        assert r["exact"] is r["aligned"] is True, name
         args = (r["a"], r["b"])
         assert seedprint.compare(*args, **OPTS).p == pytest.approx(r["p"], rel=1e-9)
         assert seedprint.compare(*args, align=True, **OPTS).p == pytest.approx(r["p_aligned"], rel=1e-9)
@@ -112,7 +112,7 @@ def test_the_study_finds_every_child_by_token_as_seedprint_does_and_counts_its_u
     pairs, n = res["pairs"], 3 * 2
     assert len(pairs) == n and len({(p["a"], p["b"]) for p in pairs}) == n
     for row in res["fpr"]:
-        x = sum(p[row["verdict"]] == "RELATED" for p in pairs)
+        x = sum(p[row["verdict"]] is True for p in pairs)
         assert row["related"] == x == 0 and row["pairs"] == n
         assert row["upper95"] == f"{100 * (1 - 0.025 ** (1 / n)):.2f}%"          # 0 of n: the closed form
     assert res["pairs_for_a_1pct_bound"] == 368 and 1 - 0.025 ** (1 / 368) <= 0.01 < 1 - 0.025 ** (1 / 367)
@@ -148,7 +148,7 @@ def test_a_released_models_extension_and_transplant_are_its_own_function_on_the_
     assert rows[0]["vocab"] == V + 16 and rows[2]["vocab"] == 50257
     assert rows[0]["shared"] == V and rows[2]["shared"] == len(set(data.token_bytes(str(base))) & gpt2)
     for r in rows:
-        assert r["exact"] == r["aligned"] == "RELATED", r["child"]
+        assert r["exact"] is r["aligned"] is True, r["child"]
     for r in rows[0], rows[2]:
         assert r["mean_tau"] == pytest.approx(1.0) and r["tau_aligned"] == pytest.approx(1.0)
     assert rows[0]["id_p"] == rows[0]["p"]
