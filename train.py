@@ -139,7 +139,8 @@ def forward_backward(model, batches, accum: int, ddp: bool, autocast, graphs: bo
     would add into them (pytorch/pytorch#169545). So the micro-steps' sum is kept in tensors of our own, taken
     from .grad after each backward, in the order autograd adds them, and given to .grad after the last."""
     mean_loss = torch.zeros((), device=next(model.parameters()).device)
-    params = [p for p in model.parameters() if p.requires_grad]
+    keep = graphs and accum > 1         # the micro-steps' sum kept apart (above)
+    params = [p for p in model.parameters() if p.requires_grad] if keep else []
     summed = None
     for m, (x, y) in enumerate(batches):
         # DDP all-reduces gradients on every backward; only the last micro-step needs it
@@ -151,7 +152,7 @@ def forward_backward(model, batches, accum: int, ddp: bool, autocast, graphs: bo
                 _, loss = model(x, y)
             (loss / accum).backward()
         mean_loss += loss.detach().float() / accum
-        if graphs and accum > 1:
+        if keep:
             grads = [p.grad for p in params]
             if summed is None:
                 summed = [g.clone() for g in grads]

@@ -146,22 +146,28 @@ def test_options(args) -> Options:
 
 # ----------------------------------------------------------------------------- data and models, each made once
 
+def warmup_for(steps: int) -> int:
+    """The warm-up of a run `steps` long: a tenth of it, at most 30 steps."""
+    return min(30, steps // 10)
+
+
 def training(args, device: str, template: train.TrainConfig = TRAINING) -> train.TrainConfig:
     """The study's training flags on its template, which trained() fills in for each run."""
     given = settings_given(args, train.TrainConfig, TRAINING_FLAGS)
     return dataclasses.replace(template, **given, model=args.model, knobs={**LLAMA_KNOBS, **config_overrides(args)},
-                               warmup=min(30, given["max_steps"] // 10), device=device)
+                               warmup=warmup_for(given["max_steps"]), device=device)
 
 
 def run_settings(template: train.TrainConfig, out: str, name: str, seed: int, data_dir: str, steps: int = None,
                  init_from: str = None, data_seed: int = None, ckpt_every: int = None) -> train.TrainConfig:
     """The settings of the run out/runs/name: from init seed `seed` (blocks and embeddings alike) on `data_dir`, or
-    continued from the checkpoint `init_from`, `steps` long (the template's by default), warmed up over a tenth."""
+    continued from the checkpoint `init_from`, `steps` long (the template's by default), warmed up as warmup_for
+    says."""
     steps = steps or template.max_steps
     return dataclasses.replace(
         template, data=data_dir, out_dir=os.path.join(out, "runs", name), init_seed=seed, embed_seed=seed,
         init_from=init_from, model=None if init_from else template.model, knobs={} if init_from else template.knobs,
-        data_seed=template.data_seed if data_seed is None else data_seed, max_steps=steps, warmup=min(30, steps // 10),
+        data_seed=template.data_seed if data_seed is None else data_seed, max_steps=steps, warmup=warmup_for(steps),
         ckpt_every=ckpt_every or template.ckpt_every)
 
 
