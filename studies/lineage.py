@@ -468,8 +468,12 @@ def rate(x: int, n: int) -> dict:
 
 
 def span(values, fmt: str = "{:+.3f}") -> str:
-    """The range of some values as the tables print it: "min to max" in `fmt`; "-" where there are none."""
+    """The range of some values as the tables print it: "min to max" in `fmt`; "-" where there are none. A NaN or
+    inf is refused: as text it would pass write_json's refusal of them, and min and max misread a NaN."""
     values = list(values)
+    bad = [v for v in values if not math.isfinite(v)]
+    if bad:
+        raise FloatingPointError(f"a table's range of {len(values)} values holds {bad[0]}: not finite")
     return f"{fmt.format(min(values))} to {fmt.format(max(values))}" if values else "-"
 
 

@@ -924,3 +924,6 @@ def test_a_range_is_printed_min_to_max():
     from studies.lineage import span
     assert span([0.25, -0.125, 0.0]) == "-0.125 to +0.250"
     assert span((x for x in [3, 1, 2]), "{}") == "1 to 3" and span([]) == "-"
+    for bad in (float("nan"), float("inf")):        # as text it would pass write_json's refusal
+        with pytest.raises(FloatingPointError, match=f"holds {bad}: not finite"):
+            span([0.5, bad, 0.1])
