@@ -615,7 +615,7 @@ def resized(name, *shape):
     ("qwen2-moe", dict(num_local_experts=8), None, r"num_local_experts=8, which transformers' Qwen2MoeForCausalLM"),
     # a Qwen2-MoE window: 4.57 slides every layer, 5.x every other one below max_window_layers -- whether or not this
     # reader would have found a sliding layer (max_window_layers at the depth: none; full-attention layer_types: none)
-    ("qwen2-moe", dict(use_sliding_window=True, sliding_window=4, max_window_layers=1, layer_types=None), None,
+    ("qwen2-moe", dict(use_sliding_window=True, sliding_window=4, max_window_layers=3, layer_types=None), None,
      r"field use_sliding_window must be false \(where it is true, transformers 4\.57 slides every layer"),
     ("qwen2-moe", dict(use_sliding_window=True, sliding_window=4, max_window_layers=3), None,
      r"field use_sliding_window must be false"),
