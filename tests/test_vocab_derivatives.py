@@ -56,7 +56,7 @@ def test_the_tokenizers_cut_text_as_the_library_does_bytes_first_or_permuted(stu
 
 def test_a_tokenizer_made_here_is_named_by_what_it_was_made_from(study, tmp_path):
     """Another size, corpus or permutation seed makes another file, never the one made before (reused only for the
-    same settings); its data folder's name follows."""
+    same settings); its data folder's name follows. Each file's tokens, in order, are those its name says."""
     out, res = study
     corpus = str(out.parent / "a.txt")
     again = vocab_derivatives.bytes_first_bpe(str(out), corpus, 300)
@@ -66,6 +66,17 @@ def test_a_tokenizer_made_here_is_named_by_what_it_was_made_from(study, tmp_path
     assert Tokenizer.from_file(again).get_vocab_size() == 300
     assert vocab_derivatives.tokenizer_label(other) != vocab_derivatives.tokenizer_label(again)
     assert vocab_derivatives.tokenizer_label("bytes") == "bytes"
+    # the corpora swapped and another permutation seed: three other files, each made from what it names
+    a_txt, b_txt = corpus, str(out.parent / "b.txt")
+    made = lambda first, second, seed: vocab_derivatives.tokenizers(str(out), types.SimpleNamespace(
+        corpus=first, corpus2=second, bpe_vocab=300, data_from=None, perm_seed=seed))
+    assert made(a_txt, b_txt, 0) == res["tokenizers"]                                 # the study's: reused
+    swapped = made(b_txt, a_txt, 1)
+    assert all(swapped[k] != res["tokenizers"][k] for k in ("bpe_corpus", "bpe_corpus2", "bytes_permuted"))
+    order = lambda path: [tok for tok, _ in sorted(Tokenizer.from_file(path).get_vocab().items(), key=lambda kv: kv[1])]
+    assert order(swapped["bytes_permuted"]) != order(res["tokenizers"]["bytes_permuted"])
+    assert order(swapped["bpe_corpus"])[:256] == order(res["tokenizers"]["bpe_corpus"])[:256]    # bytes first
+    assert order(swapped["bpe_corpus"])[256:] != order(res["tokenizers"]["bpe_corpus"])[256:]    # b.txt's merges
 
 
 def test_a_model_moved_onto_another_vocabulary_keeps_each_tokens_rows():
